@@ -1,0 +1,1 @@
+//! maslens-eval: metrics, statistics and report writers shared by all methods.

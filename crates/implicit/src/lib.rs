@@ -1,0 +1,1 @@
+//! maslens-implicit: implicit failures (MASIF): detection, absorption, risk, selection, repair, IF-GRPO.

@@ -1,0 +1,184 @@
+//! Request / response types and the [`ChatModel`] trait.
+
+use serde::{Deserialize, Serialize};
+
+/// Who speaks a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+}
+
+impl Message {
+    pub fn system(content: impl Into<String>) -> Self {
+        Message { role: Role::System, content: content.into() }
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Message { role: Role::User, content: content.into() }
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Message { role: Role::Assistant, content: content.into() }
+    }
+}
+
+/// A chat completion request. Everything except `stage` is part of the cache key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    /// Sampling temperature; 0 means greedy (the default).
+    #[serde(default)]
+    pub temperature: f32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    pub max_tokens: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// JSON schema the answer must satisfy (`response_format` on HTTP, GBNF on local).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_schema: Option<serde_json::Value>,
+    /// Raw GBNF grammar (local backend only); takes precedence over `json_schema` there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grammar: Option<String>,
+    /// Accounting label (e.g. `judge`, `evaluator/concise`); not part of the cache key.
+    #[serde(default, skip)]
+    pub stage: String,
+}
+
+impl ChatRequest {
+    pub fn new(messages: Vec<Message>) -> Self {
+        ChatRequest {
+            messages,
+            temperature: 0.0,
+            top_p: None,
+            max_tokens: 512,
+            seed: Some(0),
+            stop: Vec::new(),
+            json_schema: None,
+            grammar: None,
+            stage: String::new(),
+        }
+    }
+    pub fn max_tokens(mut self, n: u32) -> Self {
+        self.max_tokens = n;
+        self
+    }
+    pub fn temperature(mut self, t: f32) -> Self {
+        self.temperature = t;
+        self
+    }
+    pub fn json_schema(mut self, schema: serde_json::Value) -> Self {
+        self.json_schema = Some(schema);
+        self
+    }
+    pub fn stage(mut self, stage: impl Into<String>) -> Self {
+        self.stage = stage.into();
+        self
+    }
+}
+
+/// Token usage of one call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Prompt tokens served from a prefix / prompt cache instead of being evaluated.
+    #[serde(default)]
+    pub cached_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, rhs: Self) {
+        self.prompt_tokens += rhs.prompt_tokens;
+        self.completion_tokens += rhs.completion_tokens;
+        self.cached_tokens += rhs.cached_tokens;
+    }
+}
+
+/// A chat completion response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    pub text: String,
+    /// `stop`, `length`, ... as the backend reports it.
+    #[serde(default)]
+    pub finish_reason: String,
+    #[serde(default)]
+    pub usage: Usage,
+    /// Wall time of the backend call in milliseconds (of the original call when replayed).
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// True when this response came from the maslens cache rather than the backend.
+    #[serde(default, skip_serializing)]
+    pub from_cache: bool,
+}
+
+/// Errors of the LLM layer.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("invalid model spec {spec:?}: {reason}")]
+    Spec { spec: String, reason: String },
+    #[error("HTTP {status} from {url}: {body}")]
+    Http { status: u16, url: String, body: String },
+    #[error("transport error talking to {url}: {message}")]
+    Transport { url: String, message: String },
+    #[error("request timed out after {seconds:.1}s ({url})")]
+    Timeout { url: String, seconds: f64 },
+    #[error("malformed response from {url}: {message}")]
+    BadResponse { url: String, message: String },
+    #[error("replay mode: no cached response for key {key} (model {model})")]
+    ReplayMiss { key: String, model: String },
+    #[error("budget exhausted: {0}")]
+    Budget(String),
+    #[error("model not available: {0}")]
+    ModelUnavailable(String),
+    #[error("local backend error: {0}")]
+    Local(String),
+    #[error("cache error: {0}")]
+    Cache(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl LlmError {
+    /// Whether retrying the same request may succeed (429, 5xx, timeouts, connection resets).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::Http { status, .. } => *status == 429 || *status >= 500,
+            LlmError::Transport { .. } | LlmError::Timeout { .. } => true,
+            LlmError::BadResponse { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// The one abstraction every method talks to.
+#[async_trait::async_trait]
+pub trait ChatModel: Send + Sync {
+    /// The model id used in cache keys and reports, e.g. `openai:gpt-4o-mini` or `local:smollm2-135m`.
+    fn id(&self) -> &str;
+    /// Context window in tokens, when known; methods pick long-trace strategies from it.
+    fn context_size(&self) -> Option<usize> {
+        None
+    }
+    /// Count tokens of a text as this model would, when the backend can; else an estimate.
+    fn count_tokens(&self, text: &str) -> usize {
+        estimate_tokens(text)
+    }
+    /// Run one chat completion.
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError>;
+}
+
+/// A rough token estimate (about 4 characters per token) for backends without a tokenizer.
+pub fn estimate_tokens(text: &str) -> usize {
+    text.len().div_ceil(4)
+}

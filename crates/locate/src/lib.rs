@@ -1,0 +1,1 @@
+//! maslens-locate: failure localization (AgentLocate: Judge, Evaluators, confidence-weighted vote) and baselines.

@@ -1,0 +1,1 @@
+//! maslens-prior: a learned failure localizer that needs no LLM.
