@@ -2,6 +2,7 @@
 //! library crates, renders their results. Nothing here decides a verdict.
 
 mod cmd;
+mod llm_args;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -40,8 +41,36 @@ pub enum Command {
     Show(cmd::show::Args),
     /// Corpus statistics.
     Stats(cmd::stats::Args),
-    /// Print a JSON Schema (native trace format).
+    /// Print a JSON Schema of a native format.
     Schema(cmd::schema::Args),
+    /// Manage embedded models (pull, list).
+    Model(cmd::model::Args),
+    /// Serve the embedded model behind an OpenAI-compatible endpoint on loopback.
+    ServeModel(cmd::serve_model::Args),
+    /// Export uncached requests as OpenAI Batch JSONL, import batch output into the cache.
+    Batch(cmd::batch::Args),
+    /// Inspect the LLM call cache.
+    Cache(cmd::cache::Args),
+    /// Failure localization: which agent and step decided the failure.
+    Locate(cmd::locate::Args),
+    /// Benchmark a method with exact metrics, baselines and confidence intervals.
+    Eval(cmd::eval::Args),
+    /// Learned localizer without an LLM: train, evaluate.
+    Prior(cmd::prior::Args),
+    /// Implicit failures: detect, classify absorption, score risk over traces.
+    Scan(cmd::scan::Args),
+    /// Best-of-N trace selection by IF risk, PRM or both.
+    Select(cmd::select::Args),
+    /// Counterfactual repair: corrected steps and replay plans for implicit failures.
+    Repair(cmd::repair::Args),
+    /// SPR, RR and delta-RR with paired task-cluster bootstrap from replay outcomes.
+    ReplayStats(cmd::replay_stats::Args),
+    /// IF-shaped GRPO advantages for groups of traces.
+    Advantages(cmd::advantages::Args),
+    /// Structural (role) and temporal (round) credit for traces.
+    Credit(cmd::credit::Args),
+    /// Credit-guided prompt optimization of a multi-role debate (verbalized BCD).
+    Optimize(cmd::optimize::Args),
 }
 
 fn main() -> ExitCode {

@@ -8,3 +8,5 @@ pub mod types;
 
 pub use types::*;
 pub mod testing;
+pub mod prompt;
+pub mod structured;

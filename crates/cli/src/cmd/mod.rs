@@ -1,7 +1,21 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
+pub mod advantages;
+pub mod batch;
+pub mod cache;
+pub mod credit;
+pub mod eval;
 pub mod import;
+pub mod locate;
+pub mod model;
+pub mod optimize;
+pub mod prior;
+pub mod repair;
+pub mod replay_stats;
+pub mod scan;
 pub mod schema;
+pub mod select;
+pub mod serve_model;
 pub mod show;
 pub mod stats;
 pub mod validate;
@@ -24,5 +38,25 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Show(args) => show::run(args, &global),
         Command::Stats(args) => stats::run(args, &global),
         Command::Schema(args) => schema::run(args, &global),
+        Command::Model(args) => model::run(args, &global),
+        Command::ServeModel(args) => serve_model::run(args, &global),
+        Command::Batch(args) => batch::run(args, &global),
+        Command::Cache(args) => cache::run(args, &global),
+        Command::Locate(args) => locate::run(args, &global),
+        Command::Eval(args) => eval::run(args, &global),
+        Command::Prior(args) => prior::run(args, &global),
+        Command::Scan(args) => scan::run(args, &global),
+        Command::Select(args) => select::run(args, &global),
+        Command::Repair(args) => repair::run(args, &global),
+        Command::ReplayStats(args) => replay_stats::run(args, &global),
+        Command::Advantages(args) => advantages::run(args, &global),
+        Command::Credit(args) => credit::run(args, &global),
+        Command::Optimize(args) => optimize::run(args, &global),
     }
+}
+
+/// Run an async future on a fresh multi-threaded tokio runtime (LLM-backed commands).
+pub fn block_on<F: std::future::Future>(fut: F) -> anyhow::Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    Ok(rt.block_on(fut))
 }
