@@ -9,7 +9,36 @@
 //!   or a path handed to it;
 //! - importers never panic: unreadable input is an [`ImportError`] naming the file, record and
 //!   JSON path; odd but readable input becomes a [`Diagnostic`] next to the trace.
+//!
+//! ```no_run
+//! use maslens_trace::import::{read_path, Format};
+//! for item in read_path("../shared/data/whowhen/Hand-Crafted".as_ref(), Format::Auto) {
+//!     match item {
+//!         Ok(imported) => println!("{} ({} steps)", imported.trace.id, imported.trace.steps.len()),
+//!         Err(e) => eprintln!("{e}"),
+//!     }
+//! }
+//! ```
 
+pub mod diag;
+pub mod export;
+pub mod import;
 pub mod model;
+pub mod names;
+pub mod validate;
 
+pub use diag::{Diagnostic, Severity};
+pub use import::{read_path, Format, ImportError, Imported};
 pub use model::*;
+pub use validate::validate;
+
+impl model::Step {
+    /// The raw speaker label, or the agent when the source gave none.
+    pub fn speaker_or_agent(&self) -> &str {
+        if self.speaker.is_empty() {
+            &self.agent
+        } else {
+            &self.speaker
+        }
+    }
+}

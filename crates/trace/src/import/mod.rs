@@ -1,0 +1,723 @@
+//! Streaming importers: Who&When, Aegis-Bench JSONL, chat transcripts, maslens native JSON/JSONL.
+//!
+//! [`read_path`] walks a file or a directory (recursively, sorted by name) and yields one
+//! [`Imported`] trace (or one [`ImportError`]) per record, holding at most one record in memory.
+//! A file whose first line is a complete JSON value, or whose name ends in `.jsonl`/`.ndjson`,
+//! is read line by line (one record per line); any other file is one JSON document.
+
+pub mod aegis;
+pub mod chat;
+pub mod native;
+pub mod whowhen;
+
+use crate::diag::Diagnostic;
+use crate::model::Trace;
+use crate::validate::validate;
+use serde::de::DeserializeOwned;
+use std::fmt;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Input format. `Auto` detects it from the content of each file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Format {
+    #[default]
+    Auto,
+    WhoWhen,
+    Aegis,
+    Chat,
+    Native,
+}
+
+impl Format {
+    pub const ALL: [Format; 5] = [
+        Format::Auto,
+        Format::WhoWhen,
+        Format::Aegis,
+        Format::Chat,
+        Format::Native,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Auto => "auto",
+            Format::WhoWhen => "whowhen",
+            Format::Aegis => "aegis",
+            Format::Chat => "chat",
+            Format::Native => "native",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown format name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown format `{0}`: expected one of auto, whowhen, aegis, chat, native")]
+pub struct ParseFormatError(pub String);
+
+impl FromStr for Format {
+    type Err = ParseFormatError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let norm: String = s
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_ascii_lowercase();
+        match norm.as_str() {
+            "auto" => Ok(Format::Auto),
+            "whowhen" | "ww" => Ok(Format::WhoWhen),
+            "aegis" | "aegisbench" => Ok(Format::Aegis),
+            "chat" | "openai" | "messages" => Ok(Format::Chat),
+            "native" | "maslens" | "jsonl" => Ok(Format::Native),
+            _ => Err(ParseFormatError(s.to_string())),
+        }
+    }
+}
+
+/// One imported trace with the diagnostics found while importing and validating it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Imported {
+    pub trace: Trace,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// A record (or file) that could not be read as a trace.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct ImportError {
+    /// The file.
+    pub file: String,
+    /// The record inside the file (`line 3`), when the file holds one record per line.
+    pub record: Option<String>,
+    /// JSON path inside the record, e.g. `history[3].content`.
+    pub path: Option<String>,
+    /// What went wrong and what was expected.
+    pub message: String,
+}
+
+impl ImportError {
+    fn describe(&self) -> String {
+        let mut s = self.file.clone();
+        if let Some(r) = &self.record {
+            s.push_str(": ");
+            s.push_str(r);
+        }
+        if let Some(p) = &self.path {
+            s.push_str(": at ");
+            s.push_str(p);
+        }
+        s.push_str(": ");
+        s.push_str(&self.message);
+        s
+    }
+}
+
+/// Where a record comes from, for ids and error messages.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordCtx<'a> {
+    /// The file as shown in messages.
+    pub file: &'a str,
+    /// The file path (used for ids such as Who&When's `<folder>/<stem>`), if any.
+    pub path: Option<&'a Path>,
+    /// 1-based line number for line-per-record files.
+    pub line: Option<u64>,
+}
+
+impl<'a> RecordCtx<'a> {
+    /// A context for in-memory input (tests, fuzzing).
+    pub fn memory(name: &'a str) -> Self {
+        RecordCtx {
+            file: name,
+            path: None,
+            line: None,
+        }
+    }
+
+    pub fn record(&self) -> Option<String> {
+        self.line.map(|l| format!("line {l}"))
+    }
+
+    pub fn error(&self, path: Option<String>, message: impl Into<String>) -> ImportError {
+        ImportError {
+            file: self.file.to_string(),
+            record: self.record(),
+            path,
+            message: message.into(),
+        }
+    }
+
+    /// `<folder>/<stem>` of the file (just `<stem>` without a folder), with `#<line>` added for
+    /// records after the first line of a line-per-record file.
+    pub fn default_id(&self, with_folder: bool) -> String {
+        let mut id = String::new();
+        if let Some(p) = self.path {
+            if with_folder {
+                if let Some(folder) = p.parent().and_then(|d| d.file_name()) {
+                    id.push_str(&folder.to_string_lossy());
+                    id.push('/');
+                }
+            }
+            match p.file_stem() {
+                Some(stem) => id.push_str(&stem.to_string_lossy()),
+                None => id.push_str(self.file),
+            }
+        } else {
+            id.push_str(self.file);
+        }
+        if let Some(l) = self.line {
+            if l > 1 {
+                id.push('#');
+                id.push_str(&l.to_string());
+            }
+        }
+        id
+    }
+
+    fn source(&self, format: &str) -> crate::model::Source {
+        crate::model::Source {
+            format: format.to_string(),
+            file: Some(self.file.to_string()),
+            record: self.record(),
+        }
+    }
+}
+
+/// JSON path of a serde_path_to_error path; `None` for the root.
+pub(crate) fn path_string(p: &serde_path_to_error::Path) -> Option<String> {
+    let s = p.to_string();
+    if s == "." || s.is_empty() {
+        None
+    } else {
+        Some(s)
+    }
+}
+
+/// Parse bytes into a JSON value, with the JSON path of a syntax error.
+pub(crate) fn parse_value(
+    bytes: &[u8],
+    ctx: &RecordCtx<'_>,
+) -> Result<serde_json::Value, ImportError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value: serde_json::Value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        ctx.error(
+            path_string(e.path()),
+            format!("invalid JSON: {}", e.inner()),
+        )
+    })?;
+    de.end()
+        .map_err(|e| ctx.error(None, format!("invalid JSON: {e}")))?;
+    Ok(value)
+}
+
+/// Deserialize a typed view of a JSON value, with the JSON path of a mismatch.
+pub(crate) fn typed<T: DeserializeOwned>(
+    value: serde_json::Value,
+    ctx: &RecordCtx<'_>,
+    what: &str,
+) -> Result<T, ImportError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        ctx.error(
+            path_string(e.path()),
+            format!("not a valid {what} record: {}", e.inner()),
+        )
+    })
+}
+
+/// Detect the format of one parsed record.
+pub fn detect(value: &serde_json::Value) -> Option<Format> {
+    use serde_json::Value;
+    match value {
+        Value::Array(items) => {
+            if items.iter().all(|m| m.is_object()) {
+                Some(Format::Chat)
+            } else {
+                None
+            }
+        }
+        Value::Object(map) => {
+            let has = |k: &str| map.contains_key(k);
+            if has("steps") && has("id") {
+                Some(Format::Native)
+            } else if has("conversation_history")
+                || map
+                    .get("input")
+                    .and_then(|i| i.get("conversation_history"))
+                    .is_some()
+            {
+                Some(Format::Aegis)
+            } else if has("history")
+                && (has("mistake_agent") || has("mistake_step") || has("question"))
+            {
+                Some(Format::WhoWhen)
+            } else if has("messages") || has("history") {
+                Some(Format::Chat)
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+const DETECT_HELP: &str = "cannot detect the format: expected a maslens trace (`id`, `steps`), an Aegis record \
+(`input.conversation_history`), a Who&When record (`history`, `mistake_agent`) or a chat transcript \
+(an array of messages, or an object with `messages`/`history`); pass --format to choose";
+
+fn finish(trace: Trace, mut diagnostics: Vec<Diagnostic>, ctx: &RecordCtx<'_>) -> Imported {
+    diagnostics.extend(validate(&trace));
+    for d in &mut diagnostics {
+        if d.file.is_none() {
+            d.file = Some(ctx.file.to_string());
+        }
+        if d.record.is_none() {
+            d.record = ctx.record();
+        }
+    }
+    Imported { trace, diagnostics }
+}
+
+/// Import one record (a whole file's bytes, or one line) in the given format. `Auto` detects
+/// the format from the content. Never panics: any input yields a trace or an [`ImportError`].
+pub fn parse_record(
+    bytes: &[u8],
+    format: Format,
+    ctx: &RecordCtx<'_>,
+) -> Result<Imported, ImportError> {
+    parse_record_detect(bytes, format, ctx).1
+}
+
+/// Like [`parse_record`], also returning the format used (the detected one for `Auto`).
+pub fn parse_record_detect(
+    bytes: &[u8],
+    format: Format,
+    ctx: &RecordCtx<'_>,
+) -> (Format, Result<Imported, ImportError>) {
+    if format == Format::Native {
+        return (
+            Format::Native,
+            native::import_bytes(bytes, ctx).map(|t| finish(t, Vec::new(), ctx)),
+        );
+    }
+    let value = match parse_value(bytes, ctx) {
+        Ok(v) => v,
+        Err(e) => return (format, Err(e)),
+    };
+    let fmt = match format {
+        Format::Auto => match detect(&value) {
+            Some(f) => f,
+            None => return (format, Err(ctx.error(None, DETECT_HELP))),
+        },
+        f => f,
+    };
+    let result = match fmt {
+        Format::Native => native::import_value(value, ctx).map(|t| (t, Vec::new())),
+        Format::WhoWhen => whowhen::import_value(value, ctx),
+        Format::Aegis => aegis::import_value(value, ctx),
+        Format::Chat => chat::import_value(value, ctx),
+        Format::Auto => Err(ctx.error(None, DETECT_HELP)),
+    };
+    (fmt, result.map(|(t, d)| finish(t, d, ctx)))
+}
+
+/// Read every trace under a file or directory (recursing, sorted by name), one record at a
+/// time. In directories only `.json`, `.jsonl` and `.ndjson` files are read (hidden entries are
+/// skipped); a file named explicitly is always read.
+pub fn read_path(path: &Path, format: Format) -> TraceReader {
+    TraceReader {
+        format,
+        stack: vec![(path.to_path_buf(), true)],
+        current: None,
+    }
+}
+
+/// Read every trace under several paths, in the order given.
+pub fn read_paths(paths: &[PathBuf], format: Format) -> TraceReader {
+    TraceReader {
+        format,
+        stack: paths.iter().rev().map(|p| (p.clone(), true)).collect(),
+        current: None,
+    }
+}
+
+/// Streaming iterator over the records of files and directories; see [`read_path`].
+pub struct TraceReader {
+    format: Format,
+    /// Paths still to visit (popped from the end), with whether they were named explicitly.
+    stack: Vec<(PathBuf, bool)>,
+    current: Option<FileRecords>,
+}
+
+impl TraceReader {
+    /// The file currently being read, if any.
+    pub fn current_file(&self) -> Option<&str> {
+        self.current.as_ref().map(|c| c.display.as_str())
+    }
+}
+
+fn is_trace_file(p: &Path) -> bool {
+    matches!(
+        p.extension()
+            .and_then(|e| e.to_str())
+            .map(|e| e.to_ascii_lowercase())
+            .as_deref(),
+        Some("json" | "jsonl" | "ndjson")
+    )
+}
+
+fn is_hidden(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.'))
+}
+
+impl Iterator for TraceReader {
+    type Item = Result<Imported, ImportError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(cur) = &mut self.current {
+                match cur.next_record() {
+                    Some(item) => return Some(item),
+                    None => self.current = None,
+                }
+            }
+            let (path, explicit) = self.stack.pop()?;
+            let display = path.display().to_string();
+            let meta = match std::fs::metadata(&path) {
+                Ok(m) => m,
+                Err(e) => {
+                    return Some(Err(ImportError {
+                        file: display,
+                        record: None,
+                        path: None,
+                        message: format!("cannot read: {e}"),
+                    }))
+                }
+            };
+            if meta.is_dir() {
+                let entries = match std::fs::read_dir(&path) {
+                    Ok(rd) => rd
+                        .filter_map(|e| e.ok().map(|e| e.path()))
+                        .filter(|p| !is_hidden(p))
+                        .collect::<Vec<_>>(),
+                    Err(e) => {
+                        return Some(Err(ImportError {
+                            file: display,
+                            record: None,
+                            path: None,
+                            message: format!("cannot list directory: {e}"),
+                        }))
+                    }
+                };
+                let mut entries: Vec<(PathBuf, bool)> = entries
+                    .into_iter()
+                    .filter(|p| p.is_dir() || is_trace_file(p))
+                    .map(|p| (p, false))
+                    .collect();
+                entries.sort_by(|a, b| natural_cmp(&a.0, &b.0));
+                self.stack.extend(entries.into_iter().rev());
+                continue;
+            }
+            if !explicit && !is_trace_file(&path) {
+                continue;
+            }
+            match FileRecords::open(path, display, self.format) {
+                Ok(fr) => self.current = Some(fr),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+/// Sort by name, with digit runs compared as numbers (`2.json` before `10.json`).
+fn natural_cmp(a: &Path, b: &Path) -> std::cmp::Ordering {
+    let a = a
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let b = b
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ka = natural_key(&a);
+    let kb = natural_key(&b);
+    ka.cmp(&kb).then_with(|| a.cmp(&b))
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Chunk {
+    Num(u128, usize),
+    Text(String),
+}
+
+fn natural_key(s: &str) -> Vec<Chunk> {
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_ascii_digit() {
+            let mut digits = String::new();
+            while let Some(&d) = chars.peek() {
+                if !d.is_ascii_digit() {
+                    break;
+                }
+                digits.push(d);
+                chars.next();
+            }
+            let trimmed = digits.trim_start_matches('0');
+            match trimmed.parse::<u128>() {
+                Ok(n) => out.push(Chunk::Num(n, digits.len())),
+                Err(_) if trimmed.is_empty() => out.push(Chunk::Num(0, digits.len())),
+                Err(_) => out.push(Chunk::Text(digits)),
+            }
+        } else {
+            let mut text = String::new();
+            while let Some(&d) = chars.peek() {
+                if d.is_ascii_digit() {
+                    break;
+                }
+                text.push(d);
+                chars.next();
+            }
+            out.push(Chunk::Text(text));
+        }
+    }
+    out
+}
+
+enum Body {
+    /// One record per line; `pending` holds an already-read first line.
+    Lines {
+        reader: BufReader<File>,
+        pending: Option<(u64, Vec<u8>)>,
+    },
+    /// The whole file is one document, not yet parsed.
+    Whole(Vec<u8>),
+    Done,
+}
+
+struct FileRecords {
+    path: PathBuf,
+    display: String,
+    format: Format,
+    line: u64,
+    buf: Vec<u8>,
+    body: Body,
+}
+
+fn is_blank(bytes: &[u8]) -> bool {
+    bytes.iter().all(|b| b.is_ascii_whitespace())
+}
+
+impl FileRecords {
+    fn open(path: PathBuf, display: String, format: Format) -> Result<Self, ImportError> {
+        let io_err = |e: std::io::Error| ImportError {
+            file: display.clone(),
+            record: None,
+            path: None,
+            message: format!("cannot read: {e}"),
+        };
+        let file = File::open(&path).map_err(io_err)?;
+        let mut reader = BufReader::with_capacity(1 << 16, file);
+        let force_lines = matches!(
+            path.extension()
+                .and_then(|e| e.to_str())
+                .map(|e| e.to_ascii_lowercase())
+                .as_deref(),
+            Some("jsonl" | "ndjson")
+        );
+        // Sniff: skip blank lines, read the first non-blank one.
+        let mut line = 0u64;
+        let mut first = Vec::new();
+        loop {
+            first.clear();
+            let n = reader.read_until(b'\n', &mut first).map_err(io_err)?;
+            if n == 0 {
+                break;
+            }
+            line += 1;
+            if !is_blank(&first) {
+                break;
+            }
+        }
+        let body = if first.is_empty() || is_blank(&first) {
+            if force_lines {
+                Body::Done
+            } else {
+                Body::Whole(first)
+            }
+        } else if force_lines || serde_json::from_slice::<serde::de::IgnoredAny>(&first).is_ok() {
+            Body::Lines {
+                reader,
+                pending: Some((line, first)),
+            }
+        } else {
+            // One JSON document spread over several lines: read it whole.
+            // Leading blank lines are kept so that error line numbers match the file.
+            let mut all = vec![b'\n'; line.saturating_sub(1) as usize];
+            all.extend_from_slice(&first);
+            reader.read_to_end(&mut all).map_err(io_err)?;
+            Body::Whole(all)
+        };
+        Ok(FileRecords {
+            path,
+            display,
+            format,
+            line: 0,
+            buf: Vec::new(),
+            body,
+        })
+    }
+
+    fn next_record(&mut self) -> Option<Result<Imported, ImportError>> {
+        match std::mem::replace(&mut self.body, Body::Done) {
+            Body::Done => None,
+            Body::Whole(bytes) => {
+                let ctx = RecordCtx {
+                    file: &self.display,
+                    path: Some(&self.path),
+                    line: None,
+                };
+                if is_blank(&bytes) {
+                    return Some(Err(ctx.error(None, "empty file: expected a JSON document")));
+                }
+                Some(parse_record(&bytes, self.format, &ctx))
+            }
+            Body::Lines {
+                mut reader,
+                mut pending,
+            } => loop {
+                let line_no;
+                if let Some((n, bytes)) = pending.take() {
+                    line_no = n;
+                    self.buf = bytes;
+                } else {
+                    self.buf.clear();
+                    match reader.read_until(b'\n', &mut self.buf) {
+                        Ok(0) => return None,
+                        Ok(_) => {
+                            self.line += 1;
+                            line_no = self.line;
+                        }
+                        Err(e) => {
+                            return Some(Err(ImportError {
+                                file: self.display.clone(),
+                                record: Some(format!("line {}", self.line + 1)),
+                                path: None,
+                                message: format!("cannot read: {e}"),
+                            }))
+                        }
+                    }
+                }
+                self.line = self.line.max(line_no);
+                if is_blank(&self.buf) {
+                    continue;
+                }
+                let ctx = RecordCtx {
+                    file: &self.display,
+                    path: Some(&self.path),
+                    line: Some(line_no),
+                };
+                let (fmt, result) = parse_record_detect(&self.buf, self.format, &ctx);
+                if self.format == Format::Auto && result.is_ok() {
+                    self.format = fmt;
+                }
+                self.body = Body::Lines { reader, pending };
+                return Some(result);
+            },
+        }
+    }
+}
+
+/// Read records from any reader holding one record per line (e.g. stdin).
+pub fn read_lines<R: BufRead>(
+    reader: R,
+    name: String,
+    format: Format,
+) -> impl Iterator<Item = Result<Imported, ImportError>> {
+    let mut format = format;
+    let mut line_no = 0u64;
+    let mut reader = reader;
+    let mut buf = Vec::new();
+    std::iter::from_fn(move || loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) => return None,
+            Ok(_) => line_no += 1,
+            Err(e) => {
+                return Some(Err(ImportError {
+                    file: name.clone(),
+                    record: Some(format!("line {}", line_no + 1)),
+                    path: None,
+                    message: format!("cannot read: {e}"),
+                }))
+            }
+        }
+        if is_blank(&buf) {
+            continue;
+        }
+        let ctx = RecordCtx {
+            file: &name,
+            path: None,
+            line: Some(line_no),
+        };
+        let (fmt, result) = parse_record_detect(&buf, format, &ctx);
+        if format == Format::Auto && result.is_ok() {
+            format = fmt;
+        }
+        return Some(result);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_names_round_trip() {
+        for f in Format::ALL {
+            assert_eq!(f.to_string().parse::<Format>(), Ok(f));
+        }
+        assert_eq!("Who&When".parse::<Format>(), Ok(Format::WhoWhen));
+        assert!("xml".parse::<Format>().is_err());
+    }
+
+    #[test]
+    fn natural_order() {
+        let mut v: Vec<PathBuf> = ["10.json", "2.json", "1.json", "b", "a10", "a9"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        v.sort_by(|a, b| natural_cmp(a, b));
+        let names: Vec<_> = v.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(names, ["1.json", "2.json", "10.json", "a9", "a10", "b"]);
+    }
+
+    #[test]
+    fn detects_formats() {
+        use serde_json::json;
+        assert_eq!(
+            detect(&json!({"id": "x", "steps": []})),
+            Some(Format::Native)
+        );
+        assert_eq!(
+            detect(&json!({"input": {"conversation_history": []}})),
+            Some(Format::Aegis)
+        );
+        assert_eq!(
+            detect(&json!({"history": [], "mistake_agent": "a"})),
+            Some(Format::WhoWhen)
+        );
+        assert_eq!(detect(&json!([{"role": "user"}])), Some(Format::Chat));
+        assert_eq!(detect(&json!({"messages": []})), Some(Format::Chat));
+        assert_eq!(detect(&json!({"foo": 1})), None);
+        assert_eq!(detect(&json!(3)), None);
+    }
+}

@@ -1,0 +1,29 @@
+//! maslens native format: one [`Trace`] per JSON document or JSONL line. Read exactly as
+//! written (the `source` field is kept as stored), so `export(import(x)) == x` for our output.
+
+use super::{path_string, ImportError, RecordCtx};
+use crate::model::Trace;
+
+/// Parse one native trace. The fast path is a plain `serde_json` parse; only on failure is the
+/// record parsed again with path tracking to name the JSON path of the problem.
+pub fn import_bytes(bytes: &[u8], ctx: &RecordCtx<'_>) -> Result<Trace, ImportError> {
+    match serde_json::from_slice::<Trace>(bytes) {
+        Ok(t) => Ok(t),
+        Err(first) => {
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            let err = match serde_path_to_error::deserialize::<_, Trace>(&mut de) {
+                Err(e) => ctx.error(
+                    path_string(e.path()),
+                    format!("not a valid maslens trace: {}", e.inner()),
+                ),
+                Ok(_) => ctx.error(None, format!("not a valid maslens trace: {first}")),
+            };
+            Err(err)
+        }
+    }
+}
+
+/// Native trace from an already parsed JSON value.
+pub fn import_value(value: serde_json::Value, ctx: &RecordCtx<'_>) -> Result<Trace, ImportError> {
+    super::typed(value, ctx, "maslens trace")
+}
