@@ -1,1 +1,3 @@
 //! maslens-eval: metrics, statistics and report writers shared by all methods.
+
+pub mod stats;
