@@ -7,6 +7,15 @@
 pub mod types;
 
 pub use types::*;
-pub mod testing;
+pub mod batch;
+pub mod budget;
+pub mod cache;
+pub mod openai;
 pub mod prompt;
+pub mod spec;
+pub mod stack;
 pub mod structured;
+pub mod testing;
+pub mod usage;
+
+pub use stack::{maslens_home, open, CacheMode, OpenOptions, Stack};

@@ -49,7 +49,12 @@ macro_rules! prompt_template {
     ($name:literal) => {
         $crate::prompt::Template {
             name: $name,
-            source: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../prompts/", $name, ".j2")),
+            source: include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../prompts/",
+                $name,
+                ".j2"
+            )),
         }
     };
 }
@@ -68,8 +73,14 @@ mod tests {
 
     #[test]
     fn renders_and_rejects_undefined() {
-        let t = Template { name: "t.v1", source: "Hello {{ name }}!" };
-        assert_eq!(t.render(serde_json::json!({"name": "x"})).unwrap(), "Hello x!");
+        let t = Template {
+            name: "t.v1",
+            source: "Hello {{ name }}!",
+        };
+        assert_eq!(
+            t.render(serde_json::json!({"name": "x"})).unwrap(),
+            "Hello x!"
+        );
         assert!(t.render(serde_json::json!({})).is_err());
     }
 

@@ -67,7 +67,11 @@ impl ChatModel for ScriptedModel {
             .map(|(_, r)| r.clone())
             .or_else(|| self.queue.lock().ok().and_then(|mut q| q.pop_front()))
             .ok_or_else(|| LlmError::Other("scripted model: script exhausted".into()))?;
-        let prompt_tokens: usize = request.messages.iter().map(|m| crate::estimate_tokens(&m.content)).sum();
+        let prompt_tokens: usize = request
+            .messages
+            .iter()
+            .map(|m| crate::estimate_tokens(&m.content))
+            .sum();
         Ok(ChatResponse {
             usage: Usage {
                 prompt_tokens: prompt_tokens as u64,
@@ -81,3 +85,5 @@ impl ChatModel for ScriptedModel {
         })
     }
 }
+
+pub mod server;

@@ -20,13 +20,22 @@ pub struct Message {
 
 impl Message {
     pub fn system(content: impl Into<String>) -> Self {
-        Message { role: Role::System, content: content.into() }
+        Message {
+            role: Role::System,
+            content: content.into(),
+        }
     }
     pub fn user(content: impl Into<String>) -> Self {
-        Message { role: Role::User, content: content.into() }
+        Message {
+            role: Role::User,
+            content: content.into(),
+        }
     }
     pub fn assistant(content: impl Into<String>) -> Self {
-        Message { role: Role::Assistant, content: content.into() }
+        Message {
+            role: Role::Assistant,
+            content: content.into(),
+        }
     }
 }
 
@@ -128,7 +137,11 @@ pub enum LlmError {
     #[error("invalid model spec {spec:?}: {reason}")]
     Spec { spec: String, reason: String },
     #[error("HTTP {status} from {url}: {body}")]
-    Http { status: u16, url: String, body: String },
+    Http {
+        status: u16,
+        url: String,
+        body: String,
+    },
     #[error("transport error talking to {url}: {message}")]
     Transport { url: String, message: String },
     #[error("request timed out after {seconds:.1}s ({url})")]
@@ -139,6 +152,9 @@ pub enum LlmError {
     ReplayMiss { key: String, model: String },
     #[error("budget exhausted: {0}")]
     Budget(String),
+    /// Export mode: the request was written to a batch file instead of being sent.
+    #[error("deferred: request {key} written to the batch file {file}")]
+    Deferred { key: String, file: String },
     #[error("model not available: {0}")]
     ModelUnavailable(String),
     #[error("local backend error: {0}")]

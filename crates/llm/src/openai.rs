@@ -1,0 +1,564 @@
+//! OpenAI-compatible `/v1/chat/completions` backend (OpenAI, vLLM, SGLang, llama.cpp server,
+//! Ollama, `maslens serve-model`).
+//!
+//! Bounded concurrency (a semaphore; the permit is released while backing off), retries with
+//! exponential backoff and jitter on 429, 5xx, timeouts, connection resets and unreadable
+//! bodies, honouring `Retry-After` / `retry-after-ms`; no retry on other 4xx, with an error that
+//! quotes the server's answer. JSON schemas go out as `response_format: json_schema`; a server
+//! that rejects it is retried with `json_object` and then without, and the downgrade is
+//! remembered for the rest of the run.
+
+use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Usage};
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::Semaphore;
+
+/// How a request's JSON schema is passed to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SchemaMode {
+    /// `json_schema`, falling back to `json_object` and then to nothing when the server rejects it.
+    #[default]
+    Auto,
+    /// Always `response_format: {type: json_schema}`; a rejection is an error.
+    JsonSchema,
+    /// Always `response_format: {type: json_object}` (servers without schema support).
+    JsonObject,
+    /// Never send `response_format` (the schema is enforced only by validation and repair).
+    Off,
+}
+
+const LEVEL_SCHEMA: u8 = 0;
+const LEVEL_OBJECT: u8 = 1;
+const LEVEL_NONE: u8 = 2;
+
+/// Settings of the HTTP backend.
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// Model name sent in the body (`gpt-4o-mini`).
+    pub model: String,
+    /// Model id for cache keys and reports (`openai:gpt-4o-mini`).
+    pub id: String,
+    /// Base URL ending in `/v1` (no trailing slash).
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// Requests in flight at most.
+    pub concurrency: usize,
+    /// Per-request timeout (whole request, body included).
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Longest `Retry-After` honoured; longer values are capped to this.
+    pub max_retry_after: Duration,
+    pub schema_mode: SchemaMode,
+    /// Context window, when the user knows it.
+    pub context_size: Option<usize>,
+    /// Seed of the backoff jitter.
+    pub jitter_seed: u64,
+}
+
+impl OpenAiConfig {
+    pub fn new(model: impl Into<String>, base_url: impl Into<String>) -> Self {
+        let model = model.into();
+        OpenAiConfig {
+            id: format!("openai:{model}"),
+            model,
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            api_key: None,
+            concurrency: 8,
+            timeout: Duration::from_secs(120),
+            connect_timeout: Duration::from_secs(10),
+            max_retries: 5,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(120),
+            schema_mode: SchemaMode::Auto,
+            context_size: None,
+            jitter_seed: 0,
+        }
+    }
+}
+
+/// The request body for `/v1/chat/completions` (also the `body` of an OpenAI Batch line).
+pub fn chat_body(model: &str, request: &ChatRequest, schema_mode: SchemaMode) -> Value {
+    let level = match schema_mode {
+        SchemaMode::Auto | SchemaMode::JsonSchema => LEVEL_SCHEMA,
+        SchemaMode::JsonObject => LEVEL_OBJECT,
+        SchemaMode::Off => LEVEL_NONE,
+    };
+    body_at_level(model, request, level)
+}
+
+fn body_at_level(model: &str, request: &ChatRequest, level: u8) -> Value {
+    let mut body = json!({
+        "model": model,
+        "messages": request.messages,
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+    });
+    let obj = match body.as_object_mut() {
+        Some(o) => o,
+        None => return body,
+    };
+    if let Some(p) = request.top_p {
+        obj.insert("top_p".into(), json!(p));
+    }
+    if let Some(s) = request.seed {
+        obj.insert("seed".into(), json!(s));
+    }
+    if !request.stop.is_empty() {
+        obj.insert("stop".into(), json!(request.stop));
+    }
+    if let Some(schema) = &request.json_schema {
+        match level {
+            LEVEL_SCHEMA => {
+                obj.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema",
+                           "json_schema": {"name": "response", "schema": schema, "strict": false}}),
+                );
+            }
+            LEVEL_OBJECT => {
+                obj.insert("response_format".into(), json!({"type": "json_object"}));
+            }
+            _ => {}
+        }
+    }
+    body
+}
+
+/// Parse a chat-completions response body.
+pub fn parse_chat_response(body: &Value) -> Result<ChatResponse, String> {
+    let choice = body
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| "no `choices[0]` in the response".to_string())?;
+    let message = choice
+        .get("message")
+        .ok_or_else(|| "no `choices[0].message`".to_string())?;
+    let text = match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => {
+            if let Some(r) = message.get("refusal").and_then(Value::as_str) {
+                return Err(format!("the model refused: {r}"));
+            }
+            String::new()
+        }
+        Some(other) => {
+            return Err(format!(
+                "`choices[0].message.content` is not a string: {other}"
+            ))
+        }
+    };
+    let finish_reason = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let u = body.get("usage");
+    let num = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+    let usage = Usage {
+        prompt_tokens: num(u.and_then(|u| u.get("prompt_tokens"))),
+        completion_tokens: num(u.and_then(|u| u.get("completion_tokens"))),
+        cached_tokens: num(u
+            .and_then(|u| u.get("prompt_tokens_details"))
+            .and_then(|d| d.get("cached_tokens"))),
+    };
+    Ok(ChatResponse {
+        text,
+        finish_reason,
+        usage,
+        latency_ms: 0,
+        from_cache: false,
+    })
+}
+
+/// The HTTP backend.
+pub struct OpenAiModel {
+    cfg: OpenAiConfig,
+    url: String,
+    client: reqwest::Client,
+    permits: Semaphore,
+    level: AtomicU8,
+    rng: Mutex<rand_chacha::ChaCha8Rng>,
+    attempts: AtomicU64,
+}
+
+/// One failed attempt: the error and the server's requested wait, if any.
+struct Failure {
+    error: LlmError,
+    retry_after: Option<Duration>,
+}
+
+impl OpenAiModel {
+    pub fn new(cfg: OpenAiConfig) -> Result<Self, LlmError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(cfg.connect_timeout)
+            .pool_max_idle_per_host(cfg.concurrency.max(1))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {e}")))?;
+        let level = match cfg.schema_mode {
+            SchemaMode::Auto | SchemaMode::JsonSchema => LEVEL_SCHEMA,
+            SchemaMode::JsonObject => LEVEL_OBJECT,
+            SchemaMode::Off => LEVEL_NONE,
+        };
+        Ok(OpenAiModel {
+            url: format!("{}/chat/completions", cfg.base_url),
+            permits: Semaphore::new(cfg.concurrency.max(1)),
+            rng: Mutex::new(rand_chacha::ChaCha8Rng::seed_from_u64(cfg.jitter_seed)),
+            level: AtomicU8::new(level),
+            attempts: AtomicU64::new(0),
+            client,
+            cfg,
+        })
+    }
+
+    /// HTTP requests sent so far (retries included).
+    pub fn attempts(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
+    }
+
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.cfg
+    }
+
+    fn backoff(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
+        let mut rng = match self.rng.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(wait) = retry_after {
+            let wait = wait.min(self.cfg.max_retry_after);
+            // Up to 10% extra so that many clients told the same instant do not return together.
+            let extra = rng.gen_range(0.0..=0.1) * wait.as_secs_f64();
+            return wait + Duration::from_secs_f64(extra);
+        }
+        let exp = self.cfg.initial_backoff.as_secs_f64() * 2f64.powi(retry.min(30) as i32);
+        let cap = exp.min(self.cfg.max_backoff.as_secs_f64());
+        // "Equal jitter": half fixed, half random.
+        Duration::from_secs_f64(cap / 2.0 + rng.gen_range(0.0..=1.0) * cap / 2.0)
+    }
+
+    async fn send_once(&self, body: &Value) -> Result<ChatResponse, Failure> {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        let url = &self.url;
+        let fail = |error: LlmError| Failure {
+            error,
+            retry_after: None,
+        };
+        let mut req = self.client.post(url).timeout(self.cfg.timeout).json(body);
+        if let Some(key) = &self.cfg.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| fail(self.transport_error(e)))?;
+        let status = resp.status();
+        let retry_after = retry_after(resp.headers());
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| fail(self.transport_error(e)))?;
+        if !status.is_success() {
+            let mut text = String::from_utf8_lossy(&bytes).trim().to_string();
+            truncate_chars(&mut text, 2000);
+            if status.as_u16() == 401 && self.cfg.api_key.is_none() {
+                text.push_str(" (no API key was sent: set OPENAI_API_KEY, --api-key-env or `api_key` in the config)");
+            }
+            return Err(Failure {
+                error: LlmError::Http {
+                    status: status.as_u16(),
+                    url: url.clone(),
+                    body: text,
+                },
+                retry_after,
+            });
+        }
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            let mut snippet = String::from_utf8_lossy(&bytes).to_string();
+            truncate_chars(&mut snippet, 300);
+            fail(LlmError::BadResponse {
+                url: url.clone(),
+                message: format!("body is not JSON ({e}): {snippet:?}"),
+            })
+        })?;
+        parse_chat_response(&value).map_err(|m| {
+            fail(LlmError::BadResponse {
+                url: url.clone(),
+                message: m,
+            })
+        })
+    }
+
+    fn transport_error(&self, e: reqwest::Error) -> LlmError {
+        if e.is_timeout() {
+            LlmError::Timeout {
+                url: self.url.clone(),
+                seconds: self.cfg.timeout.as_secs_f64(),
+            }
+        } else {
+            let mut message = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                message.push_str(": ");
+                message.push_str(&s.to_string());
+                src = s.source();
+            }
+            LlmError::Transport {
+                url: self.url.clone(),
+                message,
+            }
+        }
+    }
+
+    /// Whether a 400/422 answer is the server rejecting our `response_format`.
+    fn rejects_response_format(err: &LlmError) -> bool {
+        match err {
+            LlmError::Http {
+                status: 400 | 422 | 501,
+                body,
+                ..
+            } => {
+                let b = body.to_ascii_lowercase();
+                b.contains("response_format")
+                    || b.contains("json_schema")
+                    || b.contains("json_object")
+            }
+            _ => false,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for OpenAiModel {
+    fn id(&self) -> &str {
+        &self.cfg.id
+    }
+
+    fn context_size(&self) -> Option<usize> {
+        self.cfg.context_size
+    }
+
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let start = Instant::now();
+        let mut retries = 0u32;
+        loop {
+            let level = self.level.load(Ordering::Relaxed);
+            let body = body_at_level(&self.cfg.model, request, level);
+            let permit = self
+                .permits
+                .acquire()
+                .await
+                .map_err(|_| LlmError::Other("backend closed".into()))?;
+            let result = self.send_once(&body).await;
+            drop(permit);
+            let failure = match result {
+                Ok(mut resp) => {
+                    resp.latency_ms = start.elapsed().as_millis() as u64;
+                    return Ok(resp);
+                }
+                Err(f) => f,
+            };
+            if request.json_schema.is_some()
+                && self.cfg.schema_mode == SchemaMode::Auto
+                && level < LEVEL_NONE
+                && Self::rejects_response_format(&failure.error)
+            {
+                // Downgrade once for the whole run; this is not a retry.
+                let _ = self.level.compare_exchange(
+                    level,
+                    level + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                tracing::warn!(url = %self.url, "server rejected response_format ({}); falling back", failure.error);
+                continue;
+            }
+            if !failure.error.is_retryable() || retries >= self.cfg.max_retries {
+                if retries > 0 {
+                    tracing::warn!(url = %self.url, retries, "giving up: {}", failure.error);
+                }
+                return Err(failure.error);
+            }
+            let wait = self.backoff(retries, failure.retry_after);
+            tracing::debug!(url = %self.url, retry = retries + 1, wait_ms = wait.as_millis() as u64,
+                "retrying after: {}", failure.error);
+            retries += 1;
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+fn truncate_chars(s: &mut String, max: usize) {
+    if let Some((idx, _)) = s.char_indices().nth(max) {
+        s.truncate(idx);
+        s.push_str("...");
+    }
+}
+
+/// `retry-after-ms` (OpenAI), else `Retry-After` as seconds or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    if let Some(ms) = headers.get("retry-after-ms").and_then(|v| v.to_str().ok()) {
+        if let Ok(ms) = ms.trim().parse::<f64>() {
+            if ms.is_finite() && ms >= 0.0 {
+                return Some(Duration::from_secs_f64(ms / 1000.0));
+            }
+        }
+    }
+    let v = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    parse_retry_after(v, SystemTime::now())
+}
+
+/// Parse a `Retry-After` value: delta-seconds, or an IMF-fixdate relative to `now`.
+pub fn parse_retry_after(v: &str, now: SystemTime) -> Option<Duration> {
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let at = parse_http_date(v)?;
+    let now = now.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
+    Some(Duration::from_secs(at.saturating_sub(now)))
+}
+
+/// `Sun, 06 Nov 1994 08:49:37 GMT` -> seconds since the Unix epoch.
+fn parse_http_date(v: &str) -> Option<u64> {
+    let parts: Vec<&str> = v.split_whitespace().collect();
+    if parts.len() != 6 || parts[5] != "GMT" {
+        return None;
+    }
+    let day: i64 = parts[1].parse().ok()?;
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| *m == parts[2])? as i64
+        + 1;
+    let year: i64 = parts[3].parse().ok()?;
+    let hms: Vec<i64> = parts[4]
+        .split(':')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    if hms.len() != 3 || !(1..=31).contains(&day) {
+        return None;
+    }
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    let secs = days * 86400 + hms[0] * 3600 + hms[1] * 60 + hms[2];
+    u64::try_from(secs).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Message;
+
+    #[test]
+    fn retry_after_forms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784111777); // Sun, 06 Nov 1994 08:49:37 GMT
+        assert_eq!(parse_retry_after("2", now), Some(Duration::from_secs(2)));
+        assert_eq!(
+            parse_retry_after("0.5", now),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:40 GMT", now),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:30 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-1", now), None);
+    }
+
+    #[test]
+    fn body_levels() {
+        let req =
+            ChatRequest::new(vec![Message::user("hi")]).json_schema(json!({"type": "object"}));
+        let b = chat_body("m", &req, SchemaMode::Auto);
+        assert_eq!(b["response_format"]["type"], "json_schema");
+        assert_eq!(
+            b["response_format"]["json_schema"]["schema"],
+            json!({"type": "object"})
+        );
+        assert_eq!(b["seed"], 0);
+        assert_eq!(
+            chat_body("m", &req, SchemaMode::JsonObject)["response_format"]["type"],
+            "json_object"
+        );
+        assert!(chat_body("m", &req, SchemaMode::Off)
+            .get("response_format")
+            .is_none());
+        let plain = chat_body(
+            "m",
+            &ChatRequest::new(vec![Message::user("hi")]),
+            SchemaMode::Auto,
+        );
+        assert!(plain.get("response_format").is_none());
+        assert!(plain.get("stop").is_none());
+    }
+
+    #[test]
+    fn parses_usage_with_cached_tokens() {
+        let body = json!({"choices":[{"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],
+            "usage":{"prompt_tokens":10,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":8}}});
+        let r = parse_chat_response(&body).unwrap();
+        assert_eq!((r.text.as_str(), r.finish_reason.as_str()), ("ok", "stop"));
+        assert_eq!(
+            r.usage,
+            Usage {
+                prompt_tokens: 10,
+                completion_tokens: 2,
+                cached_tokens: 8
+            }
+        );
+        assert!(parse_chat_response(&json!({"choices": []})).is_err());
+        let refusal = json!({"choices":[{"message":{"content":null,"refusal":"no"}}]});
+        assert!(parse_chat_response(&refusal)
+            .unwrap_err()
+            .contains("refused"));
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let mut cfg = OpenAiConfig::new("m", "http://127.0.0.1:1/v1");
+        cfg.initial_backoff = Duration::from_millis(100);
+        cfg.max_backoff = Duration::from_millis(1000);
+        cfg.max_retry_after = Duration::from_secs(5);
+        let m = OpenAiModel::new(cfg).unwrap();
+        let b0 = m.backoff(0, None);
+        assert!(
+            b0 >= Duration::from_millis(50) && b0 <= Duration::from_millis(100),
+            "{b0:?}"
+        );
+        let b3 = m.backoff(3, None);
+        assert!(
+            b3 >= Duration::from_millis(400) && b3 <= Duration::from_millis(800),
+            "{b3:?}"
+        );
+        let b9 = m.backoff(9, None);
+        assert!(b9 <= Duration::from_millis(1000), "{b9:?}");
+        let ra = m.backoff(0, Some(Duration::from_secs(60)));
+        assert!(
+            ra >= Duration::from_secs(5) && ra <= Duration::from_millis(5500),
+            "{ra:?}"
+        );
+    }
+}

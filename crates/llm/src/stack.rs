@@ -1,0 +1,404 @@
+//! The model stack every command uses: backend -> budget -> cache -> usage tracker.
+//!
+//! ```text
+//! TrackedModel (usage per stage, cost)         <- what methods call
+//!   CachedModel (SQLite; read-write | replay)  <- absent with cache mode `off`
+//!     BudgetModel (max calls / tokens / cost)  <- absent without limits
+//!       backend: OpenAiModel | local | BatchRecorder (export mode)
+//! ```
+
+use crate::batch::BatchRecorder;
+use crate::budget::{Budget, BudgetModel};
+use crate::cache::{Cache, CachePolicy, CachedModel};
+use crate::openai::{OpenAiConfig, OpenAiModel, SchemaMode};
+use crate::spec::{ModelSpec, OPENAI_DEFAULT_BASE_URL};
+use crate::usage::{PriceTable, TrackedModel, UsageTracker};
+use crate::{ChatModel, LlmError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the cache is used by a stack.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CacheMode {
+    /// Answer from the cache when possible, record every new call.
+    #[default]
+    ReadWrite,
+    /// No cache at all.
+    Off,
+    /// Answer only from the cache; a miss is [`LlmError::ReplayMiss`].
+    Replay,
+    /// Send nothing: write each uncached request to this OpenAI Batch JSONL file and answer
+    /// [`LlmError::Deferred`].
+    Export(PathBuf),
+}
+
+impl std::str::FromStr for CacheMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "read-write" | "rw" => Ok(CacheMode::ReadWrite),
+            "off" => Ok(CacheMode::Off),
+            "replay" => Ok(CacheMode::Replay),
+            _ => match s.strip_prefix("export:") {
+                Some(p) if !p.is_empty() => Ok(CacheMode::Export(PathBuf::from(p))),
+                _ => Err(format!(
+                    "unknown cache mode {s:?}: expected read-write, off, replay or export:FILE"
+                )),
+            },
+        }
+    }
+}
+
+/// Optional settings of the LLM config file (`--llm-config`, default `$MASLENS_HOME/llm.toml`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// API key for OpenAI-compatible servers (prefer `api_key_env`).
+    pub api_key: Option<String>,
+    /// Name of the environment variable holding the API key (default `OPENAI_API_KEY`).
+    pub api_key_env: Option<String>,
+    /// Prices (USD per million tokens) laid over the defaults.
+    #[serde(default)]
+    pub models: std::collections::BTreeMap<String, crate::usage::Price>,
+}
+
+impl LlmConfig {
+    pub fn load(path: &Path) -> Result<LlmConfig, LlmError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            LlmError::Other(format!("cannot read LLM config {}: {e}", path.display()))
+        })?;
+        toml::from_str(&text)
+            .map_err(|e| LlmError::Other(format!("LLM config {}: {e}", path.display())))
+    }
+}
+
+/// Everything `open` needs besides the spec.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Overrides the base URL of the spec (then `OPENAI_BASE_URL`, then the OpenAI API).
+    pub base_url: Option<String>,
+    /// API key; else the variable named by `api_key_env` (default `OPENAI_API_KEY`), else the config.
+    pub api_key: Option<String>,
+    pub api_key_env: Option<String>,
+    pub cache_mode: CacheMode,
+    /// Default `$MASLENS_HOME/cache.sqlite`.
+    pub cache_path: Option<PathBuf>,
+    pub budget: Budget,
+    pub concurrency: usize,
+    pub timeout: Duration,
+    pub max_retries: u32,
+    pub schema_mode: SchemaMode,
+    /// Price table laid over the defaults.
+    pub prices: Option<PathBuf>,
+    /// LLM config file; default `$MASLENS_HOME/llm.toml` when it exists.
+    pub config: Option<PathBuf>,
+    /// Embedded model: CPU threads and context size.
+    pub threads: Option<usize>,
+    pub context_size: Option<u32>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            base_url: None,
+            api_key: None,
+            api_key_env: None,
+            cache_mode: CacheMode::ReadWrite,
+            cache_path: None,
+            budget: Budget::default(),
+            concurrency: 8,
+            timeout: Duration::from_secs(120),
+            max_retries: 5,
+            schema_mode: SchemaMode::Auto,
+            prices: None,
+            config: None,
+            threads: None,
+            context_size: None,
+        }
+    }
+}
+
+/// A ready model stack.
+pub struct Stack {
+    /// What methods call.
+    pub model: Arc<dyn ChatModel>,
+    /// Usage per stage and run totals.
+    pub usage: Arc<UsageTracker>,
+    /// The cache, unless the mode is `off`.
+    pub cache: Option<Arc<Cache>>,
+    /// The batch file writer in export mode.
+    pub exporter: Option<Arc<BatchRecorder>>,
+}
+
+/// `$MASLENS_HOME`, default `~/.cache/maslens`.
+pub fn maslens_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("MASLENS_HOME").filter(|h| !h.is_empty()) {
+        return PathBuf::from(h);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache").join("maslens")
+}
+
+fn load_config(opts: &OpenOptions) -> Result<LlmConfig, LlmError> {
+    match &opts.config {
+        Some(p) => LlmConfig::load(p),
+        None => {
+            let p = maslens_home().join("llm.toml");
+            if p.exists() {
+                LlmConfig::load(&p)
+            } else {
+                Ok(LlmConfig::default())
+            }
+        }
+    }
+}
+
+/// Open the backend a spec names, without any wrapping.
+pub fn open_backend(
+    spec: &ModelSpec,
+    opts: &OpenOptions,
+    cfg: &LlmConfig,
+) -> Result<Arc<dyn ChatModel>, LlmError> {
+    match spec {
+        ModelSpec::OpenAi { model, base_url } => {
+            let base = opts
+                .base_url
+                .clone()
+                .or_else(|| base_url.clone())
+                .or_else(|| {
+                    std::env::var("OPENAI_BASE_URL")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                })
+                .unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.to_string());
+            let key_env = opts.api_key_env.clone().or_else(|| cfg.api_key_env.clone());
+            let api_key = opts
+                .api_key
+                .clone()
+                .or_else(|| std::env::var(key_env.as_deref().unwrap_or("OPENAI_API_KEY")).ok())
+                .or_else(|| cfg.api_key.clone())
+                .filter(|k| !k.is_empty());
+            if let (Some(var), None) = (&key_env, &api_key) {
+                tracing::warn!("the API key variable {var} is not set");
+            }
+            let mut c = OpenAiConfig::new(model.clone(), base);
+            c.api_key = api_key;
+            c.concurrency = opts.concurrency.max(1);
+            c.timeout = opts.timeout;
+            c.max_retries = opts.max_retries;
+            c.schema_mode = opts.schema_mode;
+            Ok(Arc::new(OpenAiModel::new(c)?))
+        }
+        ModelSpec::Local { spec: local } => open_local_backend(local, opts),
+    }
+}
+
+#[cfg(feature = "local")]
+fn open_local_backend(local: &str, opts: &OpenOptions) -> Result<Arc<dyn ChatModel>, LlmError> {
+    let lo = crate::local::LocalOptions {
+        threads: opts.threads,
+        context_size: opts.context_size,
+        ..Default::default()
+    };
+    crate::local::open_local(local, &lo)
+}
+
+#[cfg(not(feature = "local"))]
+fn open_local_backend(local: &str, _opts: &OpenOptions) -> Result<Arc<dyn ChatModel>, LlmError> {
+    Err(LlmError::ModelUnavailable(format!(
+        "`local:{local}` needs the embedded llama.cpp backend, but this binary was built without the \
+         `local` feature; rebuild with it (`cargo build -p maslens --features local`, needs cmake, clang \
+         and libclang-dev) or use an OpenAI-compatible server (`--model openai:NAME@http://HOST:PORT/v1`)"
+    )))
+}
+
+/// Parse the spec, open its backend and wrap it.
+pub async fn open(spec: &str, opts: &OpenOptions) -> Result<Stack, LlmError> {
+    let parsed = ModelSpec::parse(spec)?;
+    let cfg = load_config(opts)?;
+    let mut prices = match &opts.prices {
+        Some(p) => PriceTable::load_over_defaults(p)?,
+        None => PriceTable::defaults(),
+    };
+    prices.models.extend(cfg.models.clone());
+    if let CacheMode::Export(path) = &opts.cache_mode {
+        // Nothing is sent in export mode: no backend to open, no API key needed.
+        let cache = Arc::new(open_cache(opts)?);
+        let model_name = match &parsed {
+            ModelSpec::OpenAi { model, .. } => model.clone(),
+            ModelSpec::Local { spec } => spec.clone(),
+        };
+        let rec = Arc::new(BatchRecorder::create(
+            path,
+            parsed.id(),
+            model_name,
+            opts.schema_mode,
+            Some(cache.clone()),
+        )?);
+        let cached: Arc<dyn ChatModel> = Arc::new(CachedModel::new(
+            rec.clone(),
+            cache.clone(),
+            CachePolicy::ReadWrite,
+        ));
+        let usage = Arc::new(UsageTracker::new(parsed.id(), &prices));
+        return Ok(Stack {
+            model: Arc::new(TrackedModel::new(cached, usage.clone())),
+            usage,
+            cache: Some(cache),
+            exporter: Some(rec),
+        });
+    }
+    let backend = if opts.cache_mode == CacheMode::Replay {
+        // Replay never calls the backend: do not load a model or need a key for it.
+        Arc::new(Unreachable(parsed.id())) as Arc<dyn ChatModel>
+    } else {
+        open_backend(&parsed, opts, &cfg)?
+    };
+    wrap(backend, opts, &prices)
+}
+
+/// Wrap any backend (a custom one, a test fixture) in budget, cache and usage layers.
+pub fn wrap(
+    backend: Arc<dyn ChatModel>,
+    opts: &OpenOptions,
+    prices: &PriceTable,
+) -> Result<Stack, LlmError> {
+    let id = backend.id().to_string();
+    let usage = Arc::new(UsageTracker::new(id.clone(), prices));
+    let mut model = backend;
+    if !opts.budget.is_unlimited() {
+        model = Arc::new(BudgetModel::new(model, opts.budget, usage.price())?);
+    }
+    let cache = match &opts.cache_mode {
+        CacheMode::Off => None,
+        CacheMode::ReadWrite | CacheMode::Replay => Some(Arc::new(open_cache(opts)?)),
+        CacheMode::Export(_) => {
+            return Err(LlmError::Other(
+                "export mode is set up by `open`, not `wrap`".into(),
+            ));
+        }
+    };
+    if let Some(c) = &cache {
+        let policy = if opts.cache_mode == CacheMode::Replay {
+            CachePolicy::Replay
+        } else {
+            CachePolicy::ReadWrite
+        };
+        model = Arc::new(CachedModel::new(model, c.clone(), policy));
+    }
+    Ok(Stack {
+        model: Arc::new(TrackedModel::new(model, usage.clone())),
+        usage,
+        cache,
+        exporter: None,
+    })
+}
+
+fn open_cache(opts: &OpenOptions) -> Result<Cache, LlmError> {
+    let path = opts.cache_path.clone().unwrap_or_else(Cache::default_path);
+    Cache::open(path)
+}
+
+/// The backend of replay mode: the cache answers everything or reports a miss first.
+struct Unreachable(String);
+
+#[async_trait::async_trait]
+impl ChatModel for Unreachable {
+    fn id(&self) -> &str {
+        &self.0
+    }
+    async fn complete(
+        &self,
+        _request: &crate::ChatRequest,
+    ) -> Result<crate::ChatResponse, LlmError> {
+        Err(LlmError::Other(
+            "replay mode: the backend is never called".into(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::server::FakeServer;
+    use crate::{ChatRequest, Message};
+
+    #[test]
+    fn cache_mode_parses() {
+        assert_eq!("replay".parse::<CacheMode>().unwrap(), CacheMode::Replay);
+        assert_eq!(
+            "export:/tmp/x.jsonl".parse::<CacheMode>().unwrap(),
+            CacheMode::Export("/tmp/x.jsonl".into())
+        );
+        assert!("export:".parse::<CacheMode>().is_err());
+        assert!("sometimes".parse::<CacheMode>().is_err());
+    }
+
+    #[cfg(not(feature = "local"))]
+    #[tokio::test]
+    async fn local_without_feature_says_how_to_rebuild() {
+        let err = open(
+            "local:smollm2-135m",
+            &OpenOptions {
+                cache_mode: CacheMode::Off,
+                ..Default::default()
+            },
+        )
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            err.contains("without the `local` feature") && err.contains("--features local"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn full_stack_over_http_then_replay_offline() {
+        let server = FakeServer::echo().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("llm.toml");
+        std::fs::write(&config, "").unwrap();
+        let opts = OpenOptions {
+            cache_path: Some(dir.path().join("c.sqlite")),
+            config: Some(config),
+            ..Default::default()
+        };
+        let spec = format!("openai:gpt-4o-mini@{}", server.base_url());
+        let stack = open(&spec, &opts).await.unwrap();
+        let q = ChatRequest::new(vec![Message::user("hello")]).stage("judge");
+        assert_eq!(stack.model.complete(&q).await.unwrap().text, "echo: hello");
+        assert!(stack.model.complete(&q).await.unwrap().from_cache);
+        let r = stack.usage.report();
+        assert_eq!((r.total.calls, r.total.cache_hits), (2, 1));
+        assert!(r.total.cost_usd > 0.0);
+        assert_eq!(
+            server
+                .counts
+                .received
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        drop(server);
+        // Offline: the server is gone, replay answers from the cache.
+        let replay = open(
+            &spec,
+            &OpenOptions {
+                cache_mode: CacheMode::Replay,
+                ..opts.clone()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(replay.model.complete(&q).await.unwrap().text, "echo: hello");
+        let other = ChatRequest::new(vec![Message::user("other")]);
+        assert!(matches!(
+            replay.model.complete(&other).await,
+            Err(LlmError::ReplayMiss { .. })
+        ));
+    }
+}
