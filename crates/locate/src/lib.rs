@@ -1,1 +1,337 @@
 //! maslens-locate: failure localization (AgentLocate: Judge, Evaluators, confidence-weighted vote) and baselines.
+//!
+//! - [`judge`]: the Judge protocols (all-at-once, step-by-step, binary search), each returning
+//!   (agent, step, rationale, confidence) with a long-trace strategy chosen from the model's
+//!   context size;
+//! - [`evaluator`]: Evaluators (base, concise, evidence) that re-analyse a trace given the Judge's
+//!   hypothesis;
+//! - [`vote`]: the confidence-weighted vote of eq. 3-4 with a deterministic tie-break;
+//! - [`pipeline`]: Judge + Evaluators + vote, variants I/II, one [`LocateVerdict`] per trace;
+//! - [`refine`]: refinement instances z_q (eq. 5) and chat-format fine-tuning export;
+//! - [`baselines`]: trivial baselines (seeded random, first/last acting non-terminal agent,
+//!   error-keyword heuristic).
+//!
+//! Methods return values and never print.
+
+pub mod baselines;
+pub mod evaluator;
+pub mod judge;
+pub mod pipeline;
+pub mod prompts;
+pub mod refine;
+pub mod render;
+pub mod vote;
+
+pub use evaluator::Style;
+pub use judge::{Protocol, Settings};
+pub use pipeline::{LocateConfig, LocateVerdict, Locator, Variant};
+
+use maslens_llm::structured::StructuredOutput;
+use maslens_trace::Trace;
+use serde::{Deserialize, Serialize};
+
+/// Errors that stop localization of one trace (the caller records them and goes on).
+#[derive(Debug, thiserror::Error)]
+pub enum LocateError {
+    #[error("trace {0}: no steps to localize")]
+    EmptyTrace(String),
+    #[error("trace {trace}: {source}")]
+    Llm {
+        trace: String,
+        #[source]
+        source: maslens_llm::LlmError,
+    },
+    #[error(transparent)]
+    Prompt(#[from] maslens_llm::prompt::PromptError),
+}
+
+/// Token and call accounting, summed exactly over every backend call made for a result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallStats {
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub completion_tokens: u64,
+    /// Backend calls (cache hits included, repairs included).
+    pub calls: u64,
+    /// Structured calls that needed the repair call.
+    pub repairs: u64,
+    /// Structured calls that ended in an abstention (no valid JSON after one repair).
+    pub abstentions: u64,
+}
+
+impl CallStats {
+    /// Add one structured call.
+    pub fn add(&mut self, out: &StructuredOutput) {
+        self.prompt_tokens += out.usage.prompt_tokens;
+        self.cached_tokens += out.usage.cached_tokens;
+        self.completion_tokens += out.usage.completion_tokens;
+        self.calls += u64::from(out.calls);
+        self.repairs += u64::from(out.repaired);
+        self.abstentions += u64::from(out.value.is_none());
+    }
+    /// Add another tally.
+    pub fn merge(&mut self, other: &CallStats) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.calls += other.calls;
+        self.repairs += other.repairs;
+        self.abstentions += other.abstentions;
+    }
+}
+
+/// One located failure as proposed by a Judge or an Evaluator.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// The agent acting at `step` (rho(t)); `None` when abstained.
+    pub agent: Option<String>,
+    /// The step index; `None` when abstained.
+    pub step: Option<usize>,
+    pub rationale: String,
+    /// Confidence in `[0, 1]`.
+    pub confidence: f64,
+    /// Error mode (Aegis taxonomy), when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_mode: Option<String>,
+    /// The agent name as the model wrote it, when it differs from rho(step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named_agent: Option<String>,
+    /// Whether the model named an agent that does not act at the chosen step (normalized to rho(t)).
+    #[serde(default)]
+    pub agent_mismatch: bool,
+    /// Why there is no location (parse failure, no step flagged, step out of range).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abstain_reason: Option<String>,
+}
+
+impl Finding {
+    /// An abstention with its reason.
+    pub fn abstain(reason: impl Into<String>) -> Self {
+        Finding {
+            abstain_reason: Some(reason.into()),
+            ..Default::default()
+        }
+    }
+    /// The located pair, when there is one.
+    pub fn location(&self) -> Option<(&str, usize)> {
+        Some((self.agent.as_deref()?, self.step?))
+    }
+}
+
+/// Position in `trace.steps` of the step with this index.
+pub fn step_position(trace: &Trace, index: usize) -> Option<usize> {
+    match trace.steps.get(index) {
+        Some(s) if s.index == index => Some(index),
+        _ => trace.steps.iter().position(|s| s.index == index),
+    }
+}
+
+/// Normalize a model's (agent, step) answer: the agent becomes the one acting at the step
+/// (rho(t)); a different name is kept in `named_agent` and flagged. A step that is not in the
+/// trace is an abstention naming the valid range.
+pub fn normalize(
+    trace: &Trace,
+    named: Option<&str>,
+    step: Option<i64>,
+) -> Result<(String, usize, Option<String>, bool), String> {
+    let Some(step) = step else {
+        return Err("the answer has no step".into());
+    };
+    let last = trace.steps.last().map(|s| s.index).unwrap_or(0);
+    let pos = usize::try_from(step)
+        .ok()
+        .and_then(|s| step_position(trace, s))
+        .ok_or_else(|| format!("step {step} is not in the trace (steps 0 to {last})"))?;
+    let acting = trace.steps[pos].agent.clone();
+    let named = named.map(str::trim).filter(|n| !n.is_empty());
+    let mismatch = named.is_some_and(|n| {
+        !n.eq_ignore_ascii_case(&acting) && !n.eq_ignore_ascii_case(&trace.steps[pos].speaker)
+    });
+    Ok((
+        acting,
+        trace.steps[pos].index,
+        if mismatch {
+            named.map(String::from)
+        } else {
+            None
+        },
+        mismatch,
+    ))
+}
+
+/// Read a model's JSON answer `{agent, step, reason, confidence[, error_mode]}` into a finding.
+pub fn finding_from_json(trace: &Trace, out: &StructuredOutput) -> Finding {
+    let Some(v) = &out.value else {
+        return Finding::abstain(
+            out.abstain_reason
+                .clone()
+                .unwrap_or_else(|| "no valid answer".into()),
+        );
+    };
+    let rationale = v
+        .get("reason")
+        .and_then(|r| r.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let confidence = v
+        .get("confidence")
+        .and_then(|c| c.as_f64())
+        .unwrap_or(0.0)
+        .clamp(0.0, 1.0);
+    let error_mode = v
+        .get("error_mode")
+        .and_then(|m| m.as_str())
+        .map(String::from);
+    match normalize(
+        trace,
+        v.get("agent").and_then(|a| a.as_str()),
+        v.get("step").and_then(|s| s.as_i64()),
+    ) {
+        Ok((agent, step, named_agent, agent_mismatch)) => Finding {
+            agent: Some(agent),
+            step: Some(step),
+            rationale,
+            confidence,
+            error_mode,
+            named_agent,
+            agent_mismatch,
+            abstain_reason: None,
+        },
+        Err(reason) => Finding {
+            rationale,
+            confidence,
+            error_mode,
+            ..Finding::abstain(reason)
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maslens_trace::Step;
+
+    fn trace() -> Trace {
+        let mut t = Trace::new("t");
+        for (i, a) in ["human", "Planner", "Coder"].iter().enumerate() {
+            t.steps.push(Step {
+                index: i,
+                agent: a.to_string(),
+                ..Default::default()
+            });
+        }
+        t
+    }
+
+    #[test]
+    fn normalizes_agent_to_the_one_acting() {
+        let t = trace();
+        assert_eq!(
+            normalize(&t, Some("Coder"), Some(2)).unwrap(),
+            ("Coder".into(), 2, None, false)
+        );
+        assert_eq!(
+            normalize(&t, Some("coder "), Some(2)).unwrap(),
+            ("Coder".into(), 2, None, false)
+        );
+        assert_eq!(
+            normalize(&t, Some("Planner"), Some(2)).unwrap(),
+            ("Coder".into(), 2, Some("Planner".into()), true)
+        );
+        assert!(normalize(&t, Some("Coder"), Some(3))
+            .unwrap_err()
+            .contains("steps 0 to 2"));
+        assert!(normalize(&t, Some("Coder"), Some(-1)).is_err());
+        assert!(normalize(&t, Some("Coder"), None).is_err());
+    }
+}
+
+/// Test fixtures shared by the unit tests of this crate (hand-written, not models).
+#[cfg(test)]
+pub(crate) mod test_support {
+    use maslens_llm::testing::ScriptedModel;
+    use maslens_llm::{ChatModel, ChatRequest, ChatResponse, LlmError};
+    use maslens_trace::{Step, Trace};
+
+    /// A trace of `n` short steps; step `i` is acted by `A{i % 2}`.
+    pub fn trace(n: usize) -> Trace {
+        long_trace(n, 0)
+    }
+
+    /// A trace of `n` steps of `len` filler characters after a short sentence.
+    pub fn long_trace(n: usize, len: usize) -> Trace {
+        let mut t = Trace::new("fixture/1");
+        t.task = "Find the answer.".into();
+        for i in 0..n {
+            t.steps.push(Step {
+                index: i,
+                agent: format!("A{}", i % 2),
+                content: format!("message {i}. {}", "lorem ipsum ".repeat(len / 12)),
+                ..Default::default()
+            });
+        }
+        t
+    }
+
+    /// Wraps a [`ScriptedModel`] fixture and reports a fixed context window.
+    pub struct ContextFixture {
+        pub inner: ScriptedModel,
+        pub ctx: usize,
+    }
+
+    impl ContextFixture {
+        pub fn new(inner: ScriptedModel, ctx: usize) -> Self {
+            ContextFixture { inner, ctx }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ChatModel for ContextFixture {
+        fn id(&self) -> &str {
+            self.inner.id()
+        }
+        fn context_size(&self) -> Option<usize> {
+            Some(self.ctx)
+        }
+        async fn complete(&self, r: &ChatRequest) -> Result<ChatResponse, LlmError> {
+            self.inner.complete(r).await
+        }
+    }
+}
+
+/// The 14 error modes of Aegis-Bench (MAST taxonomy codes with their meaning).
+pub const AEGIS_ERROR_MODES: [(&str, &str); 14] = [
+    ("FM-1.1", "role confusion"),
+    ("FM-1.2", "role specification deviation"),
+    ("FM-1.3", "add redundant steps"),
+    ("FM-1.4", "role switching"),
+    ("FM-1.5", "unauthorized role assumption"),
+    ("FM-2.1", "information omission"),
+    ("FM-2.2", "hide important information"),
+    ("FM-2.3", "deviate from main goal"),
+    ("FM-2.4", "spread misinformation"),
+    ("FM-2.5", "corrupt reasoning process"),
+    ("FM-2.6", "manipulate evidence"),
+    ("FM-3.1", "disrupt coordination"),
+    ("FM-3.2", "force early termination"),
+    ("FM-3.3", "control conversation flow"),
+];
+
+/// The Aegis error-mode codes.
+pub fn aegis_error_modes() -> Vec<String> {
+    AEGIS_ERROR_MODES
+        .iter()
+        .map(|(c, _)| c.to_string())
+        .collect()
+}
+
+/// Prompt lines for error-mode codes: `FM-1.1: role confusion` when the meaning is known.
+pub fn error_mode_lines(codes: &[String]) -> Vec<String> {
+    codes
+        .iter()
+        .map(|c| match AEGIS_ERROR_MODES.iter().find(|(k, _)| k == c) {
+            Some((_, m)) => format!("{c}: {m}"),
+            None => c.clone(),
+        })
+        .collect()
+}

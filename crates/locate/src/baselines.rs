@@ -1,0 +1,204 @@
+//! Trivial baselines, computed on the same cases as every method so reports can show them side
+//! by side. "Non-terminal" means an agent that is neither a tool / code executor / terminal
+//! (`AgentKind::Tool`, or a name containing `terminal`) nor the human user.
+//!
+//! - `random`: a uniformly drawn step among the non-terminal agents' steps (all steps when there
+//!   are none), seeded per trace from `(seed, trace id)` with ChaCha8;
+//! - `first-agent`: the first step acted by a non-terminal agent;
+//! - `last-agent`: the last step acted by a non-terminal agent;
+//! - `error-keyword`: the first step whose text contains an error keyword (error, exception,
+//!   traceback, failed, ...); a hit inside a terminal/tool step is attributed to the closest
+//!   earlier non-terminal step (whose action produced it); no hit: `last-agent`.
+
+use maslens_trace::{AgentKind, Trace};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// A baseline's prediction for one trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guess {
+    pub agent: String,
+    pub step: usize,
+}
+
+/// Names of the baselines in report order.
+pub const NAMES: [&str; 4] = ["random", "first-agent", "last-agent", "error-keyword"];
+
+/// Error keywords (lower case) for the keyword heuristic.
+pub const ERROR_KEYWORDS: [&str; 12] = [
+    "error",
+    "exception",
+    "traceback",
+    "failed",
+    "failure",
+    "not found",
+    "unable to",
+    "cannot",
+    "can't",
+    "incorrect",
+    "invalid",
+    "exitcode: 1",
+];
+
+/// Whether the agent is a terminal/tool or the human.
+pub fn is_terminal(trace: &Trace, agent: &str) -> bool {
+    match trace.agent_kind(agent) {
+        AgentKind::Tool | AgentKind::Human => true,
+        _ => {
+            let l = agent.to_ascii_lowercase();
+            l.contains("terminal") || l == "human" || l == "user"
+        }
+    }
+}
+
+fn guess(trace: &Trace, pos: usize) -> Guess {
+    Guess {
+        agent: trace.steps[pos].agent.clone(),
+        step: trace.steps[pos].index,
+    }
+}
+
+fn candidates(trace: &Trace) -> Vec<usize> {
+    let c: Vec<usize> = (0..trace.steps.len())
+        .filter(|&i| !is_terminal(trace, &trace.steps[i].agent))
+        .collect();
+    if c.is_empty() {
+        (0..trace.steps.len()).collect()
+    } else {
+        c
+    }
+}
+
+/// FNV-1a of the trace id, to derive a per-trace seed independent of case order.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// Seeded random step among non-terminal agents' steps.
+pub fn random(trace: &Trace, seed: u64) -> Option<Guess> {
+    let c = candidates(trace);
+    if c.is_empty() {
+        return None;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ fnv(&trace.id));
+    Some(guess(trace, c[rng.gen_range(0..c.len())]))
+}
+
+/// First step of a non-terminal agent.
+pub fn first_agent(trace: &Trace) -> Option<Guess> {
+    candidates(trace).first().map(|&p| guess(trace, p))
+}
+
+/// Last step of a non-terminal agent.
+pub fn last_agent(trace: &Trace) -> Option<Guess> {
+    candidates(trace).last().map(|&p| guess(trace, p))
+}
+
+/// First step with an error keyword (see module docs).
+pub fn error_keyword(trace: &Trace) -> Option<Guess> {
+    for (pos, step) in trace.steps.iter().enumerate() {
+        let text = step.content.to_lowercase();
+        if !ERROR_KEYWORDS.iter().any(|k| text.contains(k)) {
+            continue;
+        }
+        if !is_terminal(trace, &step.agent) {
+            return Some(guess(trace, pos));
+        }
+        if let Some(p) = (0..pos)
+            .rev()
+            .find(|&p| !is_terminal(trace, &trace.steps[p].agent))
+        {
+            return Some(guess(trace, p));
+        }
+    }
+    last_agent(trace)
+}
+
+/// Run a baseline by name.
+pub fn run(name: &str, trace: &Trace, seed: u64) -> Option<Guess> {
+    match name {
+        "random" => random(trace, seed),
+        "first-agent" => first_agent(trace),
+        "last-agent" => last_agent(trace),
+        "error-keyword" => error_keyword(trace),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maslens_trace::Step;
+
+    fn t() -> Trace {
+        let mut t = Trace::new("x/1");
+        t.ensure_agent("Computer_terminal", AgentKind::Tool);
+        let rows = [
+            ("human", "please solve"),
+            ("Planner", "plan"),
+            ("Coder", "code"),
+            ("Computer_terminal", "Traceback: NameError"),
+            ("Checker", "looks fine"),
+            ("Computer_terminal", "exitcode: 0"),
+        ];
+        for (i, (a, c)) in rows.iter().enumerate() {
+            t.steps.push(Step {
+                index: i,
+                agent: a.to_string(),
+                content: c.to_string(),
+                ..Default::default()
+            });
+        }
+        t
+    }
+
+    #[test]
+    fn first_last_keyword() {
+        let t = t();
+        assert_eq!(
+            first_agent(&t),
+            Some(Guess {
+                agent: "Planner".into(),
+                step: 1
+            })
+        );
+        assert_eq!(
+            last_agent(&t),
+            Some(Guess {
+                agent: "Checker".into(),
+                step: 4
+            })
+        );
+        // The traceback is in the terminal's step 3: blamed on the Coder at step 2.
+        assert_eq!(
+            error_keyword(&t),
+            Some(Guess {
+                agent: "Coder".into(),
+                step: 2
+            })
+        );
+    }
+
+    #[test]
+    fn random_is_seeded_and_never_terminal() {
+        let t = t();
+        let a = random(&t, 7).unwrap();
+        assert_eq!(Some(a.clone()), random(&t, 7));
+        for seed in 0..50 {
+            let g = random(&t, seed).unwrap();
+            assert!(!is_terminal(&t, &g.agent));
+        }
+        let distinct: std::collections::BTreeSet<usize> =
+            (0..50).map(|s| random(&t, s).unwrap().step).collect();
+        assert!(distinct.len() > 1);
+    }
+
+    #[test]
+    fn keyword_falls_back_to_last_agent() {
+        let mut t = t();
+        t.steps[3].content = "ok".into();
+        assert_eq!(error_keyword(&t), last_agent(&t));
+    }
+}

@@ -1,0 +1,749 @@
+//! The Judge protocols (AgentLocate eq. 1 with the prompts `p` of `prompts/locate/judge_*`).
+//!
+//! - **all-at-once**: one call over the whole trace returns (agent, step, reason, confidence).
+//!   Too long for the context window even with per-step truncation: consecutive windows, each
+//!   shown with the task and the summaries of the earlier windows; the first window whose answer
+//!   says the decisive step lies inside it wins; if no window says so, the window candidate with
+//!   the highest confidence wins (earliest on ties).
+//! - **step-by-step**: for t = 0, 1, ... the Judge sees the prefix up to step t and says whether
+//!   step t is decisive; the first flagged step wins with agent rho(t). An answer that cannot be
+//!   parsed counts as "not flagged" (and as an abstention in the accounting). **No step flagged**:
+//!   the Judge abstains (`abstain_reason = "no step was flagged as decisive"`); the pipeline's
+//!   Evaluators then run without a hypothesis, and scorers count the case as unparsed. Prefixes
+//!   too long for the window are shown as the last steps that fit (earlier steps were already
+//!   cleared) with a note saying so.
+//! - **binary search** (the Who&When baseline): the current range [lo, hi] is shown with step
+//!   numbers and the Judge says whether the decisive step lies in the first half [lo, mid] or the
+//!   second half [mid+1, hi], mid = (lo + hi) / 2, until one step is left. An ambiguous or
+//!   unparsable answer deterministically goes to the **first** half (the decisive step is the
+//!   earliest one). Confidence is the minimum over the answered rounds.
+//!
+//! By default no protocol sees the reference answer; `Settings::with_ground_truth` adds it.
+
+use crate::render::{self, Strategy, MIN_STEP_CHARS};
+use crate::{finding_from_json, prompts, CallStats, Finding, LocateError};
+use maslens_llm::prompt::untrusted;
+use maslens_llm::structured::{complete_json, StructuredOutput};
+use maslens_llm::ChatModel;
+use maslens_trace::Trace;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// How the Judge reads the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    AllAtOnce,
+    StepByStep,
+    BinarySearch,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::AllAtOnce => "all-at-once",
+            Protocol::StepByStep => "step-by-step",
+            Protocol::BinarySearch => "binary-search",
+        }
+    }
+    pub fn all() -> [Protocol; 3] {
+        [
+            Protocol::AllAtOnce,
+            Protocol::StepByStep,
+            Protocol::BinarySearch,
+        ]
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "all-at-once" | "all_at_once" => Ok(Protocol::AllAtOnce),
+            "step-by-step" | "step_by_step" => Ok(Protocol::StepByStep),
+            "binary-search" | "binary_search" | "binary" => Ok(Protocol::BinarySearch),
+            other => Err(format!(
+                "unknown protocol {other:?} (all-at-once, step-by-step, binary-search)"
+            )),
+        }
+    }
+}
+
+/// Settings shared by the Judge and the Evaluators.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Show the reference answer (the Who&When "with ground truth" setting).
+    pub with_ground_truth: bool,
+    /// Error-mode codes to choose from (Aegis); empty = no error mode asked.
+    pub error_modes: Vec<String>,
+    /// Answer token limit per call.
+    pub max_answer_tokens: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            with_ground_truth: false,
+            error_modes: Vec::new(),
+            max_answer_tokens: 256,
+        }
+    }
+}
+
+/// The Judge's result for one trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeResult {
+    pub protocol: Protocol,
+    pub finding: Finding,
+    pub stats: CallStats,
+    /// The strongest long-trace strategy any call of this protocol used.
+    pub strategy: Strategy,
+    /// Protocol trail: steps reviewed (step-by-step), ranges and answers (binary search),
+    /// windows (all-at-once over windows).
+    pub trail: Vec<Value>,
+}
+
+/// JSON schema of an (agent, step) answer.
+pub fn location_schema(error_modes: &[String]) -> Value {
+    let mut props = json!({
+        "reason": {"type": "string"},
+        "agent": {"type": "string"},
+        "step": {"type": "integer", "minimum": 0},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1}
+    });
+    let mut required = vec!["reason", "agent", "step", "confidence"];
+    if !error_modes.is_empty() {
+        props["error_mode"] = json!({"type": "string", "enum": error_modes});
+        required.push("error_mode");
+    }
+    json!({"type": "object", "properties": props, "required": required})
+}
+
+fn step_schema() -> Value {
+    json!({"type": "object", "required": ["reason", "decisive", "confidence"], "properties": {
+        "reason": {"type": "string"},
+        "decisive": {"type": "boolean"},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1}}})
+}
+
+fn binary_schema() -> Value {
+    json!({"type": "object", "required": ["reason", "part", "confidence"], "properties": {
+        "reason": {"type": "string"},
+        "part": {"type": "string", "enum": ["first", "second"]},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1}}})
+}
+
+fn window_schema(error_modes: &[String]) -> Value {
+    let mut s = location_schema(error_modes);
+    s["properties"]["in_window"] = json!({"type": "boolean"});
+    s["properties"]["summary"] = json!({"type": "string"});
+    if let Some(req) = s["required"].as_array_mut() {
+        req.push(json!("in_window"));
+        req.push(json!("summary"));
+    }
+    s
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn call(
+    model: &dyn ChatModel,
+    trace: &Trace,
+    context: &str,
+    instructions: &str,
+    schema: &Value,
+    settings: &Settings,
+    stage: &str,
+    stats: &mut CallStats,
+) -> Result<StructuredOutput, LocateError> {
+    let req = prompts::request(context, instructions, settings.max_answer_tokens, stage)?;
+    let out = complete_json(model, req, schema)
+        .await
+        .map_err(|source| LocateError::Llm {
+            trace: trace.id.clone(),
+            source,
+        })?;
+    stats.add(&out);
+    Ok(out)
+}
+
+fn strongest(a: Strategy, b: Strategy) -> Strategy {
+    if b.rank() > a.rank() {
+        b
+    } else {
+        a
+    }
+}
+
+/// Run one Judge protocol on a trace.
+pub async fn judge(
+    model: &dyn ChatModel,
+    trace: &Trace,
+    protocol: Protocol,
+    settings: &Settings,
+) -> Result<JudgeResult, LocateError> {
+    if trace.steps.is_empty() {
+        return Err(LocateError::EmptyTrace(trace.id.clone()));
+    }
+    match protocol {
+        Protocol::AllAtOnce => all_at_once(model, trace, settings).await,
+        Protocol::StepByStep => step_by_step(model, trace, settings).await,
+        Protocol::BinarySearch => binary_search(model, trace, settings).await,
+    }
+}
+
+fn budget(model: &dyn ChatModel, trace: &Trace, settings: &Settings) -> Option<usize> {
+    let overhead = prompts::overhead_tokens(
+        model,
+        trace,
+        settings.with_ground_truth,
+        &settings.error_modes,
+    );
+    render::trace_budget(model, overhead, settings.max_answer_tokens as usize)
+}
+
+async fn all_at_once(
+    model: &dyn ChatModel,
+    trace: &Trace,
+    settings: &Settings,
+) -> Result<JudgeResult, LocateError> {
+    let mut stats = CallStats::default();
+    let n = trace.steps.len();
+    let budget = budget(model, trace, settings);
+    let criterion = prompts::criterion()?;
+    if let Some(fitted) = render::fit(model, trace, 0..n, budget, MIN_STEP_CHARS) {
+        let ctx = prompts::context(trace, &fitted.text, None, settings.with_ground_truth)?;
+        let instr = prompts::JUDGE_ALL_AT_ONCE.render(json!({"criterion": criterion, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
+        let schema = location_schema(&settings.error_modes);
+        let out = call(
+            model,
+            trace,
+            &ctx,
+            &instr,
+            &schema,
+            settings,
+            "judge/all-at-once",
+            &mut stats,
+        )
+        .await?;
+        let finding = finding_from_json(trace, &out);
+        return Ok(JudgeResult {
+            protocol: Protocol::AllAtOnce,
+            finding,
+            stats,
+            strategy: fitted.strategy,
+            trail: Vec::new(),
+        });
+    }
+    // Windows over the step sequence, with the task and a running summary carried forward.
+    const NOTES_RESERVE: usize = 400;
+    let window_budget = budget
+        .unwrap_or(usize::MAX)
+        .saturating_sub(NOTES_RESERVE)
+        .max(64);
+    let wins = render::windows(model, trace, 0..n, window_budget, MIN_STEP_CHARS);
+    let strategy = Strategy::Windows {
+        windows: wins.len(),
+        max_chars_per_step: MIN_STEP_CHARS,
+    };
+    let schema = window_schema(&settings.error_modes);
+    let mut notes: Vec<String> = Vec::new();
+    let mut candidates: Vec<Finding> = Vec::new();
+    let mut trail = Vec::new();
+    let mut chosen: Option<Finding> = None;
+    for (k, (range, text)) in wins.iter().enumerate() {
+        let lo = trace.steps[range.start].index;
+        let hi = trace.steps[range.end - 1].index;
+        let note = format!(
+            "Window {} of {}: steps {lo} to {hi} of a trace with steps 0 to {}.",
+            k + 1,
+            wins.len(),
+            n - 1
+        );
+        let ctx = prompts::context(trace, text, Some(&note), settings.with_ground_truth)?;
+        let carried = (!notes.is_empty()).then(|| untrusted("notes", &notes.join("\n")));
+        let instr = prompts::JUDGE_WINDOW.render(json!({
+            "criterion": criterion, "windows": wins.len(), "window": k + 1, "lo": lo, "hi": hi,
+            "notes": carried, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
+        let out = call(
+            model,
+            trace,
+            &ctx,
+            &instr,
+            &schema,
+            settings,
+            "judge/all-at-once/window",
+            &mut stats,
+        )
+        .await?;
+        let mut finding = finding_from_json(trace, &out);
+        // A window answer must point inside its window.
+        if let Some(step) = finding.step {
+            if step < lo || step > hi {
+                finding = Finding {
+                    rationale: finding.rationale.clone(),
+                    ..Finding::abstain(format!(
+                        "window {}: step {step} is outside steps {lo} to {hi}",
+                        k + 1
+                    ))
+                };
+            }
+        }
+        let in_window = out
+            .value
+            .as_ref()
+            .and_then(|v| v.get("in_window"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let summary = out
+            .value
+            .as_ref()
+            .and_then(|v| v.get("summary"))
+            .and_then(Value::as_str)
+            .unwrap_or("(no summary)");
+        notes.push(format!("Steps {lo}-{hi}: {summary}"));
+        trail.push(json!({"window": k + 1, "lo": lo, "hi": hi, "in_window": in_window, "step": finding.step}));
+        if in_window && finding.step.is_some() {
+            chosen = Some(finding);
+            break;
+        }
+        if finding.step.is_some() {
+            candidates.push(finding);
+        }
+    }
+    let finding = chosen.unwrap_or_else(|| {
+        candidates
+            .into_iter()
+            .max_by(|a, b| {
+                a.confidence
+                    .total_cmp(&b.confidence)
+                    .then_with(|| b.step.cmp(&a.step))
+            })
+            .unwrap_or_else(|| Finding::abstain("no window produced a valid answer"))
+    });
+    Ok(JudgeResult {
+        protocol: Protocol::AllAtOnce,
+        finding,
+        stats,
+        strategy,
+        trail,
+    })
+}
+
+/// Render the prefix `0..=pos` for step-by-step: fitted, or a sliding window of the last steps.
+fn prefix_view(
+    model: &dyn ChatModel,
+    trace: &Trace,
+    pos: usize,
+    budget: Option<usize>,
+) -> (String, Option<String>, Strategy) {
+    if let Some(f) = render::fit(model, trace, 0..pos + 1, budget, MIN_STEP_CHARS) {
+        return (f.text, None, f.strategy);
+    }
+    let budget = budget.unwrap_or(usize::MAX);
+    // Largest suffix of the prefix that fits at the minimum cap (at least the step under review).
+    let mut start = pos;
+    let mut text = render::render_steps(trace, pos..pos + 1, Some(MIN_STEP_CHARS)).0;
+    while start > 0 {
+        let (t, _) = render::render_steps(trace, start - 1..pos + 1, Some(MIN_STEP_CHARS));
+        if model.count_tokens(&t) > budget {
+            break;
+        }
+        text = t;
+        start -= 1;
+    }
+    let note = format!(
+        "Steps 0 to {} were reviewed earlier and not judged decisive; they are left out here because the trace is too long for the context window. Steps {} to {} are shown.",
+        trace.steps[start].index.saturating_sub(1),
+        trace.steps[start].index,
+        trace.steps[pos].index
+    );
+    (
+        text,
+        Some(note),
+        Strategy::SlidingWindow {
+            steps_shown: pos + 1 - start,
+            max_chars_per_step: MIN_STEP_CHARS,
+        },
+    )
+}
+
+async fn step_by_step(
+    model: &dyn ChatModel,
+    trace: &Trace,
+    settings: &Settings,
+) -> Result<JudgeResult, LocateError> {
+    let mut stats = CallStats::default();
+    let budget = budget(model, trace, settings);
+    let criterion = prompts::criterion()?;
+    let schema = step_schema();
+    let mut strategy = Strategy::Full;
+    let mut trail = Vec::new();
+    for pos in 0..trace.steps.len() {
+        let step = &trace.steps[pos];
+        let (text, note, s) = prefix_view(model, trace, pos, budget);
+        strategy = strongest(strategy, s);
+        let ctx = prompts::context(trace, &text, note.as_deref(), settings.with_ground_truth)?;
+        let instr = prompts::JUDGE_STEP
+            .render(json!({"criterion": criterion, "step": step.index, "agent": step.agent}))?;
+        let out = call(
+            model,
+            trace,
+            &ctx,
+            &instr,
+            &schema,
+            settings,
+            "judge/step-by-step",
+            &mut stats,
+        )
+        .await?;
+        let decisive = out
+            .value
+            .as_ref()
+            .and_then(|v| v.get("decisive"))
+            .and_then(Value::as_bool);
+        trail.push(json!({"step": step.index, "decisive": decisive}));
+        if decisive == Some(true) {
+            let v = out.value.as_ref();
+            let finding = Finding {
+                agent: Some(step.agent.clone()),
+                step: Some(step.index),
+                rationale: v
+                    .and_then(|v| v.get("reason"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                confidence: v
+                    .and_then(|v| v.get("confidence"))
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0)
+                    .clamp(0.0, 1.0),
+                ..Default::default()
+            };
+            return Ok(JudgeResult {
+                protocol: Protocol::StepByStep,
+                finding,
+                stats,
+                strategy,
+                trail,
+            });
+        }
+    }
+    Ok(JudgeResult {
+        protocol: Protocol::StepByStep,
+        finding: Finding::abstain("no step was flagged as decisive"),
+        stats,
+        strategy,
+        trail,
+    })
+}
+
+async fn binary_search(
+    model: &dyn ChatModel,
+    trace: &Trace,
+    settings: &Settings,
+) -> Result<JudgeResult, LocateError> {
+    let mut stats = CallStats::default();
+    let budget = budget(model, trace, settings);
+    let criterion = prompts::criterion()?;
+    let schema = binary_schema();
+    let mut strategy = Strategy::Full;
+    let mut trail = Vec::new();
+    let (mut lo, mut hi) = (0usize, trace.steps.len() - 1);
+    let mut confidence: Option<f64> = None;
+    let mut reason = String::new();
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        // Fit the range; when even the minimum cap is too long, halve the cap until it fits
+        // (explicit markers; reported as truncation with the cap used).
+        let mut cap = MIN_STEP_CHARS;
+        let fitted = loop {
+            if let Some(f) = render::fit(model, trace, lo..hi + 1, budget, cap) {
+                break f;
+            }
+            if cap <= 16 {
+                let (text, n) = render::render_steps(trace, lo..hi + 1, Some(cap));
+                break render::Fitted {
+                    tokens: model.count_tokens(&text),
+                    text,
+                    strategy: Strategy::TruncateSteps {
+                        max_chars_per_step: cap,
+                        steps_truncated: n,
+                    },
+                };
+            }
+            cap /= 2;
+        };
+        strategy = strongest(strategy, fitted.strategy.clone());
+        let (ilo, imid, inext, ihi) = (
+            trace.steps[lo].index,
+            trace.steps[mid].index,
+            trace.steps[mid + 1].index,
+            trace.steps[hi].index,
+        );
+        let ctx = prompts::context(trace, &fitted.text, None, settings.with_ground_truth)?;
+        let instr = prompts::JUDGE_BINARY.render(
+            json!({"criterion": criterion, "lo": ilo, "mid": imid, "mid_next": inext, "hi": ihi}),
+        )?;
+        let out = call(
+            model,
+            trace,
+            &ctx,
+            &instr,
+            &schema,
+            settings,
+            "judge/binary-search",
+            &mut stats,
+        )
+        .await?;
+        let part = out
+            .value
+            .as_ref()
+            .and_then(|v| v.get("part"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let ambiguous = !matches!(part.as_deref(), Some("first") | Some("second"));
+        if let Some(v) = &out.value {
+            let c = v
+                .get("confidence")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0)
+                .clamp(0.0, 1.0);
+            confidence = Some(confidence.map_or(c, |m: f64| m.min(c)));
+            reason = v
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+        }
+        trail
+            .push(json!({"lo": ilo, "hi": ihi, "mid": imid, "part": part, "ambiguous": ambiguous}));
+        if part.as_deref() == Some("second") {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let step = &trace.steps[lo];
+    let finding = Finding {
+        agent: Some(step.agent.clone()),
+        step: Some(step.index),
+        rationale: if reason.is_empty() {
+            format!("binary search narrowed the range to step {}", step.index)
+        } else {
+            reason
+        },
+        confidence: confidence.unwrap_or(if trace.steps.len() == 1 { 1.0 } else { 0.0 }),
+        ..Default::default()
+    };
+    Ok(JudgeResult {
+        protocol: Protocol::BinarySearch,
+        finding,
+        stats,
+        strategy,
+        trail,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{trace, ContextFixture};
+    use maslens_llm::testing::ScriptedModel;
+
+    #[tokio::test]
+    async fn all_at_once_normalizes_agent_and_records_mismatch() {
+        let t = trace(6);
+        // Fixture answer naming the wrong agent for step 3 (acted by A1).
+        let m = ScriptedModel::new("fixture")
+            .then(r#"{"reason":"bad plan","agent":"A0","step":3,"confidence":0.8}"#);
+        let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
+            .await
+            .unwrap();
+        assert_eq!(r.finding.location(), Some(("A1", 3)));
+        assert!(r.finding.agent_mismatch);
+        assert_eq!(r.finding.named_agent.as_deref(), Some("A0"));
+        assert_eq!(r.stats.calls, 1);
+        assert_eq!(r.strategy, Strategy::Full);
+        let user = &m.calls.lock().unwrap()[0].messages[1].content;
+        assert!(!user.contains("reference_answer"));
+    }
+
+    #[tokio::test]
+    async fn all_at_once_out_of_range_step_abstains() {
+        let t = trace(3);
+        let m = ScriptedModel::new("fixture")
+            .then(r#"{"reason":"r","agent":"A0","step":9,"confidence":0.8}"#);
+        let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
+            .await
+            .unwrap();
+        assert!(r.finding.location().is_none());
+        assert!(r
+            .finding
+            .abstain_reason
+            .unwrap()
+            .contains("step 9 is not in the trace"));
+    }
+
+    #[tokio::test]
+    async fn with_ground_truth_shows_the_answer() {
+        let mut t = trace(3);
+        t.ground_truth = Some("42".into());
+        let m = ScriptedModel::new("fixture")
+            .then(r#"{"reason":"r","agent":"A0","step":0,"confidence":0.5}"#);
+        let s = Settings {
+            with_ground_truth: true,
+            ..Settings::default()
+        };
+        judge(&m, &t, Protocol::AllAtOnce, &s).await.unwrap();
+        assert!(m.calls.lock().unwrap()[0].messages[1]
+            .content
+            .contains("<reference_answer>\n42\n</reference_answer>"));
+    }
+
+    #[tokio::test]
+    async fn step_by_step_stops_at_first_flagged_step() {
+        let t = trace(8);
+        let no = r#"{"reason":"fine","decisive":false,"confidence":0.9}"#;
+        let m = ScriptedModel::new("fixture")
+            .rule(
+                "ends at step 4 ",
+                r#"{"reason":"wrong tool","decisive":true,"confidence":0.7}"#,
+            )
+            .rule(
+                "ends at step 6 ",
+                r#"{"reason":"also","decisive":true,"confidence":0.9}"#,
+            )
+            .then(no)
+            .then(no)
+            .then(no)
+            .then(no);
+        let r = judge(&m, &t, Protocol::StepByStep, &Settings::default())
+            .await
+            .unwrap();
+        assert_eq!(r.finding.location(), Some(("A0", 4)));
+        assert_eq!(r.finding.confidence, 0.7);
+        assert_eq!(m.n_calls(), 5, "steps 0..=4 reviewed, then stop");
+        // Each call sees exactly the prefix up to the step under review.
+        let calls = m.calls.lock().unwrap();
+        assert!(calls[2].messages[1].content.contains("Step 2 | agent"));
+        assert!(!calls[2].messages[1].content.contains("Step 3 | agent"));
+    }
+
+    #[tokio::test]
+    async fn step_by_step_without_flag_abstains_and_counts_parse_failures() {
+        let t = trace(3);
+        let m = ScriptedModel::new("fixture")
+            .then(r#"{"reason":"fine","decisive":false,"confidence":0.9}"#)
+            .then("garbage")
+            .then("still garbage")
+            .then(r#"{"reason":"fine","decisive":false,"confidence":0.9}"#);
+        let r = judge(&m, &t, Protocol::StepByStep, &Settings::default())
+            .await
+            .unwrap();
+        assert!(r.finding.location().is_none());
+        assert_eq!(
+            r.finding.abstain_reason.as_deref(),
+            Some("no step was flagged as decisive")
+        );
+        assert_eq!(r.stats.calls, 4);
+        assert_eq!(r.stats.abstentions, 1);
+        assert_eq!(r.stats.repairs, 1);
+    }
+
+    #[tokio::test]
+    async fn binary_search_halves_correctly() {
+        // 10 steps (0..=9), decisive step 6: [0,9] -> second [5,9] -> first [5,7] -> second [7,7]?
+        // mid(0,9)=4: second -> [5,9]; mid=7: first -> [5,7]; mid=6: first -> [5,6]; mid=5: second -> [6,6].
+        let t = trace(10);
+        let m = ScriptedModel::new("fixture")
+            .then(r#"{"reason":"a","part":"second","confidence":0.9}"#)
+            .then(r#"{"reason":"b","part":"first","confidence":0.6}"#)
+            .then(r#"{"reason":"c","part":"first","confidence":0.8}"#)
+            .then(r#"{"reason":"d","part":"second","confidence":0.7}"#);
+        let r = judge(&m, &t, Protocol::BinarySearch, &Settings::default())
+            .await
+            .unwrap();
+        assert_eq!(r.finding.location(), Some(("A0", 6)));
+        assert_eq!(r.finding.confidence, 0.6);
+        assert_eq!(m.n_calls(), 4);
+        let ranges: Vec<(u64, u64)> = r
+            .trail
+            .iter()
+            .map(|v| (v["lo"].as_u64().unwrap(), v["hi"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(ranges, vec![(0, 9), (5, 9), (5, 7), (5, 6)]);
+        // The prompt shows exactly the current range, with step numbers.
+        let calls = m.calls.lock().unwrap();
+        let third = &calls[2].messages[1].content;
+        assert!(third.contains("Step 5 | agent") && third.contains("Step 7 | agent"));
+        assert!(!third.contains("Step 4 | agent") && !third.contains("Step 8 | agent"));
+        assert!(third.contains("steps 5 to 6") && third.contains("steps 7 to 7"));
+    }
+
+    #[tokio::test]
+    async fn binary_search_ambiguous_answer_goes_to_first_half() {
+        let t = trace(4);
+        // Invalid twice (abstain) -> first half [0,1]; then "second" -> [1,1].
+        let m = ScriptedModel::new("fixture")
+            .then(r#"{"reason":"?","part":"both","confidence":0.5}"#)
+            .then("no idea")
+            .then(r#"{"reason":"x","part":"second","confidence":0.4}"#);
+        let r = judge(&m, &t, Protocol::BinarySearch, &Settings::default())
+            .await
+            .unwrap();
+        assert_eq!(r.finding.location(), Some(("A1", 1)));
+        assert_eq!(r.trail[0]["ambiguous"], true);
+        assert_eq!(r.stats.abstentions, 1);
+    }
+
+    #[tokio::test]
+    async fn long_trace_uses_truncation_then_windows_and_reports_it() {
+        let t = crate::test_support::long_trace(12, 3000);
+        // Context large enough for truncated steps: one call, strategy truncate.
+        let m = ContextFixture::new(
+            ScriptedModel::new("fixture")
+                .then(r#"{"reason":"r","agent":"A1","step":5,"confidence":0.6}"#),
+            9000,
+        );
+        let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
+            .await
+            .unwrap();
+        assert!(
+            matches!(r.strategy, Strategy::TruncateSteps { .. }),
+            "{:?}",
+            r.strategy
+        );
+        assert!(m.inner.calls.lock().unwrap()[0].messages[1]
+            .content
+            .contains("omitted by maslens"));
+        // Tiny context: windows; the second window flags its step.
+        let t = crate::test_support::long_trace(40, 3000);
+        let m = ContextFixture::new(
+            ScriptedModel::new("fixture")
+                .rule("Window 1 of", r#"{"reason":"ok","in_window":false,"agent":"A0","step":0,"confidence":0.3,"summary":"setup"}"#)
+                .rule("Window 2 of", r#"{"reason":"bad","in_window":true,"agent":"A1","step":10,"confidence":0.6,"summary":"error"}"#),
+            2200,
+        );
+        let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
+            .await
+            .unwrap();
+        assert!(
+            matches!(r.strategy, Strategy::Windows { .. }),
+            "{:?}",
+            r.strategy
+        );
+        assert_eq!(m.inner.n_calls(), 2);
+        assert_eq!(r.finding.location(), Some(("A0", 10)));
+        assert!(r.finding.agent_mismatch);
+        // The second window carries the first window's summary as untrusted notes.
+        let second = m.inner.calls.lock().unwrap()[1].messages[1].content.clone();
+        assert!(second.contains("<notes>\nSteps 0-"), "{second}");
+        for c in m.inner.calls.lock().unwrap().iter() {
+            let toks: usize = c.messages.iter().map(|x| m.count_tokens(&x.content)).sum();
+            assert!(
+                toks + 256 <= 2200,
+                "prompt of {toks} tokens exceeds the window"
+            );
+        }
+    }
+}
