@@ -1,1 +1,46 @@
-//! maslens-implicit: implicit failures (MASIF): detection, absorption, risk, selection, repair, IF-GRPO.
+//! maslens-implicit: implicit failures (MASIF): detection, absorption, risk, selection, repair,
+//! replay statistics and IF-GRPO advantages.
+//!
+//! - [`detect`]: listings 1-2, windows over long traces, evidence checks, duplicate merging;
+//! - [`absorb`]: listings 3-4, outcome-blind by construction and by check ([`blind`]), tie-breaks;
+//! - [`weights`]: tables 7-8, TOML overrides, cost C and risk r;
+//! - [`group`]: repeated manifestations, multi-judge k-of-n agreement;
+//! - [`scan`] and [`report`]: per-trace scans and corpus reports (tables 1-3 shapes);
+//! - [`select`]: best-of-N with IF / PRM / PRM+IF / random scorers, weight sensitivity;
+//! - [`repair`] and [`replay`]: listings 5-6 replay plans, SPR / RR / delta-RR statistics;
+//! - [`grpo`]: IF-GRPO advantages (eq. 1-4).
+
+pub mod absorb;
+pub mod blind;
+pub mod detect;
+pub mod evidence;
+pub mod group;
+pub mod grpo;
+pub mod render;
+pub mod repair;
+pub mod replay;
+pub mod report;
+pub mod scan;
+pub mod select;
+pub mod taxonomy;
+pub mod weights;
+
+pub use detect::ImplicitFailure;
+pub use scan::{scan_trace, ScanConfig, TraceScan};
+pub use taxonomy::{Absorption, ErrorType, Level};
+pub use weights::Weights;
+
+/// Errors of the implicit-failure methods.
+#[derive(Debug, thiserror::Error)]
+pub enum ImplicitError {
+    #[error(transparent)]
+    Llm(#[from] maslens_llm::LlmError),
+    #[error(transparent)]
+    Prompt(#[from] maslens_llm::prompt::PromptError),
+    #[error(transparent)]
+    OutcomeLeak(#[from] blind::OutcomeLeak),
+    #[error("weights file {file}: {message}")]
+    Weights { file: String, message: String },
+    #[error("configuration: {0}")]
+    Config(String),
+}
