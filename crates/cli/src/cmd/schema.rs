@@ -20,6 +20,6 @@ pub fn run(args: Args, _global: &Global) -> anyhow::Result<ExitCode> {
     let schema = match args.which {
         Which::Trace => schemars::schema_for!(maslens_trace::Trace),
     };
-    println!("{}", serde_json::to_string_pretty(&schema)?);
+    crate::outln!("{}", serde_json::to_string_pretty(&schema)?);
     Ok(ExitCode::SUCCESS)
 }
