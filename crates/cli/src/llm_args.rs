@@ -1,19 +1,15 @@
 //! LLM options shared by every LLM-backed command (flatten `LlmArgs` into a command's Args).
+//!
+//! ```ignore
+//! let stack = args.llm.build().await?;          // maslens_llm::Stack
+//! let verdict = method(&*stack.model, ...).await;
+//! crate::llm_args::finish(&stack, global.quiet); // usage summary / batch export note on stderr
+//! ```
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::time::Duration;
 
-/// How the LLM call cache is used.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CacheMode {
-    /// Answer from the cache when possible, record every new call (default).
-    #[default]
-    ReadWrite,
-    /// No cache.
-    Off,
-    /// Answer only from the cache; a miss is an error.
-    Replay,
-}
+pub use maslens_llm::{CacheMode, Stack};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LlmArgs {
@@ -21,35 +17,131 @@ pub struct LlmArgs {
     /// `openai:NAME@http://host:8000/v1`.
     #[arg(long, env = "MASLENS_MODEL", default_value = "local:smollm2-135m")]
     pub model: String,
-    /// Base URL of an OpenAI-compatible server (overrides the one in the spec).
-    #[arg(long, env = "OPENAI_BASE_URL")]
+    /// Base URL of an OpenAI-compatible server; overrides the one in the spec (then
+    /// `OPENAI_BASE_URL`, then the OpenAI API).
+    #[arg(long)]
     pub base_url: Option<String>,
-    /// Cache mode.
-    #[arg(long, value_enum, default_value_t = CacheMode::ReadWrite)]
+    /// Environment variable that holds the API key (default `OPENAI_API_KEY`).
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// Cache mode: `read-write`, `off`, `replay` (answer only from the cache, a miss is an
+    /// error) or `export:FILE` (send nothing; write the uncached requests to FILE as OpenAI
+    /// Batch JSONL, then `maslens batch import` the results and rerun).
+    #[arg(long, default_value = "read-write", value_name = "MODE")]
     pub cache_mode: CacheMode,
+    /// Same as `--cache-mode export:FILE`.
+    #[arg(long, value_name = "FILE", conflicts_with = "cache_mode")]
+    pub batch_export: Option<PathBuf>,
     /// Cache file (SQLite); default `$MASLENS_HOME/cache.sqlite`.
     #[arg(long, env = "MASLENS_CACHE")]
     pub cache: Option<PathBuf>,
-    /// Stop cleanly after this many backend calls.
+    /// Stop cleanly after this many backend calls (cache hits are free).
     #[arg(long)]
     pub max_calls: Option<u64>,
     /// Stop cleanly after this many tokens (prompt + completion).
     #[arg(long)]
     pub max_tokens_total: Option<u64>,
-    /// Stop cleanly after this cost in USD.
+    /// Stop cleanly after this cost in USD (priced with the price table).
     #[arg(long)]
     pub max_cost: Option<f64>,
     /// Concurrent requests to the backend.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
+    /// Per-request timeout in seconds.
+    #[arg(long, default_value_t = 120.0)]
+    pub request_timeout: f64,
+    /// Retries on 429, 5xx, timeouts and connection errors.
+    #[arg(long, default_value_t = 5)]
+    pub max_retries: u32,
+    /// Price table (TOML, USD per million tokens) laid over the built-in defaults.
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
+    /// LLM config file (API key settings, prices); default `$MASLENS_HOME/llm.toml` if present.
+    #[arg(long)]
+    pub llm_config: Option<PathBuf>,
     /// CPU threads for the embedded model.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Context size for the embedded model.
+    #[arg(long)]
+    pub context_size: Option<u32>,
 }
 
 impl LlmArgs {
-    /// Build the model stack (backend + cache + budget) these options describe.
-    pub async fn build(&self) -> anyhow::Result<Arc<dyn maslens_llm::ChatModel>> {
-        anyhow::bail!("LLM backends are not implemented yet (model {})", self.model)
+    /// The library options these flags describe.
+    pub fn options(&self) -> anyhow::Result<maslens_llm::OpenOptions> {
+        if !(self.request_timeout.is_finite() && self.request_timeout > 0.0) {
+            anyhow::bail!("--request-timeout must be a positive number of seconds");
+        }
+        if self.max_cost.is_some_and(|c| !(c.is_finite() && c >= 0.0)) {
+            anyhow::bail!("--max-cost must be a non-negative number");
+        }
+        let cache_mode = match &self.batch_export {
+            Some(p) => CacheMode::Export(p.clone()),
+            None => self.cache_mode.clone(),
+        };
+        Ok(maslens_llm::OpenOptions {
+            base_url: self.base_url.clone(),
+            api_key: None,
+            api_key_env: self.api_key_env.clone(),
+            cache_mode,
+            cache_path: self.cache.clone(),
+            budget: maslens_llm::budget::Budget {
+                max_calls: self.max_calls,
+                max_tokens: self.max_tokens_total,
+                max_cost: self.max_cost,
+            },
+            concurrency: self.concurrency.max(1),
+            timeout: Duration::from_secs_f64(self.request_timeout),
+            max_retries: self.max_retries,
+            schema_mode: Default::default(),
+            prices: self.prices.clone(),
+            config: self.llm_config.clone(),
+            threads: self.threads,
+            context_size: self.context_size,
+        })
     }
+
+    /// Build the model stack (backend, budget, cache, usage tracker) these options describe.
+    /// Call it inside the tokio runtime (`cmd::block_on`).
+    pub async fn build(&self) -> anyhow::Result<Stack> {
+        let opts = self.options()?;
+        Ok(maslens_llm::open(&self.model, &opts).await?)
+    }
+}
+
+/// Print what the LLM stack did to stderr: usage totals and, in export mode, how many requests
+/// were written and what to do next. Commands call it at the end of a run.
+pub fn finish(stack: &Stack, quiet: bool) {
+    if let Some(rec) = &stack.exporter {
+        eprintln!(
+            "exported {} uncached request(s) to {}; run them (OpenAI Batch API or `vllm run-batch`), then \
+             `maslens batch import OUTPUT.jsonl` and rerun this command",
+            rec.exported(),
+            rec.path().display()
+        );
+    }
+    if quiet {
+        return;
+    }
+    let r = stack.usage.report();
+    if r.total.calls == 0 {
+        return;
+    }
+    let cost = if r.price_known {
+        format!("${:.4}", r.total.cost_usd)
+    } else {
+        "unknown (no price)".into()
+    };
+    eprintln!(
+        "llm {}: {} calls ({} cached, {} errors), {} prompt tokens ({} provider-cached), {} completion tokens, cost {}",
+        r.model,
+        r.total.calls,
+        r.total.cache_hits,
+        r.total.errors,
+        r.total.prompt_tokens,
+        r.total.cached_tokens,
+        r.total.completion_tokens,
+        cost
+    );
 }

@@ -1,14 +1,252 @@
-//! `maslens batch` (to be implemented).
+//! `maslens batch`: run a JSONL of chat requests through the model stack, export uncached
+//! requests as OpenAI Batch JSONL, import batch output into the cache.
 
+use crate::cmd::{block_on, EXIT_OK, EXIT_PROBLEMS};
+use crate::llm_args::{finish, CacheMode, LlmArgs};
 use crate::Global;
+use anyhow::Context;
+use maslens_llm::batch::{import_output, read_requests, LineError};
+use maslens_llm::cache::{cache_key, Cache};
+use maslens_llm::LlmError;
+use serde_json::json;
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Inputs.
-    pub inputs: Vec<std::path::PathBuf>,
+    #[command(subcommand)]
+    pub command: BatchCommand,
 }
 
-pub fn run(_args: Args, _global: &Global) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`maslens batch` is not implemented yet")
+#[derive(clap::Subcommand, Debug)]
+pub enum BatchCommand {
+    /// Run a JSONL of chat requests (OpenAI Batch lines or maslens ChatRequest objects) through
+    /// the configured model, cache and budget, with `--concurrency` calls in flight. A rerun
+    /// answers completed calls from the cache, so an interrupted run resumes.
+    Run {
+        /// Requests, one JSON object per line.
+        requests: PathBuf,
+        /// Write one result per line here (`line`, `custom_id`, `text` or `error`, `usage`).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        llm: LlmArgs,
+    },
+    /// Write the requests of a JSONL that are not in the cache as an OpenAI Batch input file
+    /// (`custom_id` = cache key). Any other LLM command does the same with `--batch-export FILE`.
+    Export {
+        /// Requests, one JSON object per line.
+        #[arg(long)]
+        requests: PathBuf,
+        /// The OpenAI Batch JSONL to write.
+        #[arg(long, short)]
+        output: PathBuf,
+        #[command(flatten)]
+        llm: LlmArgs,
+    },
+    /// Load an OpenAI Batch / `vllm run-batch` output file into the cache (any order; bad lines
+    /// are reported with their number and skipped).
+    Import {
+        /// Batch output JSONL.
+        output: PathBuf,
+        /// Cache file (SQLite); default `$MASLENS_HOME/cache.sqlite`.
+        #[arg(long, env = "MASLENS_CACHE")]
+        cache: Option<PathBuf>,
+    },
+}
+
+pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
+    match args.command {
+        BatchCommand::Run {
+            requests,
+            output,
+            llm,
+        } => block_on(run_requests(requests, output, llm, global))?,
+        BatchCommand::Export {
+            requests,
+            output,
+            mut llm,
+        } => {
+            llm.batch_export = None;
+            llm.cache_mode = CacheMode::Export(output);
+            block_on(run_requests(requests, None, llm, global))?
+        }
+        BatchCommand::Import { output, cache } => import(output, cache, global),
+    }
+}
+
+fn report_line_errors(file: &std::path::Path, errors: &[LineError]) {
+    for e in errors.iter().take(20) {
+        match &e.custom_id {
+            Some(id) => eprintln!(
+                "{}:{}: custom_id {id}: {}",
+                file.display(),
+                e.line,
+                e.message
+            ),
+            None => eprintln!("{}:{}: {}", file.display(), e.line, e.message),
+        }
+    }
+    if errors.len() > 20 {
+        eprintln!("{}: {} more bad lines", file.display(), errors.len() - 20);
+    }
+}
+
+fn import(output: PathBuf, cache: Option<PathBuf>, global: &Global) -> anyhow::Result<ExitCode> {
+    let path = cache.unwrap_or_else(Cache::default_path);
+    let cache = Cache::open(&path)?;
+    let report = import_output(&cache, &output)?;
+    report_line_errors(&output, &report.errors);
+    if global.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "imported {} response(s) into {} ({} not exported from this cache), {} bad line(s)",
+            report.imported,
+            path.display(),
+            report.unknown_keys,
+            report.errors.len()
+        );
+    }
+    Ok(ExitCode::from(if report.errors.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_PROBLEMS
+    }))
+}
+
+#[derive(Default, serde::Serialize)]
+struct RunSummary {
+    requests: usize,
+    ok: usize,
+    errors: usize,
+    bad_lines: usize,
+    deferred: usize,
+    /// Requests not started because the budget ran out.
+    skipped_budget: usize,
+    cache_hits: u64,
+    cache_misses: u64,
+    cache_writes: u64,
+    backend_calls: u64,
+}
+
+async fn run_requests(
+    requests: PathBuf,
+    output: Option<PathBuf>,
+    llm: LlmArgs,
+    global: &Global,
+) -> anyhow::Result<ExitCode> {
+    let (reqs, bad) = read_requests(&requests)?;
+    report_line_errors(&requests, &bad);
+    let stack = llm.build().await?;
+    let model = stack.model.clone();
+    let mut out = match &output {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let mut summary = RunSummary {
+        requests: reqs.len(),
+        bad_lines: bad.len(),
+        ..Default::default()
+    };
+    let limit = Arc::new(tokio::sync::Semaphore::new(llm.concurrency.max(1)));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let total = reqs.len();
+    let producer = {
+        let (limit, stop, model) = (limit.clone(), stop.clone(), model.clone());
+        tokio::spawn(async move {
+            let mut started = 0usize;
+            for (line, mut req) in reqs {
+                let Ok(permit) = limit.clone().acquire_owned().await else {
+                    break;
+                };
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                if req.stage.is_empty() {
+                    req.stage = "batch".into();
+                }
+                started += 1;
+                let (tx, model) = (tx.clone(), model.clone());
+                tokio::spawn(async move {
+                    let key = cache_key(model.id(), &req);
+                    let result = model.complete(&req).await;
+                    drop(permit);
+                    let _ = tx.send((line, key, result));
+                });
+            }
+            started
+        })
+    };
+    while let Some((line, key, result)) = rx.recv().await {
+        let record = match &result {
+            Ok(r) => {
+                summary.ok += 1;
+                json!({"line": line, "custom_id": key, "text": r.text, "finish_reason": r.finish_reason,
+                       "usage": r.usage, "from_cache": r.from_cache})
+            }
+            Err(e) => {
+                match e {
+                    LlmError::Deferred { .. } => summary.deferred += 1,
+                    LlmError::Budget(_) => {
+                        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                        summary.errors += 1;
+                    }
+                    _ => {
+                        summary.errors += 1;
+                        tracing::warn!("{}:{line}: {e}", requests.display());
+                    }
+                }
+                json!({"line": line, "custom_id": key, "error": e.to_string()})
+            }
+        };
+        if let Some(out) = out.as_mut() {
+            writeln!(out, "{record}")?;
+        }
+    }
+    let started = producer.await.unwrap_or(0);
+    summary.skipped_budget = total - started;
+    if let Some(mut out) = out {
+        out.flush()?;
+    }
+    if let Some(c) = &stack.cache {
+        let k = c.counters();
+        summary.cache_hits = k.hits;
+        summary.cache_misses = k.misses;
+        summary.cache_writes = k.writes;
+    }
+    let report = stack.usage.report();
+    summary.backend_calls = report.total.calls - report.total.cache_hits;
+    if summary.skipped_budget > 0 {
+        eprintln!(
+            "budget exhausted: {} request(s) not started",
+            summary.skipped_budget
+        );
+    }
+    if global.json {
+        println!("{}", json!({"summary": summary, "usage": report}));
+    } else {
+        println!(
+            "{} requests: {} ok ({} from cache), {} errors, {} deferred, {} not started, {} bad lines",
+            summary.requests,
+            summary.ok,
+            summary.cache_hits,
+            summary.errors,
+            summary.deferred,
+            summary.skipped_budget,
+            summary.bad_lines
+        );
+    }
+    finish(&stack, global.quiet || global.json);
+    let problems = summary.errors > 0 || summary.bad_lines > 0 || summary.skipped_budget > 0;
+    Ok(ExitCode::from(if problems {
+        EXIT_PROBLEMS
+    } else {
+        EXIT_OK
+    }))
 }
