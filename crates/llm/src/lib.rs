@@ -10,6 +10,8 @@ pub use types::*;
 pub mod batch;
 pub mod budget;
 pub mod cache;
+/// Embedded llama.cpp backend (feature `local`) and the local model store.
+pub mod local;
 pub mod openai;
 pub mod prompt;
 pub mod spec;

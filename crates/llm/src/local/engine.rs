@@ -1,0 +1,569 @@
+//! llama.cpp inference: process-wide weight registry, one context per opened model with
+//! prefix-reusing KV-cache slots, grammar-constrained sampling.
+
+use super::{LocalOptions, LocalSpec};
+use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Message, Role, Usage};
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaLoraAdapter, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+/// Default cap on the context window when the caller sets none.
+const DEFAULT_MAX_CONTEXT: u32 = 8192;
+
+fn backend() -> Result<&'static LlamaBackend, LlmError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            // llama.cpp logs go through `tracing` (visible with -vv), not straight to stderr.
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| LlmError::Local(format!("cannot initialise llama.cpp: {e}")))
+}
+
+/// Weights loaded once per process and shared by every context over them. They are leaked on
+/// purpose: a model lives as long as the process, and contexts borrow it for `'static`.
+struct Weights {
+    model: &'static LlamaModel,
+    adapter: Option<&'static Mutex<LlamaLoraAdapter>>,
+}
+
+type WeightsKey = (PathBuf, Option<PathBuf>);
+
+fn load_weights(
+    spec: &LocalSpec,
+) -> Result<
+    (
+        &'static LlamaModel,
+        Option<&'static Mutex<LlamaLoraAdapter>>,
+    ),
+    LlmError,
+> {
+    static WEIGHTS: OnceLock<Mutex<HashMap<WeightsKey, Weights>>> = OnceLock::new();
+    let backend = backend()?;
+    let registry = WEIGHTS.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut registry = registry.lock().unwrap_or_else(|p| p.into_inner());
+    let key = (spec.model_path.clone(), spec.adapter_path.clone());
+    if let Some(w) = registry.get(&key) {
+        return Ok((w.model, w.adapter));
+    }
+    let started = Instant::now();
+    let mut model =
+        LlamaModel::load_from_file(backend, &spec.model_path, &LlamaModelParams::default())
+            .map_err(|e| {
+                LlmError::ModelUnavailable(format!(
+                    "llama.cpp cannot load {}: {e}",
+                    spec.model_path.display()
+                ))
+            })?;
+    let adapter = match &spec.adapter_path {
+        Some(path) => {
+            let adapter = model.lora_adapter_init(path).map_err(|e| {
+                LlmError::ModelUnavailable(format!(
+                    "llama.cpp cannot load LoRA adapter {} for {}: {e}",
+                    path.display(),
+                    spec.model_path.display()
+                ))
+            })?;
+            Some(&*Box::leak(Box::new(Mutex::new(adapter))))
+        }
+        None => None,
+    };
+    let model: &'static LlamaModel = Box::leak(Box::new(model));
+    tracing::info!(
+        path = %spec.model_path.display(),
+        params = model.n_params(),
+        ms = started.elapsed().as_millis() as u64,
+        "loaded GGUF"
+    );
+    registry.insert(key, Weights { model, adapter });
+    Ok((model, adapter))
+}
+
+type EngineKey = (String, LocalOptions);
+
+/// Open (or reuse) the engine for a resolved spec and options.
+pub(super) fn open(spec: LocalSpec, opts: &LocalOptions) -> Result<Arc<LocalModel>, LlmError> {
+    static ENGINES: OnceLock<Mutex<HashMap<EngineKey, Arc<LocalModel>>>> = OnceLock::new();
+    let engines = ENGINES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut engines = engines.lock().unwrap_or_else(|p| p.into_inner());
+    let key = (spec.spec.clone(), opts.clone());
+    if let Some(engine) = engines.get(&key) {
+        return Ok(engine.clone());
+    }
+    let engine = Arc::new(LocalModel {
+        inner: Arc::new(Inner::new(spec, opts)?),
+    });
+    engines.insert(key, engine.clone());
+    Ok(engine)
+}
+
+/// Counters of one embedded model since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LocalStats {
+    pub calls: u64,
+    /// Prompt tokens of all calls.
+    pub prompt_tokens: u64,
+    /// Prompt tokens served from the KV cache (prefix reuse).
+    pub cached_tokens: u64,
+    /// Prompt tokens actually evaluated (`prompt_tokens - cached_tokens`).
+    pub evaluated_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    prompt_tokens: AtomicU64,
+    cached_tokens: AtomicU64,
+    completion_tokens: AtomicU64,
+}
+
+/// One KV-cache sequence and the tokens it currently holds.
+#[derive(Default)]
+struct Slot {
+    tokens: Vec<LlamaToken>,
+    last_used: u64,
+}
+
+struct State {
+    ctx: LlamaContext<'static>,
+    slots: Vec<Slot>,
+    tick: u64,
+}
+
+impl State {
+    /// Forget everything in the KV cache (after a failure left it in an unknown state).
+    fn reset(&mut self) {
+        self.ctx.clear_kv_cache();
+        for slot in &mut self.slots {
+            slot.tokens.clear();
+        }
+    }
+}
+
+/// The shared part of an embedded model: weights, template, the context and its slots.
+struct Inner {
+    id: String,
+    model: &'static LlamaModel,
+    template: Option<LlamaChatTemplate>,
+    /// Context window of one slot.
+    n_ctx: u32,
+    batch_size: u32,
+    prefix_reuse: bool,
+    state: Mutex<State>,
+    counters: Counters,
+}
+
+impl Inner {
+    fn new(spec: LocalSpec, opts: &LocalOptions) -> Result<Inner, LlmError> {
+        let (model, adapter) = load_weights(&spec)?;
+        let backend = backend()?;
+        let slots = opts.slots.clamp(1, 64);
+        let n_ctx_train = model.n_ctx_train().max(1);
+        let per_slot = opts
+            .context_size
+            .unwrap_or(n_ctx_train.min(DEFAULT_MAX_CONTEXT))
+            .clamp(16, n_ctx_train);
+        let batch_size = opts.batch_size.clamp(1, per_slot);
+        let threads = opts
+            .threads
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(2)
+            })
+            .clamp(1, 512) as i32;
+        let total = per_slot.checked_mul(slots as u32).ok_or_else(|| {
+            LlmError::Local(format!("context {per_slot} x {slots} slots overflows"))
+        })?;
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(total))
+            .with_n_batch(batch_size)
+            .with_n_ubatch(batch_size)
+            .with_n_seq_max(slots as u32)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads)
+            // Sliding-window models (Gemma 3) can only trim their cache back to a prefix when the
+            // full SWA cache is kept.
+            .with_swa_full(true);
+        let mut ctx = model.new_context(backend, params).map_err(|e| {
+            LlmError::Local(format!(
+                "llama.cpp cannot create a context of {total} tokens for {}: {e}",
+                spec.model_path.display()
+            ))
+        })?;
+        if let Some(adapter) = adapter {
+            let mut adapter = adapter.lock().unwrap_or_else(|p| p.into_inner());
+            ctx.lora_adapter_set(&mut adapter, 1.0)
+                .map_err(|e| LlmError::Local(format!("cannot apply the LoRA adapter: {e}")))?;
+        }
+        let n_ctx = ctx.n_ctx() / slots as u32;
+        let template = model.chat_template(None).ok();
+        if template.is_none() {
+            tracing::warn!(
+                "{} has no chat template: messages are joined as plain text (completion only)",
+                spec.model_path.display()
+            );
+        }
+        Ok(Inner {
+            id: format!("local:{}", spec.spec),
+            model,
+            template,
+            n_ctx,
+            batch_size,
+            prefix_reuse: opts.prefix_reuse,
+            state: Mutex::new(State {
+                ctx,
+                slots: (0..slots).map(|_| Slot::default()).collect(),
+                tick: 0,
+            }),
+            counters: Counters::default(),
+        })
+    }
+
+    /// Counters since the model was opened.
+    pub fn stats(&self) -> LocalStats {
+        let c = &self.counters;
+        let prompt_tokens = c.prompt_tokens.load(Ordering::Relaxed);
+        let cached_tokens = c.cached_tokens.load(Ordering::Relaxed);
+        LocalStats {
+            calls: c.calls.load(Ordering::Relaxed),
+            prompt_tokens,
+            cached_tokens,
+            evaluated_tokens: prompt_tokens.saturating_sub(cached_tokens),
+            completion_tokens: c.completion_tokens.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The prompt text the chat template makes of these messages.
+    pub fn format_prompt(&self, messages: &[Message]) -> Result<String, LlmError> {
+        let Some(template) = &self.template else {
+            let parts: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+            return Ok(parts.join("\n\n"));
+        };
+        let mut chat = Vec::with_capacity(messages.len());
+        for (i, m) in messages.iter().enumerate() {
+            let role = match m.role {
+                Role::System => "system",
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            chat.push(
+                LlamaChatMessage::new(role.to_string(), m.content.clone()).map_err(|e| {
+                    LlmError::Local(format!(
+                        "message {i} ({role}) cannot be passed to llama.cpp: {e}"
+                    ))
+                })?,
+            );
+        }
+        self.model
+            .apply_chat_template(template, &chat, true)
+            .map_err(|e| LlmError::Local(format!("cannot apply the model's chat template: {e}")))
+    }
+
+    fn tokenize(&self, text: &str, special: bool) -> Vec<LlamaToken> {
+        self.model
+            .vocab()
+            .tokenize(text.as_bytes(), special, special)
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => {
+                // A panic mid-call leaves the KV cache in an unknown state: start clean.
+                self.state.clear_poison();
+                let mut g = poisoned.into_inner();
+                g.reset();
+                g
+            }
+        }
+    }
+
+    /// Run one request to completion (blocking).
+    fn generate(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let started = Instant::now();
+        let prompt = self.format_prompt(&request.messages)?;
+        let tokens = self.tokenize(&prompt, true);
+        if tokens.is_empty() {
+            return Err(LlmError::Local(
+                "the prompt is empty after tokenization".into(),
+            ));
+        }
+        if tokens.len() >= self.n_ctx as usize {
+            return Err(LlmError::Local(format!(
+                "prompt of {} tokens does not fit the context of {} tokens of {} (leave room for the answer: \
+                 shorten the input or raise the context size)",
+                tokens.len(),
+                self.n_ctx,
+                self.id
+            )));
+        }
+        let mut sampler = self.sampler(request)?;
+
+        let mut guard = self.lock_state();
+        let state = &mut *guard;
+        state.tick += 1;
+        let tick = state.tick;
+        // Pick the slot sharing the longest prefix with this prompt (least recently used on ties).
+        let (seq, mut common) = if self.prefix_reuse {
+            state
+                .slots
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (i, common_prefix(&s.tokens, &tokens)))
+                .max_by_key(|&(i, c)| (c, std::cmp::Reverse(state.slots[i].last_used)))
+                .unwrap_or((0, 0))
+        } else {
+            let lru = (0..state.slots.len())
+                .min_by_key(|&i| state.slots[i].last_used)
+                .unwrap_or(0);
+            (lru, 0)
+        };
+        // At least one token must be evaluated to get logits for the first sampled token.
+        common = common.min(tokens.len() - 1);
+        let seq_id = seq as i32;
+        let slot_len = state.slots[seq].tokens.len();
+        if common < slot_len {
+            let trimmed = state
+                .ctx
+                .kv_cache_seq_rm(seq_id, Some(common as u32), None)
+                .is_ok();
+            if !trimmed {
+                // Some caches (recurrent models) cannot drop a suffix: start the sequence over.
+                tracing::debug!("cannot trim sequence {seq_id} at {common}; clearing it");
+                let _ = state.ctx.kv_cache_seq_rm(seq_id, None, None);
+                common = 0;
+            }
+        }
+        state.slots[seq].tokens.truncate(common);
+        state.slots[seq].last_used = tick;
+
+        let result = self.run(state, seq, &tokens, common, &mut sampler, request);
+        if result.is_err() {
+            // The cache may hold part of a batch: forget this sequence.
+            let _ = state.ctx.kv_cache_seq_rm(seq_id, None, None);
+            state.slots[seq].tokens.clear();
+        }
+        drop(guard);
+        let (text, finish_reason, completion_tokens) = result?;
+
+        let usage = Usage {
+            prompt_tokens: tokens.len() as u64,
+            completion_tokens,
+            cached_tokens: common as u64,
+        };
+        let c = &self.counters;
+        c.calls.fetch_add(1, Ordering::Relaxed);
+        c.prompt_tokens
+            .fetch_add(usage.prompt_tokens, Ordering::Relaxed);
+        c.cached_tokens
+            .fetch_add(usage.cached_tokens, Ordering::Relaxed);
+        c.completion_tokens
+            .fetch_add(usage.completion_tokens, Ordering::Relaxed);
+        let latency_ms = started.elapsed().as_millis() as u64;
+        tracing::debug!(
+            model = %self.id,
+            prompt = usage.prompt_tokens,
+            cached = usage.cached_tokens,
+            completion = usage.completion_tokens,
+            latency_ms,
+            "local completion"
+        );
+        Ok(ChatResponse {
+            text,
+            finish_reason,
+            usage,
+            latency_ms,
+            from_cache: false,
+        })
+    }
+
+    /// Evaluate the uncached part of the prompt, then sample until a stop condition.
+    fn run(
+        &self,
+        state: &mut State,
+        seq: usize,
+        tokens: &[LlamaToken],
+        common: usize,
+        sampler: &mut LlamaSampler,
+        request: &ChatRequest,
+    ) -> Result<(String, String, u64), LlmError> {
+        let seq_id = seq as i32;
+        let mut batch = LlamaBatch::new(self.batch_size as usize, 1);
+        let todo = &tokens[common..];
+        let mut pos = common;
+        let mut last_idx = 0;
+        for (n, chunk) in todo.chunks(self.batch_size as usize).enumerate() {
+            batch.clear();
+            let last_chunk = (n + 1) * self.batch_size as usize >= todo.len();
+            for (j, &t) in chunk.iter().enumerate() {
+                let want_logits = last_chunk && j + 1 == chunk.len();
+                batch
+                    .add(t, (pos + j) as i32, &[seq_id], want_logits)
+                    .map_err(|e| LlmError::Local(format!("batch: {e}")))?;
+            }
+            state.ctx.decode(&mut batch).map_err(|e| {
+                LlmError::Local(format!(
+                    "llama.cpp failed to evaluate the prompt at token {pos}: {e}"
+                ))
+            })?;
+            pos += chunk.len();
+            state.slots[seq].tokens.extend_from_slice(chunk);
+            last_idx = batch.n_tokens() - 1;
+        }
+
+        let vocab = self.model.vocab();
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut generated = 0u64;
+        let mut finish = "length";
+        let mut text_end: Option<usize> = None;
+        while generated < u64::from(request.max_tokens) {
+            if pos >= self.n_ctx as usize {
+                break; // context full: "length"
+            }
+            // The grammar sampler comes first in the chain and `sample` accepts the token.
+            let token = sampler.sample(&state.ctx, last_idx);
+            if vocab.is_eog(token) {
+                finish = "stop";
+                break;
+            }
+            generated += 1;
+            bytes.extend_from_slice(&vocab.token_to_piece(token, false, None));
+            if !request.stop.is_empty() {
+                let text = String::from_utf8_lossy(&bytes);
+                if let Some(cut) = request
+                    .stop
+                    .iter()
+                    .filter(|s| !s.is_empty())
+                    .filter_map(|s| text.find(s.as_str()))
+                    .min()
+                {
+                    text_end = Some(cut);
+                    finish = "stop";
+                    break;
+                }
+            }
+            batch.clear();
+            batch
+                .add(token, pos as i32, &[seq_id], true)
+                .map_err(|e| LlmError::Local(format!("batch: {e}")))?;
+            state.ctx.decode(&mut batch).map_err(|e| {
+                LlmError::Local(format!(
+                    "llama.cpp failed to evaluate generated token at {pos}: {e}"
+                ))
+            })?;
+            state.slots[seq].tokens.push(token);
+            pos += 1;
+            last_idx = 0;
+        }
+        let mut text = String::from_utf8_lossy(&bytes).into_owned();
+        if let Some(cut) = text_end {
+            text.truncate(cut);
+        }
+        Ok((text, finish.to_string(), generated))
+    }
+
+    fn sampler(&self, request: &ChatRequest) -> Result<LlamaSampler, LlmError> {
+        let mut chain = Vec::new();
+        let grammar = match (&request.grammar, &request.json_schema) {
+            (Some(g), _) => Some(g.clone()),
+            (None, Some(schema)) => Some(schema_to_grammar(schema)?),
+            (None, None) => None,
+        };
+        if let Some(grammar) = grammar {
+            chain.push(
+                LlamaSampler::grammar(self.model, &grammar, "root")
+                    .map_err(|e| LlmError::Local(format!("llama.cpp rejected the grammar: {e}")))?,
+            );
+        }
+        if request.temperature <= 0.0 {
+            chain.push(LlamaSampler::greedy());
+        } else {
+            if let Some(p) = request.top_p.filter(|p| *p > 0.0 && *p < 1.0) {
+                chain.push(LlamaSampler::top_p(p, 1));
+            }
+            chain.push(LlamaSampler::temp(request.temperature));
+            let seed = request.seed.unwrap_or(0);
+            chain.push(LlamaSampler::dist((seed ^ (seed >> 32)) as u32));
+        }
+        Ok(LlamaSampler::chain_simple(chain))
+    }
+}
+
+/// GBNF for a JSON schema, by llama.cpp's own converter.
+pub(super) fn schema_to_grammar(schema: &serde_json::Value) -> Result<String, LlmError> {
+    let text = serde_json::to_string(schema).map_err(|e| LlmError::Local(e.to_string()))?;
+    llama_cpp_2::json_schema_to_grammar(&text)
+        .map_err(|e| LlmError::Local(format!("cannot turn the JSON schema into a grammar: {e}")))
+}
+
+fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// An embedded GGUF model behind [`ChatModel`]; cheap to clone (clones share the context).
+#[derive(Clone)]
+pub struct LocalModel {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for LocalModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalModel")
+            .field("id", &self.inner.id)
+            .field("n_ctx", &self.inner.n_ctx)
+            .finish()
+    }
+}
+
+impl LocalModel {
+    /// Counters since the model was opened (shared by every handle on the same context).
+    pub fn stats(&self) -> LocalStats {
+        self.inner.stats()
+    }
+
+    /// The prompt text the model's chat template makes of these messages.
+    pub fn format_prompt(&self, messages: &[Message]) -> Result<String, LlmError> {
+        self.inner.format_prompt(messages)
+    }
+
+    /// Run one request on the calling thread (blocking); `complete` does this on a blocking task.
+    pub fn complete_blocking(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.inner.generate(request)
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for LocalModel {
+    fn id(&self) -> &str {
+        &self.inner.id
+    }
+    fn context_size(&self) -> Option<usize> {
+        Some(self.inner.n_ctx as usize)
+    }
+    fn count_tokens(&self, text: &str) -> usize {
+        self.inner.tokenize(text, false).len()
+    }
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let inner = self.inner.clone();
+        let request = request.clone();
+        match tokio::task::spawn_blocking(move || inner.generate(&request)).await {
+            Ok(result) => result,
+            Err(e) => Err(LlmError::Local(format!("the inference thread failed: {e}"))),
+        }
+    }
+}
