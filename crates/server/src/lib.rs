@@ -1,0 +1,442 @@
+//! maslens-server: HTTP serving.
+//!
+//! For now one thing: an OpenAI-compatible endpoint (`POST /v1/chat/completions`,
+//! `GET /v1/models`) over any [`ChatModel`], used by `maslens serve-model` to put the embedded
+//! GGUF model behind the protocol every OpenAI client speaks. `response_format` with a JSON
+//! schema becomes a grammar on the embedded model, so the answer matches the schema; usage
+//! includes `prompt_tokens_details.cached_tokens` (prefix-cache reuse).
+//!
+//! `stream: true` is answered as server-sent events carrying the whole answer in one chunk
+//! (the model does not stream tokens yet), so streaming clients work too.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use maslens_llm::{ChatModel, ChatRequest, ChatResponse, LlmError, Message, Role};
+use serde_json::{json, Value};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Default `max_tokens` when a request sets none.
+pub const DEFAULT_MAX_TOKENS: u32 = 512;
+
+struct AppState {
+    model: Arc<dyn ChatModel>,
+    /// The model name clients see in `/v1/models` and in responses.
+    name: String,
+    created: u64,
+    requests: AtomicU64,
+}
+
+/// The OpenAI-compatible routes over `model`, announced as `served_name`.
+pub fn router(model: Arc<dyn ChatModel>, served_name: impl Into<String>) -> Router {
+    let state = Arc::new(AppState {
+        model,
+        name: served_name.into(),
+        created: now_secs(),
+        requests: AtomicU64::new(0),
+    });
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(list_models))
+        .route("/health", get(|| async { "ok" }))
+        .fallback(|| async {
+            api_error(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "no such route",
+            )
+        })
+        .with_state(state)
+}
+
+/// Serve `router` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// An OpenAI-shaped error response.
+fn api_error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response {
+    let body =
+        json!({"error": {"message": message.into(), "type": kind, "param": null, "code": null}});
+    (status, Json(body)).into_response()
+}
+
+async fn list_models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.name,
+            "object": "model",
+            "created": state.created,
+            "owned_by": "maslens",
+            "context_length": state.model.context_size(),
+        }]
+    }))
+}
+
+async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return api_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!("body is not JSON: {e}"),
+            )
+        }
+    };
+    let parsed = match parse_request(&value) {
+        Ok(p) => p,
+        Err(message) => {
+            return api_error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        }
+    };
+    let n = state.requests.fetch_add(1, Ordering::Relaxed);
+    let id = format!("chatcmpl-maslens-{n}");
+    match state.model.complete(&parsed.request).await {
+        Ok(response) if parsed.stream => sse_response(&state.name, &id, &response),
+        Ok(response) => Json(completion_json(&state.name, &id, &response)).into_response(),
+        Err(err) => model_error(err),
+    }
+}
+
+fn model_error(err: LlmError) -> Response {
+    let message = err.to_string();
+    tracing::warn!("chat completion failed: {message}");
+    match &err {
+        LlmError::Local(m) if m.contains("does not fit the context") => {
+            api_error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        }
+        LlmError::Spec { .. } => {
+            api_error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        }
+        LlmError::Budget(_) => {
+            api_error(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+        }
+        _ => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message),
+    }
+}
+
+fn usage_json(r: &ChatResponse) -> Value {
+    json!({
+        "prompt_tokens": r.usage.prompt_tokens,
+        "completion_tokens": r.usage.completion_tokens,
+        "total_tokens": r.usage.prompt_tokens + r.usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": r.usage.cached_tokens},
+    })
+}
+
+/// The non-streaming `chat.completion` object.
+pub fn completion_json(model: &str, id: &str, r: &ChatResponse) -> Value {
+    json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": now_secs(),
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": r.text},
+            "finish_reason": r.finish_reason,
+        }],
+        "usage": usage_json(r),
+    })
+}
+
+fn sse_response(model: &str, id: &str, r: &ChatResponse) -> Response {
+    let created = now_secs();
+    let chunk = |delta: Value, finish: Value, usage: Option<Value>| {
+        let mut c = json!({
+            "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        if let Some(u) = usage {
+            c["usage"] = u;
+        }
+        format!("data: {c}\n\n")
+    };
+    let mut body = String::new();
+    body.push_str(&chunk(
+        json!({"role": "assistant", "content": r.text}),
+        Value::Null,
+        None,
+    ));
+    body.push_str(&chunk(
+        json!({}),
+        json!(r.finish_reason),
+        Some(usage_json(r)),
+    ));
+    body.push_str("data: [DONE]\n\n");
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// A parsed `/v1/chat/completions` body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedRequest {
+    pub request: ChatRequest,
+    pub stream: bool,
+}
+
+/// Turn an OpenAI chat-completions body into a [`ChatRequest`]; the error says which field is wrong.
+///
+/// Departures from OpenAI: `temperature` defaults to 0 (greedy, deterministic) rather than 1;
+/// `max_tokens` defaults to [`DEFAULT_MAX_TOKENS`]; a non-standard `grammar` field (GBNF, as
+/// llama.cpp's server takes it) is honoured.
+pub fn parse_request(v: &Value) -> Result<ParsedRequest, String> {
+    let obj = v.as_object().ok_or("the body must be a JSON object")?;
+    let messages_v = obj.get("messages").ok_or("missing field `messages`")?;
+    let messages_a = messages_v.as_array().ok_or("`messages` must be an array")?;
+    if messages_a.is_empty() {
+        return Err("`messages` is empty".into());
+    }
+    let mut messages = Vec::with_capacity(messages_a.len());
+    for (i, m) in messages_a.iter().enumerate() {
+        let role = m
+            .get("role")
+            .and_then(Value::as_str)
+            .ok_or(format!("messages[{i}].role is missing"))?;
+        let role = match role {
+            "system" | "developer" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            other => return Err(format!("messages[{i}].role {other:?} is not supported (system, developer, user, assistant)")),
+        };
+        let content = match m.get("content") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => {
+                let mut text = String::new();
+                for (j, p) in parts.iter().enumerate() {
+                    match (
+                        p.get("type").and_then(Value::as_str),
+                        p.get("text").and_then(Value::as_str),
+                    ) {
+                        (Some("text"), Some(t)) => text.push_str(t),
+                        _ => {
+                            return Err(format!(
+                                "messages[{i}].content[{j}]: only text parts are supported"
+                            ))
+                        }
+                    }
+                }
+                text
+            }
+            Some(_) => {
+                return Err(format!(
+                    "messages[{i}].content must be a string or an array of text parts"
+                ))
+            }
+        };
+        messages.push(Message { role, content });
+    }
+    let mut request = ChatRequest::new(messages);
+    request.seed = None;
+
+    let num = |key: &str| -> Result<Option<f64>, String> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(x) => x
+                .as_f64()
+                .map(Some)
+                .ok_or(format!("`{key}` must be a number")),
+        }
+    };
+    if let Some(t) = num("temperature")? {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(format!("`temperature` {t} is outside [0, 2]"));
+        }
+        request.temperature = t as f32;
+    }
+    if let Some(p) = num("top_p")? {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(format!("`top_p` {p} is outside [0, 1]"));
+        }
+        request.top_p = Some(p as f32);
+    }
+    let max_tokens = match (obj.get("max_completion_tokens"), obj.get("max_tokens")) {
+        (Some(x), _) if !x.is_null() => Some(("max_completion_tokens", x)),
+        (_, Some(x)) if !x.is_null() => Some(("max_tokens", x)),
+        _ => None,
+    };
+    request.max_tokens = match max_tokens {
+        Some((key, x)) => x
+            .as_u64()
+            .filter(|n| *n >= 1)
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or(format!("`{key}` must be a positive integer"))?,
+        None => DEFAULT_MAX_TOKENS,
+    };
+    if let Some(seed) = obj.get("seed").filter(|s| !s.is_null()) {
+        request.seed = Some(
+            seed.as_u64()
+                .or_else(|| seed.as_i64().map(|s| s as u64))
+                .ok_or("`seed` must be an integer")?,
+        );
+    }
+    request.stop = match obj.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|s| {
+                s.as_str()
+                    .map(str::to_string)
+                    .ok_or("`stop` entries must be strings")
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("`stop` must be a string or an array of strings".into()),
+    };
+    if let Some(n) = obj.get("n").filter(|n| !n.is_null()) {
+        if n.as_u64() != Some(1) {
+            return Err("only `n`: 1 is supported".into());
+        }
+    }
+    match obj.get("response_format") {
+        None | Some(Value::Null) => {}
+        Some(rf) => match rf.get("type").and_then(Value::as_str) {
+            Some("text") => {}
+            Some("json_object") => request.json_schema = Some(json!({"type": "object"})),
+            Some("json_schema") => {
+                let schema = rf
+                    .get("json_schema")
+                    .and_then(|j| j.get("schema"))
+                    .ok_or("`response_format.json_schema.schema` is missing")?;
+                if !schema.is_object() && !schema.is_boolean() {
+                    return Err("`response_format.json_schema.schema` must be a JSON schema object".into());
+                }
+                request.json_schema = Some(schema.clone());
+            }
+            other => {
+                return Err(format!(
+                    "`response_format.type` {other:?} is not supported (text, json_object, json_schema)"
+                ))
+            }
+        },
+    }
+    match obj.get("grammar") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(g)) => request.grammar = Some(g.clone()),
+        Some(_) => return Err("`grammar` must be a GBNF string".into()),
+    }
+    let stream = match obj.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err("`stream` must be a boolean".into()),
+    };
+    request.stage = "serve".into();
+    Ok(ParsedRequest { request, stream })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_an_openai_body() {
+        let body = json!({
+            "model": "whatever",
+            "messages": [
+                {"role": "developer", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "there"}]}
+            ],
+            "temperature": 0.5, "top_p": 0.9, "max_completion_tokens": 7, "seed": 3,
+            "stop": "END",
+            "response_format": {"type": "json_schema", "json_schema": {"name": "v", "schema": {"type": "object"}}}
+        });
+        let p = parse_request(&body).unwrap();
+        assert!(!p.stream);
+        let r = p.request;
+        assert_eq!(
+            r.messages,
+            vec![Message::system("be brief"), Message::user("hello there")]
+        );
+        assert_eq!(
+            (r.temperature, r.top_p, r.max_tokens, r.seed),
+            (0.5, Some(0.9), 7, Some(3))
+        );
+        assert_eq!(r.stop, vec!["END".to_string()]);
+        assert_eq!(r.json_schema, Some(json!({"type": "object"})));
+    }
+
+    #[test]
+    fn defaults_are_greedy_and_bounded() {
+        let p = parse_request(
+            &json!({"messages": [{"role": "user", "content": "hi"}], "stream": true}),
+        )
+        .unwrap();
+        assert!(p.stream);
+        assert_eq!(p.request.temperature, 0.0);
+        assert_eq!(p.request.max_tokens, DEFAULT_MAX_TOKENS);
+        assert_eq!(p.request.json_schema, None);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let cases = [
+            (json!([]), "JSON object"),
+            (json!({}), "messages"),
+            (json!({"messages": []}), "empty"),
+            (
+                json!({"messages": [{"role": "tool", "content": "x"}]}),
+                "messages[0].role",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": 3}]}),
+                "messages[0].content",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "temperature": 9}),
+                "temperature",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}),
+                "max_tokens",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "n": 2}),
+                "`n`",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "stop": [1]}),
+                "stop",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}}),
+                "schema",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}),
+                "xml",
+            ),
+        ];
+        for (body, needle) in cases {
+            let err = parse_request(&body).unwrap_err();
+            assert!(err.contains(needle), "{body}: {err}");
+        }
+    }
+}

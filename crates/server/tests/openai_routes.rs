@@ -1,0 +1,134 @@
+//! The OpenAI-compatible routes over a hand-written fixture (`ScriptedModel`, not a model):
+//! response shapes, errors, SSE. The real-model test is `crates/cli/tests/serve_model_e2e.rs`.
+
+use maslens_llm::testing::ScriptedModel;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+async fn start(
+    fixture: ScriptedModel,
+) -> (String, Arc<ScriptedModel>, tokio::sync::oneshot::Sender<()>) {
+    let fixture = Arc::new(fixture);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let router = maslens_server::router(fixture.clone(), "fixture-model");
+    tokio::spawn(maslens_server::serve(listener, router, async move {
+        let _ = rx.await;
+    }));
+    (format!("http://{addr}/v1"), fixture, tx)
+}
+
+#[tokio::test]
+async fn chat_completion_has_the_openai_shape_and_passes_the_request_on() {
+    let (base, fixture, _stop) = start(ScriptedModel::new("fixture").then(r#"{"ok":true}"#)).await;
+    let client = reqwest::Client::new();
+    let body = json!({
+        "model": "fixture-model",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 9,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}}
+    });
+    let resp = client
+        .post(format!("{base}/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "fixture-model");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["message"]["content"], r#"{"ok":true}"#);
+    let usage = &v["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+    );
+    assert!(usage["prompt_tokens_details"]["cached_tokens"].is_u64());
+    let seen = fixture.calls.lock().unwrap()[0].clone();
+    assert_eq!(seen.max_tokens, 9);
+    assert_eq!(seen.json_schema, Some(json!({"type": "object"})));
+}
+
+#[tokio::test]
+async fn models_bad_requests_backend_errors_and_streams() {
+    // The fixture's script has one answer: the second completion fails in the "backend".
+    let (base, _fixture, _stop) = start(ScriptedModel::new("fixture").then("hello")).await;
+    let client = reqwest::Client::new();
+
+    let v: Value = client
+        .get(format!("{base}/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["data"][0]["id"], "fixture-model");
+
+    let resp = client
+        .post(format!("{base}/chat/completions"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let v: Value = resp.json().await.unwrap();
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("not JSON"),
+        "{v}"
+    );
+
+    let resp = client
+        .post(format!("{base}/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "x"}], "temperature": 7}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let v: Value = resp.json().await.unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("temperature"),
+        "{v}"
+    );
+
+    let resp = client
+        .post(format!("{base}/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "x"}], "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let text = resp.text().await.unwrap();
+    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.len(), 3, "{text}");
+    let first: Value = serde_json::from_str(events[0].trim_start_matches("data: ")).unwrap();
+    assert_eq!(first["choices"][0]["delta"]["content"], "hello");
+    assert_eq!(events[2], "data: [DONE]");
+
+    let resp = client
+        .post(format!("{base}/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 500);
+    let v: Value = resp.json().await.unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("script exhausted"),
+        "{v}"
+    );
+
+    let resp = client.get(format!("{base}/nope")).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+}
