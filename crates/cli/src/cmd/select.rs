@@ -25,7 +25,7 @@ pub struct Args {
     #[arg(long)]
     pub prm: Option<PathBuf>,
     /// Raw range of the PRM scores, normalized to [0, 1] before pooling (e.g. `-4,4` for PRInTS).
-    #[arg(long, value_name = "LO,HI")]
+    #[arg(long, value_name = "LO,HI", allow_hyphen_values = true)]
     pub prm_range: Option<String>,
     /// Candidate counts N.
     #[arg(long, value_delimiter = ',', default_value = "4,8,16")]
