@@ -245,9 +245,13 @@ fn import_line(cache: &Cache, line: &str) -> Result<bool, (Option<String>, Strin
         .get("status_code")
         .and_then(Value::as_u64)
         .unwrap_or(200);
-    let body = resp
-        .get("body")
-        .ok_or_else(|| err("missing `response.body`".into()))?;
+    // OpenAI and vLLM write `response: {status_code, request_id, body}`; accept a bare
+    // chat completion as `response` too.
+    let body = match resp.get("body") {
+        Some(b) => b,
+        None if resp.get("choices").is_some() => resp,
+        None => return Err(err("missing `response.body`".into())),
+    };
     if status != 200 {
         return Err(err(format!("status {status}: {body}")));
     }
@@ -361,11 +365,13 @@ mod tests {
         };
         let failed = json!({"custom_id": lines[1]["custom_id"], "response": null,
                             "error": {"code": "server_error", "message": "boom"}});
+        let mut bare = ok(&lines[0]["custom_id"], "zero");
+        bare["response"] = bare["response"]["body"].clone();
         let body = format!(
             "{}\n{}\nnot json\n\n{}\n",
             ok(&lines[2]["custom_id"], "two"),
             failed,
-            ok(&lines[0]["custom_id"], "zero")
+            bare
         );
         std::fs::write(&out, body).unwrap();
         let rep = import_output(&cache, &out).unwrap();
