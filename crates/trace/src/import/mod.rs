@@ -8,7 +8,10 @@
 pub mod aegis;
 pub mod chat;
 pub mod native;
+mod pipeline;
 pub mod whowhen;
+
+pub use pipeline::parser_threads;
 
 use crate::diag::Diagnostic;
 use crate::model::Trace;
@@ -193,7 +196,9 @@ impl<'a> RecordCtx<'a> {
 /// JSON path of a serde_path_to_error path; `None` for the root.
 pub(crate) fn path_string(p: &serde_path_to_error::Path) -> Option<String> {
     let s = p.to_string();
-    if s == "." || s.is_empty() {
+    // serde_path_to_error writes `?` for a map key it could not read (e.g. at EOF).
+    let s = s.strip_suffix(".?").unwrap_or(&s).to_string();
+    if s == "." || s == "?" || s.is_empty() {
         None
     } else {
         Some(s)
@@ -205,7 +210,16 @@ pub(crate) fn parse_value(
     bytes: &[u8],
     ctx: &RecordCtx<'_>,
 ) -> Result<serde_json::Value, ImportError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let text = simdutf8::compat::from_utf8(bytes).map_err(|e| {
+        ctx.error(
+            None,
+            format!(
+                "invalid UTF-8 at byte {}: expected UTF-8 encoded JSON",
+                e.valid_up_to()
+            ),
+        )
+    })?;
+    let mut de = serde_json::Deserializer::from_str(text);
     let value: serde_json::Value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         ctx.error(
             path_string(e.path()),
@@ -335,6 +349,7 @@ pub fn read_path(path: &Path, format: Format) -> TraceReader {
         format,
         stack: vec![(path.to_path_buf(), true)],
         current: None,
+        threads: None,
     }
 }
 
@@ -344,6 +359,7 @@ pub fn read_paths(paths: &[PathBuf], format: Format) -> TraceReader {
         format,
         stack: paths.iter().rev().map(|p| (p.clone(), true)).collect(),
         current: None,
+        threads: None,
     }
 }
 
@@ -352,10 +368,19 @@ pub struct TraceReader {
     format: Format,
     /// Paths still to visit (popped from the end), with whether they were named explicitly.
     stack: Vec<(PathBuf, bool)>,
+    /// Parser threads for large line-per-record files (`None`: [`parser_threads`]).
+    threads: Option<usize>,
     current: Option<FileRecords>,
 }
 
 impl TraceReader {
+    /// Use `n` parser threads for large line-per-record files (1: parse on the calling thread).
+    /// Records come out in file order whatever `n` is.
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = Some(n.max(1));
+        self
+    }
+
     /// The file currently being read, if any.
     pub fn current_file(&self) -> Option<&str> {
         self.current.as_ref().map(|c| c.display.as_str())
@@ -429,7 +454,12 @@ impl Iterator for TraceReader {
             if !explicit && !is_trace_file(&path) {
                 continue;
             }
-            match FileRecords::open(path, display, self.format) {
+            match FileRecords::open(
+                path,
+                display,
+                self.format,
+                self.threads.unwrap_or_else(parser_threads),
+            ) {
                 Ok(fr) => self.current = Some(fr),
                 Err(e) => return Some(Err(e)),
             }
@@ -498,6 +528,8 @@ enum Body {
         reader: BufReader<File>,
         pending: Option<(u64, Vec<u8>)>,
     },
+    /// One record per line, parsed on worker threads.
+    Parallel(pipeline::Pipeline),
     /// The whole file is one document, not yet parsed.
     Whole(Vec<u8>),
     Done,
@@ -517,7 +549,12 @@ fn is_blank(bytes: &[u8]) -> bool {
 }
 
 impl FileRecords {
-    fn open(path: PathBuf, display: String, format: Format) -> Result<Self, ImportError> {
+    fn open(
+        path: PathBuf,
+        display: String,
+        format: Format,
+        workers: usize,
+    ) -> Result<Self, ImportError> {
         let io_err = |e: std::io::Error| ImportError {
             file: display.clone(),
             record: None,
@@ -566,6 +603,35 @@ impl FileRecords {
             reader.read_to_end(&mut all).map_err(io_err)?;
             Body::Whole(all)
         };
+        let mut format = format;
+        let body = match body {
+            Body::Lines { reader, pending } => {
+                // Resolve `auto` from the first record so that parser threads share one format.
+                if format == Format::Auto {
+                    if let Some((_, first)) = &pending {
+                        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(first) {
+                            if let Some(f) = detect(&v) {
+                                format = f;
+                            }
+                        }
+                    }
+                }
+                let size = reader.get_ref().metadata().map(|m| m.len()).unwrap_or(0);
+                if format != Format::Auto && workers > 1 && size >= pipeline::PARALLEL_MIN_BYTES {
+                    Body::Parallel(pipeline::Pipeline::start(
+                        reader,
+                        pending,
+                        path.clone(),
+                        display.clone(),
+                        format,
+                        workers,
+                    ))
+                } else {
+                    Body::Lines { reader, pending }
+                }
+            }
+            other => other,
+        };
         Ok(FileRecords {
             path,
             display,
@@ -579,6 +645,13 @@ impl FileRecords {
     fn next_record(&mut self) -> Option<Result<Imported, ImportError>> {
         match std::mem::replace(&mut self.body, Body::Done) {
             Body::Done => None,
+            Body::Parallel(mut p) => {
+                let item = p.next();
+                if item.is_some() {
+                    self.body = Body::Parallel(p);
+                }
+                item
+            }
             Body::Whole(bytes) => {
                 let ctx = RecordCtx {
                     file: &self.display,
