@@ -1,3 +1,7 @@
 //! maslens-eval: metrics, statistics and report writers shared by all methods.
 
 pub mod stats;
+pub mod html;
+pub mod markdown;
+pub mod metrics;
+pub mod report;
