@@ -1,0 +1,241 @@
+//! End-to-end tests of `maslens import | validate | show | stats | schema` on the real data in
+//! ../shared/data (read in place) and on malformed fixtures.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn maslens(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_maslens"))
+        .args(args)
+        .env_remove("MASLENS_LOG")
+        .output()
+        .expect("run maslens")
+}
+
+fn shared(rel: &str) -> String {
+    format!(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/{}"),
+        rel
+    )
+}
+
+fn fixture(rel: &str) -> String {
+    format!(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../trace/tests/fixtures/{}"),
+        rel
+    )
+}
+
+fn examples(rel: &str) -> String {
+    format!(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/{}"),
+        rel
+    )
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn stats_on_algorithm_generated_matches_an_independent_count() {
+    let dir = shared("whowhen/Algorithm-Generated");
+    let o = maslens(&["stats", "--json", &dir]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+
+    // Recompute from the raw files with plain serde_json.
+    let mut lens = Vec::new();
+    let mut labelled = std::collections::BTreeMap::<String, u64>::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let p: PathBuf = entry.unwrap().path();
+        let raw: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        lens.push(raw["history"].as_array().unwrap().len());
+        *labelled
+            .entry(raw["mistake_agent"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    lens.sort();
+    let n = lens.len();
+    let median = if n % 2 == 1 {
+        lens[n / 2] as f64
+    } else {
+        (lens[n / 2 - 1] + lens[n / 2]) as f64 / 2.0
+    };
+    let mean = lens.iter().sum::<usize>() as f64 / n as f64;
+
+    assert_eq!(v["traces"], serde_json::json!(n));
+    assert_eq!(n, 67);
+    assert_eq!(v["skipped"], serde_json::json!(0));
+    assert_eq!(v["steps"]["min"], serde_json::json!(lens[0]));
+    assert_eq!(v["steps"]["max"], serde_json::json!(lens[n - 1]));
+    assert_eq!(v["steps"]["median"].as_f64().unwrap(), median);
+    assert!((v["steps"]["mean"].as_f64().unwrap() - mean).abs() < 1e-9);
+    assert_eq!(
+        v["labelled_agents"],
+        serde_json::to_value(&labelled).unwrap()
+    );
+    assert_eq!(v["outcomes"]["failure"], serde_json::json!(67));
+    assert_eq!(v["label_speaker_mismatches"], serde_json::json!(1));
+    // Text output names the same figures.
+    let o = maslens(&["stats", &dir]);
+    let text = stdout(&o);
+    assert!(text.contains("traces:    67"), "{text}");
+    assert!(text.contains(&format!("min {}", lens[0])), "{text}");
+}
+
+#[test]
+fn import_skips_bad_records_reports_them_and_round_trips() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out.jsonl");
+    let o = maslens(&[
+        "import",
+        &fixture("mixed.jsonl"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "skipped records give exit code 1");
+    let err = stderr(&o);
+    assert!(
+        err.contains("mixed.jsonl: line 2: at steps[0].index: not a valid maslens trace"),
+        "{err}"
+    );
+    assert!(err.contains("line 3"), "{err}");
+    assert!(
+        err.contains("imported 2 traces, skipped 3 records"),
+        "{err}"
+    );
+    let written = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(written.lines().count(), 2);
+
+    // --strict: the first bad record is fatal.
+    let o = maslens(&[
+        "import",
+        "--strict",
+        &fixture("mixed.jsonl"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("line 2"), "{}", stderr(&o));
+
+    // Real data -> native -> native again: identical bytes.
+    let first = tmp.path().join("first.jsonl");
+    let o = maslens(&[
+        "import",
+        &shared("whowhen"),
+        &shared("aegis/sample.jsonl"),
+        "-o",
+        first.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("imported 103 traces, skipped 0 records"),
+        "{}",
+        stderr(&o)
+    );
+    let o = maslens(&["import", "--format", "native", first.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(o.stdout, std::fs::read(&first).unwrap());
+}
+
+#[test]
+fn validate_reports_warnings_and_errors_with_exit_codes() {
+    let o = maslens(&["validate", &shared("whowhen")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains("Hand-Crafted/20.json: at labels.decisive: decisive label agent `WebSurfer` does not act at step 3"), "{out}");
+    assert!(out.contains("Algorithm-Generated/14.json"), "{out}");
+    assert!(out.contains("98 traces: 0 errors"), "{out}");
+
+    let o = maslens(&["validate", "--deny-warnings", &shared("whowhen")]);
+    assert_eq!(o.status.code(), Some(1));
+
+    let o = maslens(&["--json", "validate", &fixture("whowhen_label_range.json")]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["errors"], serde_json::json!(1));
+    assert!(v["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["path"] == "labels.decisive.step" && d["severity"] == "error"));
+}
+
+#[test]
+fn show_marks_the_decisive_step_and_truncates() {
+    let file = shared("whowhen/Hand-Crafted/20.json");
+    let o = maslens(&["show", "--color", "never", "--lines", "2", &file]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(!out.contains('\x1b'), "no colour codes when asked");
+    let marked: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("DECISIVE FAILURE"))
+        .collect();
+    assert_eq!(marked.len(), 1, "{out}");
+    assert!(
+        marked[0].starts_with("[  3] Orchestrator (-> WebSurfer)"),
+        "{}",
+        marked[0]
+    );
+    assert!(out.contains("more lines (--full)"));
+    let full = stdout(&maslens(&["show", "--color", "never", "--full", &file]));
+    assert!(!full.contains("more lines (--full)"));
+    assert!(full.len() > out.len());
+
+    let o = maslens(&["show", "--color", "always", &examples("groupchat.json")]);
+    assert!(stdout(&o).contains("\x1b["), "colour when asked");
+
+    let o = maslens(&[
+        "show",
+        "--id",
+        "Hand-Crafted/12",
+        &shared("whowhen/Hand-Crafted"),
+    ]);
+    assert!(
+        stdout(&o).starts_with("Hand-Crafted/12\n"),
+        "{}",
+        stdout(&o)
+    );
+    let o = maslens(&["show", "--id", "nope", &shared("whowhen/Hand-Crafted")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no trace with id `nope`"));
+}
+
+#[test]
+fn schema_is_json_schema_of_a_trace() {
+    let o = maslens(&["schema", "trace"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["title"], "Trace");
+    assert!(v["properties"]["steps"].is_object());
+    assert!(v["required"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!("id")));
+}
+
+#[test]
+fn unreadable_input_is_skipped_with_a_clear_message() {
+    let o = maslens(&[
+        "stats",
+        "--json",
+        &fixture("whowhen_bad_type.json"),
+        &shared("whowhen/Hand-Crafted/12.json"),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["traces"], serde_json::json!(1));
+    assert_eq!(v["skipped"], serde_json::json!(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("whowhen_bad_type.json: at history[1].role:"),
+        "{err}"
+    );
+    assert!(err.contains("expected a string"), "{err}");
+}
