@@ -96,8 +96,11 @@ pub struct StageUsage {
     pub calls: u64,
     /// Requests answered from the maslens cache.
     pub cache_hits: u64,
-    /// Requests that ended in an error.
+    /// Requests that ended in an error (deferred ones not included).
     pub errors: u64,
+    /// Requests written to a batch file instead of being sent (export mode).
+    #[serde(default)]
+    pub deferred: u64,
     /// Tokens of the calls answered by the backend in this run (cache hits cost nothing).
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
@@ -113,6 +116,7 @@ impl StageUsage {
         self.calls += o.calls;
         self.cache_hits += o.cache_hits;
         self.errors += o.errors;
+        self.deferred += o.deferred;
         self.prompt_tokens += o.prompt_tokens;
         self.cached_tokens += o.cached_tokens;
         self.completion_tokens += o.completion_tokens;
@@ -179,6 +183,7 @@ impl UsageTracker {
                 s.completion_tokens = r.usage.completion_tokens;
                 s.cost_usd = self.price.map(|p| p.cost(&r.usage)).unwrap_or(0.0);
             }
+            Err(LlmError::Deferred { .. }) => s.deferred = 1,
             Err(_) => s.errors = 1,
         }
         tracing::debug!(
