@@ -1,0 +1,439 @@
+//! `maslens locate` and `maslens eval locate` through the binary. Model answers come from the
+//! fixture OpenAI-compatible server (`maslens_llm::testing::server::FakeServer`, hand-written
+//! replies, **not a model**), or from prediction files; the embedded-model run is in
+//! `locate_e2e.rs`.
+
+use maslens_llm::testing::server::{last_user, FakeServer, Handler, Reply};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+fn data(rel: &str) -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/"
+    ))
+    .join(rel)
+}
+
+fn maslens(home: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_maslens"));
+    c.env("MASLENS_HOME", home)
+        .env("MASLENS_CACHE", home.join("cache.sqlite"))
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("MASLENS_MODEL")
+        .args(args);
+    c
+}
+
+async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn stdout_json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+/// Gold (agent, step) of every Who&When file, read from the raw data.
+fn whowhen_gold() -> Vec<(String, String, usize)> {
+    let mut out = Vec::new();
+    for sub in ["Algorithm-Generated", "Hand-Crafted"] {
+        for e in std::fs::read_dir(data(&format!("whowhen/{sub}"))).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().and_then(|x| x.to_str()) != Some("json") {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            let step: usize = v["mistake_step"]
+                .as_str()
+                .map(|s| s.parse().unwrap())
+                .unwrap_or_else(|| v["mistake_step"].as_u64().unwrap() as usize);
+            let id = format!("{sub}/{}", p.file_stem().unwrap().to_str().unwrap());
+            out.push((id, v["mistake_agent"].as_str().unwrap().to_string(), step));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_locate_scores_predictions_exact_versus_substring() {
+    let dir = tempfile::tempdir().unwrap();
+    let gold = whowhen_gold();
+    // Right agent everywhere; single-digit gold step d predicted as "dd" ("10" for 0: wrong when
+    // exact, right for the substring scorer); steps >= 10 predicted exactly; the first case left out (unparsed).
+    let mut lines = Vec::new();
+    for (id, agent, step) in gold.iter().skip(1) {
+        let pred = match *step {
+            0 => 10,
+            s if s < 10 => s * 11,
+            s => s,
+        };
+        lines.push(json!({"trace": id, "agent": agent, "step": pred.to_string()}).to_string());
+    }
+    let preds = dir.path().join("preds.jsonl");
+    std::fs::write(&preds, lines.join("\n")).unwrap();
+    let n = gold.len();
+    let long = gold.iter().skip(1).filter(|g| g.2 >= 10).count();
+    let ds = format!("whowhen:{}", data("whowhen").display());
+    let out = dir.path().join("rep");
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "eval",
+            "locate",
+            &ds,
+            "--predictions",
+            preds.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    let r = stdout_json(&o);
+    assert_eq!(r["cases"], n);
+    assert_eq!(r["agent_accuracy"]["k"], n - 1);
+    assert_eq!(r["step_accuracy"]["k"], long);
+    assert_eq!(r["step_accuracy"]["n"], n);
+    assert_eq!(r["abstentions"], 1);
+    let ci = r["agent_accuracy"]["ci95"].as_array().unwrap();
+    assert!(ci[0].as_f64().unwrap() <= r["agent_accuracy"]["value"].as_f64().unwrap());
+    for b in ["random", "first-agent", "last-agent", "error-keyword"] {
+        assert_eq!(r["baselines"][b]["agent_accuracy"]["n"], n, "{b}");
+        assert_eq!(r["baselines"][b]["step_accuracy"]["n"], n, "{b}");
+    }
+    for k in [
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
+        "calls",
+        "seconds",
+    ] {
+        assert!(r["usage"].get(k).is_some());
+    }
+    assert!(r["tolerance"]["0"]["k"].as_u64().unwrap() >= long as u64);
+    assert_eq!(r["subsets"]["Hand-Crafted"]["cases"], 31);
+    for f in ["report.json", "report.md", "report.html", "verdicts.jsonl"] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "eval",
+            "locate",
+            &ds,
+            "--predictions",
+            preds.to_str().unwrap(),
+            "--compat-substring",
+        ],
+    ))
+    .await;
+    let r = stdout_json(&o);
+    assert_eq!(
+        r["step_accuracy"]["k"],
+        n - 1,
+        "\"d\" is a substring of \"dd\""
+    );
+    assert_eq!(
+        r["step_accuracy"]["n"], n,
+        "unparsed stays in the denominator"
+    );
+    assert_eq!(r["scorer"], "compat-substring");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_locate_aegis_pair_level_and_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let sample = data("aegis/sample.jsonl");
+    // Predict the first labelled faulty agent (lower-cased) with its error mode for every record.
+    let mut lines = Vec::new();
+    let text = std::fs::read_to_string(&sample).unwrap();
+    let recs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (i, rec) in recs.iter().enumerate() {
+        let fa = &rec["output"]["faulty_agents"][0];
+        let mode = if i == 0 {
+            "FM-9.9".to_string()
+        } else {
+            fa["error_type"].as_str().unwrap().to_string()
+        };
+        lines.push(json!({"trace": rec["id"], "agent": fa["agent_name"].as_str().unwrap().to_uppercase(), "error_mode": mode}).to_string());
+    }
+    let preds = dir.path().join("p.jsonl");
+    std::fs::write(&preds, lines.join("\n")).unwrap();
+    let ds = format!("aegis:{}", sample.display());
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "eval",
+            "locate",
+            &ds,
+            "--predictions",
+            preds.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    let r = stdout_json(&o);
+    assert_eq!(r["cases"], 5);
+    assert_eq!(r["agent_accuracy"]["k"], 5, "case-insensitive agent match");
+    assert_eq!(r["pair_accuracy"]["k"], 4);
+    assert!(r["step_accuracy"].is_null());
+
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "eval",
+            "locate",
+            &ds,
+            "--predictions",
+            preds.to_str().unwrap(),
+            "--split",
+            "0.6",
+            "--seed",
+            "3",
+        ],
+    ))
+    .await;
+    let r = stdout_json(&o);
+    assert_eq!(
+        r["split"]["train"].as_u64().unwrap() + r["split"]["test"].as_u64().unwrap(),
+        5
+    );
+    assert_eq!(r["cases"], r["split"]["test"]);
+}
+
+/// Fixture replies keyed on the instructions in the last user message.
+fn fixture_handler() -> Handler {
+    Arc::new(|body: &Value, _| {
+        let u = last_user(body);
+        let text = if u.contains("Your task: read the whole trace") {
+            r#"{"reason":"fixture judge","agent":"WrongName","step":1,"confidence":0.7}"#
+                .to_string()
+        } else if u.contains("Your task: decide whether the action at step") {
+            let decisive = u.contains("ends at step 2 ");
+            format!(r#"{{"reason":"fixture step","decisive":{decisive},"confidence":0.6}}"#)
+        } else if u.contains("Your task: decide which part contains") {
+            r#"{"reason":"fixture half","part":"first","confidence":0.5}"#.to_string()
+        } else if u.contains("Be concise") {
+            r#"{"reason":"fixture concise","agent":"x","step":2,"confidence":0.9}"#.to_string()
+        } else if u.contains("independent evaluator") {
+            r#"{"reason":"fixture evaluator","agent":"x","step":1,"confidence":0.3}"#.to_string()
+        } else {
+            "not json".to_string()
+        };
+        Reply::Text(text)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locate_prints_verdicts_and_writes_back_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(fixture_handler()).await.unwrap();
+    let spec = format!("openai:fixture@{}", server.base_url());
+    let trace = data("whowhen/Algorithm-Generated/1.json");
+    let wb = dir.path().join("out.jsonl");
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "locate",
+            trace.to_str().unwrap(),
+            "--model",
+            &spec,
+            "--write-back",
+            wb.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
+    // Vote: step 1 with 0.3 + 0.3 (base, evidence) vs step 2 with 0.9 (concise) -> step 2.
+    assert_eq!(v["step"], 2);
+    assert_eq!(v["source"], "vote");
+    assert_eq!(v["usage"]["calls"], 4);
+    assert!(v["judge"]["finding"]["agent_mismatch"].as_bool().unwrap());
+    assert!(v["step_excerpt"].as_str().is_some());
+    assert_eq!(v["evaluators"].as_array().unwrap().len(), 3);
+    assert!(v["agreement"].as_f64().unwrap() > 0.3);
+    let written = std::fs::read_to_string(&wb).unwrap();
+    let t: Value = serde_json::from_str(written.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        t["labels"]["verdicts"][0]["method"],
+        "locate/all-at-once+3eval"
+    );
+    assert_eq!(t["labels"]["verdicts"][0]["payload"]["step"], 2);
+    assert!(t["labels"]["decisive"].is_object(), "gold labels are kept");
+
+    // Human-readable output names agent, step, excerpt and rationale.
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "locate",
+            trace.to_str().unwrap(),
+            "--model",
+            &spec,
+            "--variant",
+            "judge-only",
+            "-q",
+        ],
+    ))
+    .await;
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        s.contains("at step 1") && s.contains("why: fixture judge"),
+        "{s}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_locate_runs_every_protocol_and_exports_refinement() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(fixture_handler()).await.unwrap();
+    let spec = format!("openai:fixture@{}", server.base_url());
+    let ds = format!("whowhen:{}", data("whowhen").display());
+    for (protocol, variant, want_step) in [
+        ("all-at-once", "judge-only", 1),
+        ("step-by-step", "judge-only", 2),
+        ("binary-search", "judge-only", 0),
+        ("all-at-once", "full", 2),
+    ] {
+        let o = run(maslens(
+            dir.path(),
+            &[
+                "--json",
+                "eval",
+                "locate",
+                &ds,
+                "--subset",
+                "Algorithm-Generated/",
+                "--limit",
+                "3",
+                "--model",
+                &spec,
+                "--protocol",
+                protocol,
+                "--variant",
+                variant,
+                "--cache-mode",
+                "off",
+            ],
+        ))
+        .await;
+        let r = stdout_json(&o);
+        assert_eq!(r["cases"], 3, "{protocol}");
+        assert!(r["usage"]["calls"].as_u64().unwrap() >= 3, "{protocol}");
+        assert!(r["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+        for c in r["per_case"].as_array().unwrap() {
+            assert_eq!(c["pred"]["step"], want_step, "{protocol} {variant}");
+        }
+    }
+    // Refinement export on the train side of a split, disjoint from the evaluated cases.
+    let rdir = dir.path().join("refine");
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "eval",
+            "locate",
+            &ds,
+            "--subset",
+            "Algorithm-Generated/1",
+            "--split",
+            "0.5",
+            "--seed",
+            "7",
+            "--limit",
+            "1",
+            "--model",
+            &spec,
+            "--variant",
+            "judge-only",
+            "--export-refinement",
+            rdir.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    let r = stdout_json(&o);
+    let train = std::fs::read_to_string(rdir.join("train.jsonl")).unwrap();
+    let insts = std::fs::read_to_string(rdir.join("instances.jsonl")).unwrap();
+    assert_eq!(
+        train.lines().count() as u64,
+        r["split"]["train"].as_u64().unwrap()
+    );
+    let evaluated: Vec<&str> = r["per_case"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    for (line, inst) in train.lines().zip(insts.lines()) {
+        let ex: Value = serde_json::from_str(line).unwrap();
+        let roles: Vec<&str> = ex["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["system", "user", "assistant"]);
+        let answer: Value =
+            serde_json::from_str(ex["messages"][2]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(answer["step"], 2, "target = the Evaluator vote");
+        let inst: Value = serde_json::from_str(inst).unwrap();
+        assert!(
+            !evaluated.contains(&inst["trace"].as_str().unwrap()),
+            "refinement set is disjoint from evaluation"
+        );
+        assert_eq!(inst["evaluators"].as_array().unwrap().len(), 3);
+    }
+    let sh = std::fs::read_to_string(rdir.join("trl_sft.sh")).unwrap();
+    assert!(
+        sh.contains("--lora_r 64")
+            && sh.contains("--lora_alpha 128")
+            && sh.contains("--num_train_epochs 3")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_reported_and_the_rest_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(fixture_handler()).await.unwrap();
+    let spec = format!("openai:fixture@{}", server.base_url());
+    std::fs::write(dir.path().join("bad.json"), "{\"history\": [}").unwrap();
+    let good = data("whowhen/Algorithm-Generated/1.json");
+    std::fs::copy(&good, dir.path().join("good.json")).unwrap();
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "locate",
+            dir.path().to_str().unwrap(),
+            "--model",
+            &spec,
+            "--variant",
+            "judge-only",
+        ],
+    ))
+    .await;
+    assert_eq!(o.status.code(), Some(1), "problems exit code");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.json"), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
+}
