@@ -4,4 +4,5 @@ pub mod stats;
 pub mod html;
 pub mod markdown;
 pub mod metrics;
+pub mod plot;
 pub mod report;

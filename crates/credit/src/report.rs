@@ -1,0 +1,636 @@
+//! Reports of `maslens optimize` (and the credit table of `maslens credit`): Markdown and
+//! self-contained HTML with SVG plots. JSON is the serde form of [`Experiment`].
+//!
+//! Sections follow the paper's tables: accuracy mean +- std over seeds (table 1), outcome shift
+//! (table 2), overall statistics (table 3), per-round counts and scores (table 4), failure-label
+//! distribution (table 5), round x label (table 6); plus the role x round credit table and
+//! heatmap, the BCD iterations, and accuracy against iterations and against LLM calls.
+
+use crate::credit::CreditTable;
+use crate::critic::FAILURE_LABELS;
+use crate::experiment::{Experiment, FinalEval, Shift};
+use maslens_eval::plot::{bar_chart_svg, heatmap_svg, histogram_svg, line_chart_svg, Series};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Escape text for HTML.
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+/// A simple table: header and rows of cells.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Table {
+    pub title: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn markdown(&self) -> String {
+        let mut s = format!("### {}\n\n", self.title);
+        let cell = |c: &String| c.replace('|', "\\|").replace('\n', " ");
+        s.push_str(&format!(
+            "| {} |\n",
+            self.header.iter().map(cell).collect::<Vec<_>>().join(" | ")
+        ));
+        s.push_str(&format!("|{}\n", " --- |".repeat(self.header.len())));
+        for r in &self.rows {
+            s.push_str(&format!(
+                "| {} |\n",
+                r.iter().map(cell).collect::<Vec<_>>().join(" | ")
+            ));
+        }
+        s.push('\n');
+        s
+    }
+    pub fn html(&self) -> String {
+        let mut s = format!("<h3>{}</h3>\n<table>\n<tr>", esc(&self.title));
+        for h in &self.header {
+            let _ = write!(s, "<th>{}</th>", esc(h));
+        }
+        s.push_str("</tr>\n");
+        for r in &self.rows {
+            s.push_str("<tr>");
+            for c in r {
+                let _ = write!(s, "<td>{}</td>", esc(c));
+            }
+            s.push_str("</tr>\n");
+        }
+        s.push_str("</table>\n");
+        s
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}", 100.0 * x)
+}
+
+fn opt2(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
+}
+
+/// Role x round credit table (cells c_{i,t}, row credit C_role_i, last row C_time_t).
+pub fn credit_table_view(t: &CreditTable, title: &str) -> Table {
+    let mut header = vec!["role".to_string()];
+    header.extend(t.rounds.iter().cloned());
+    header.push("C_role".into());
+    let mut rows: Vec<Vec<String>> = t
+        .roles
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut row = vec![r.clone()];
+            row.extend(t.cell[i].iter().map(|v| opt2(*v)));
+            row.push(opt2(t.role_credit[i]));
+            row
+        })
+        .collect();
+    let mut last = vec!["C_time (aggregator)".to_string()];
+    last.extend(t.round_credit.iter().map(|v| opt2(*v)));
+    last.push(String::new());
+    rows.push(last);
+    Table {
+        title: title.into(),
+        header,
+        rows,
+    }
+}
+
+fn shift_row(name: &str, s: &Shift) -> Vec<String> {
+    let n = s.total().max(1) as f64;
+    vec![
+        name.into(),
+        format!("{:.1}", 100.0 * s.wrong_wrong as f64 / n),
+        format!("{:.1}", 100.0 * s.right_wrong as f64 / n),
+        format!("{:.1}", 100.0 * s.wrong_right as f64 / n),
+        format!("{:.1}", 100.0 * s.right_right as f64 / n),
+        s.total().to_string(),
+    ]
+}
+
+fn overall(evals: &[FinalEval], name: &str) -> Vec<String> {
+    let n = evals.len();
+    let c = evals.iter().filter(|e| e.correct).count();
+    let scores: Vec<f64> = evals
+        .iter()
+        .filter_map(|e| e.score.map(f64::from))
+        .collect();
+    let avg = if scores.is_empty() {
+        "-".into()
+    } else {
+        format!("{:.2}", scores.iter().sum::<f64>() / scores.len() as f64)
+    };
+    let share = |k: usize| {
+        if n == 0 {
+            "-".to_string()
+        } else {
+            format!("{k} ({:.1}%)", 100.0 * k as f64 / n as f64)
+        }
+    };
+    vec![name.into(), n.to_string(), share(c), share(n - c), avg]
+}
+
+fn by_round(evals: &[FinalEval], name: &str, rounds: usize) -> Vec<Vec<String>> {
+    let n = evals.len().max(1) as f64;
+    (1..=rounds)
+        .map(|r| {
+            let es: Vec<&FinalEval> = evals.iter().filter(|e| e.round == r).collect();
+            let scores: Vec<f64> = es.iter().filter_map(|e| e.score.map(f64::from)).collect();
+            let acc = if es.is_empty() {
+                "-".into()
+            } else {
+                pct(es.iter().filter(|e| e.correct).count() as f64 / es.len() as f64)
+            };
+            vec![
+                name.into(),
+                r.to_string(),
+                es.len().to_string(),
+                format!("{:.1}%", 100.0 * es.len() as f64 / n),
+                acc,
+                if scores.is_empty() {
+                    "-".into()
+                } else {
+                    format!("{:.2}", scores.iter().sum::<f64>() / scores.len() as f64)
+                },
+            ]
+        })
+        .collect()
+}
+
+fn label_order(evals: &[&FinalEval]) -> Vec<String> {
+    let mut labels: Vec<String> = FAILURE_LABELS.iter().rev().map(|s| s.to_string()).collect(); // NONE first
+    for e in evals {
+        if !labels.contains(&e.label) {
+            labels.push(e.label.clone());
+        }
+    }
+    labels
+}
+
+fn label_dist(evals: &[FinalEval], name: &str) -> Vec<Vec<String>> {
+    let n = evals.len().max(1) as f64;
+    let refs: Vec<&FinalEval> = evals.iter().collect();
+    label_order(&refs)
+        .into_iter()
+        .filter_map(|l| {
+            let es: Vec<&FinalEval> = evals.iter().filter(|e| e.label == l).collect();
+            if es.is_empty() {
+                return None;
+            }
+            let scores: Vec<f64> = es.iter().filter_map(|e| e.score.map(f64::from)).collect();
+            Some(vec![
+                name.into(),
+                l,
+                es.len().to_string(),
+                format!("{:.1}%", 100.0 * es.len() as f64 / n),
+                if scores.is_empty() {
+                    "-".into()
+                } else {
+                    format!("{:.2}", scores.iter().sum::<f64>() / scores.len() as f64)
+                },
+            ])
+        })
+        .collect()
+}
+
+/// All tables of an experiment, in report order.
+pub fn tables(x: &Experiment) -> Vec<Table> {
+    let mut out = Vec::new();
+    // Table 1: accuracy.
+    out.push(Table {
+        title: format!(
+            "Accuracy on the held-out set ({} questions, {} seed(s))",
+            x.n_test,
+            x.seeds.len()
+        ),
+        header: vec![
+            "method".into(),
+            "accuracy % (mean ± std)".into(),
+            "per seed %".into(),
+            "optimizer LLM calls (mean)".into(),
+        ],
+        rows: x
+            .summary
+            .iter()
+            .map(|m| {
+                vec![
+                    m.method.clone(),
+                    format!("{} ± {}", pct(m.mean), pct(m.std)),
+                    m.accuracies
+                        .iter()
+                        .map(|a| pct(*a))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    m.calls
+                        .map(|c| format!("{c:.0}"))
+                        .unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect(),
+    });
+    // Table 2: shifts.
+    let mut ours = Shift::default();
+    let mut bb: Option<Shift> = None;
+    for s in &x.seeds {
+        ours.add(&s.shift_ours);
+        if let Some(b) = &s.shift_blackbox {
+            bb.get_or_insert_with(Shift::default).add(b);
+        }
+    }
+    let mut rows = Vec::new();
+    if let Some(b) = &bb {
+        rows.push(shift_row("black-box", b));
+    }
+    rows.push(shift_row("ours", &ours));
+    out.push(Table {
+        title: "Outcome shift against the unoptimized baseline (% of test predictions, all seeds)"
+            .into(),
+        header: vec![
+            "method".into(),
+            "wrong→wrong".into(),
+            "right→wrong".into(),
+            "wrong→right".into(),
+            "right→right".into(),
+            "n".into(),
+        ],
+        rows,
+    });
+    let base: Vec<FinalEval> = x
+        .seeds
+        .iter()
+        .flat_map(|s| s.baseline_final.clone())
+        .collect();
+    let ours_f: Vec<FinalEval> = x.seeds.iter().flat_map(|s| s.ours_final.clone()).collect();
+    out.push(Table {
+        title: "Overall statistics of the final answers (critic score 0-5)".into(),
+        header: vec![
+            "system".into(),
+            "predictions".into(),
+            "correct".into(),
+            "incorrect".into(),
+            "avg score".into(),
+        ],
+        rows: vec![overall(&base, "baseline"), overall(&ours_f, "ours")],
+    });
+    let rounds = x.config.rounds;
+    let mut rows = by_round(&base, "baseline", rounds);
+    rows.extend(by_round(&ours_f, "ours", rounds));
+    out.push(Table {
+        title: "Questions and average score by the round at which the debate ended".into(),
+        header: vec![
+            "system".into(),
+            "round".into(),
+            "count".into(),
+            "proportion".into(),
+            "accuracy %".into(),
+            "avg score".into(),
+        ],
+        rows,
+    });
+    let mut rows = label_dist(&base, "baseline");
+    rows.extend(label_dist(&ours_f, "ours"));
+    out.push(Table {
+        title: "Failure-pattern distribution of the final answers (NONE = correct)".into(),
+        header: vec![
+            "system".into(),
+            "failure pattern".into(),
+            "count".into(),
+            "share".into(),
+            "avg score".into(),
+        ],
+        rows,
+    });
+    // Table 6: round x label of final answers (ours), and utterance labels by round from Phase A.
+    let refs: Vec<&FinalEval> = ours_f.iter().chain(base.iter()).collect();
+    let labels = label_order(&refs);
+    for (name, evals) in [("baseline", &base), ("ours", &ours_f)] {
+        let rows = (1..=rounds)
+            .map(|r| {
+                let mut row = vec![format!("round {r}")];
+                row.extend(labels.iter().map(|l| {
+                    evals
+                        .iter()
+                        .filter(|e| e.round == r && &e.label == l)
+                        .count()
+                        .to_string()
+                }));
+                row
+            })
+            .collect();
+        let mut header = vec!["ended in".to_string()];
+        header.extend(labels.iter().cloned());
+        out.push(Table {
+            title: format!("Final answers by round and failure pattern ({name})"),
+            header,
+            rows,
+        });
+    }
+    if let Some(it) = x.seeds.first().and_then(|s| s.bcd.iterations.first()) {
+        if !it.utterance_labels.is_empty() {
+            let mut ul: Vec<String> = FAILURE_LABELS.iter().rev().map(|s| s.to_string()).collect();
+            for m in &it.utterance_labels {
+                for k in m.keys() {
+                    if !ul.contains(k) {
+                        ul.push(k.clone());
+                    }
+                }
+            }
+            let rows = it
+                .utterance_labels
+                .iter()
+                .enumerate()
+                .map(|(t, m)| {
+                    let mut row = vec![format!("round {}", t + 1)];
+                    row.extend(
+                        ul.iter()
+                            .map(|l| m.get(l).copied().unwrap_or(0).to_string()),
+                    );
+                    row
+                })
+                .collect();
+            let mut header = vec!["round".to_string()];
+            header.extend(ul);
+            out.push(Table {
+                title: format!("Role utterances by round and failure pattern (AgentTurnEval, optimization set, seed {}, iteration 1)", x.seeds[0].seed),
+                header,
+                rows,
+            });
+        }
+    }
+    for s in x.seeds.iter().take(1) {
+        for it in &s.bcd.iterations {
+            if let Some(c) = &it.credit {
+                out.push(credit_table_view(
+                    c,
+                    &format!(
+                        "Credit, seed {}, iteration {} (optimization set)",
+                        s.seed, it.iteration
+                    ),
+                ));
+            }
+        }
+    }
+    // BCD iterations.
+    let mut rows = Vec::new();
+    for s in &x.seeds {
+        for it in &s.bcd.iterations {
+            rows.push(vec![
+                s.seed.to_string(),
+                it.iteration.to_string(),
+                pct(it.opt_accuracy),
+                format!("{}→{}", it.calls_before, it.calls_after),
+                it.selected_roles.join(", "),
+                it.selected_rounds
+                    .iter()
+                    .map(|t| (t + 1).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                it.ema_alpha
+                    .iter()
+                    .map(|a| format!("{a:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                it.rewrites
+                    .iter()
+                    .map(|r| r.target.clone())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ]);
+        }
+        rows.push(vec![
+            s.seed.to_string(),
+            "stop".into(),
+            pct(s.bcd.best_opt_accuracy),
+            s.bcd.calls.to_string(),
+            String::new(),
+            String::new(),
+            String::new(),
+            s.bcd.stop_reason.clone(),
+        ]);
+    }
+    out.push(Table {
+        title: "Verbalized BCD iterations".into(),
+        header: vec![
+            "seed".into(),
+            "iteration".into(),
+            "opt accuracy %".into(),
+            "calls".into(),
+            "Phase A roles".into(),
+            "Phase B rounds".into(),
+            "EMA α_t".into(),
+            "rewrites".into(),
+        ],
+        rows,
+    });
+    out
+}
+
+/// Prompts before and after optimization (first seed).
+fn prompt_tables(x: &Experiment) -> Vec<Table> {
+    let Some(s) = x.seeds.first() else {
+        return vec![];
+    };
+    let init = x.config.prompts();
+    let mut rows = Vec::new();
+    for (i, r) in x.config.roles.iter().enumerate() {
+        rows.push(vec![
+            format!("role {}", r.name),
+            init.roles[i].clone(),
+            s.bcd.best.roles.get(i).cloned().unwrap_or_default(),
+        ]);
+    }
+    for t in 0..x.config.rounds {
+        rows.push(vec![
+            format!("aggregator round {}", t + 1),
+            init.aggregators[t].clone(),
+            s.bcd.best.aggregators.get(t).cloned().unwrap_or_default(),
+        ]);
+    }
+    vec![Table {
+        title: format!("Prompts before and after optimization (seed {})", s.seed),
+        header: vec!["block".into(), "initial".into(), "optimized".into()],
+        rows,
+    }]
+}
+
+/// Markdown report.
+pub fn markdown(x: &Experiment) -> String {
+    let mut s = format!(
+        "# maslens optimize: {}\n\nModel `{}`, dataset `{}`, {} optimization / {} held-out questions, {} roles x {} rounds, seeds {:?}.\nPrompt templates: {}.\n\n",
+        x.name,
+        x.model,
+        x.dataset,
+        x.n_optimization,
+        x.n_test,
+        x.config.roles.len(),
+        x.config.rounds,
+        x.options.seeds,
+        x.prompt_versions.join(", ")
+    );
+    for t in tables(x).iter().chain(prompt_tables(x).iter()) {
+        s.push_str(&t.markdown());
+    }
+    s
+}
+
+fn curves(x: &Experiment, by_calls: bool) -> Vec<Series> {
+    let mut out = Vec::new();
+    for s in &x.seeds {
+        let pt = |p: &crate::experiment::CurvePoint| {
+            p.test_accuracy.map(|a| {
+                (
+                    if by_calls {
+                        p.calls as f64
+                    } else {
+                        p.step as f64
+                    },
+                    a,
+                )
+            })
+        };
+        out.push(Series {
+            name: format!("ours (seed {})", s.seed),
+            points: s.ours_curve.iter().filter_map(pt).collect(),
+        });
+        if !s.blackbox_curve.is_empty() {
+            out.push(Series {
+                name: format!("black-box (seed {})", s.seed),
+                points: s.blackbox_curve.iter().filter_map(pt).collect(),
+            });
+        }
+        let xmax = s
+            .ours_curve
+            .iter()
+            .chain(&s.blackbox_curve)
+            .map(|p| {
+                if by_calls {
+                    p.calls as f64
+                } else {
+                    p.step as f64
+                }
+            })
+            .fold(0.0, f64::max);
+        out.push(Series {
+            name: format!("baseline (seed {})", s.seed),
+            points: vec![
+                (0.0, s.baseline_accuracy),
+                (xmax.max(1.0), s.baseline_accuracy),
+            ],
+        });
+    }
+    out.retain(|s| !s.points.is_empty());
+    out
+}
+
+/// Self-contained HTML report with plots.
+pub fn html(x: &Experiment) -> String {
+    let mut s = String::from(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>maslens optimize</title><style>\
+         body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:0.5em 0 1.5em}\
+         td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;vertical-align:top}th{background:#f2f2f2}\
+         .plots{display:flex;flex-wrap:wrap;gap:12px}</style></head><body>\n",
+    );
+    let _ = write!(
+        s,
+        "<h1>maslens optimize: {}</h1>\n<p>Model <code>{}</code>, dataset <code>{}</code>, {} optimization / {} held-out questions, {} roles x {} rounds, seeds {:?}.</p>\n",
+        esc(&x.name),
+        esc(&x.model),
+        esc(&x.dataset),
+        x.n_optimization,
+        x.n_test,
+        x.config.roles.len(),
+        x.config.rounds,
+        x.options.seeds
+    );
+    s.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
+    let mut plots: Vec<Result<String, maslens_eval::plot::PlotError>> = Vec::new();
+    if let Some(c) = x
+        .seeds
+        .first()
+        .and_then(|s| s.bcd.iterations.first())
+        .and_then(|i| i.credit.as_ref())
+    {
+        let mut rows = c.roles.clone();
+        rows.push("C_time (aggregator)".into());
+        let mut vals: Vec<Vec<Option<f64>>> = c.cell.clone();
+        vals.push(c.round_credit.clone());
+        for (i, row) in vals.iter_mut().enumerate().take(c.roles.len()) {
+            row.push(c.role_credit[i]);
+        }
+        if let Some(r) = vals.last_mut() {
+            r.push(None);
+        }
+        let mut cols = c.rounds.clone();
+        cols.push("C_role".into());
+        plots.push(heatmap_svg(
+            "Role x round credit (seed 1st, iteration 1)",
+            &rows,
+            &cols,
+            &vals,
+            (0.0, 1.0),
+        ));
+    }
+    plots.push(line_chart_svg(
+        "Held-out accuracy vs iterations",
+        "iteration (black-box: candidate)",
+        "accuracy",
+        &curves(x, false),
+    ));
+    plots.push(line_chart_svg(
+        "Held-out accuracy vs LLM calls (query complexity)",
+        "optimizer LLM calls",
+        "accuracy",
+        &curves(x, true),
+    ));
+    let ours_f: Vec<FinalEval> = x.seeds.iter().flat_map(|s| s.ours_final.clone()).collect();
+    let mut counts: BTreeMap<String, f64> = BTreeMap::new();
+    for e in &ours_f {
+        *counts.entry(e.label.clone()).or_insert(0.0) += 1.0;
+    }
+    if !counts.is_empty() {
+        let (labels, vals): (Vec<String>, Vec<f64>) = counts.into_iter().unzip();
+        plots.push(bar_chart_svg(
+            "Final-answer failure patterns (ours)",
+            &labels,
+            &vals,
+            "count",
+        ));
+    }
+    let scores: Vec<f64> = ours_f
+        .iter()
+        .filter_map(|e| e.score.map(f64::from))
+        .collect();
+    if !scores.is_empty() {
+        plots.push(histogram_svg(
+            "Final-answer critic scores (ours)",
+            &scores,
+            6,
+            "score 0-5",
+        ));
+    }
+    for p in plots {
+        match p {
+            Ok(svg) => {
+                let _ = writeln!(s, "<div>{svg}</div>");
+            }
+            Err(e) => {
+                let _ = writeln!(s, "<p>plot unavailable: {}</p>", esc(&e.to_string()));
+            }
+        }
+    }
+    s.push_str("</div>\n<h2>Tables</h2>\n");
+    for t in tables(x).iter().chain(prompt_tables(x).iter()) {
+        s.push_str(&t.html());
+    }
+    let _ = write!(
+        s,
+        "<p>Prompt templates: {}</p>\n</body></html>\n",
+        esc(&x.prompt_versions.join(", "))
+    );
+    s
+}

@@ -1,0 +1,387 @@
+//! Shared SVG chart helpers for self-contained HTML reports: heatmap, line chart, bar chart and
+//! histogram, each returning an SVG document as a `String` (plotters, SVG backend only; text is
+//! emitted as SVG `<text>` so no font files are needed).
+//!
+//! Labels are escaped by the SVG backend; callers embed the returned string directly in HTML.
+
+use plotters::prelude::*;
+
+/// Errors drawing a chart.
+#[derive(Debug, thiserror::Error)]
+#[error("plot {title:?}: {message}")]
+pub struct PlotError {
+    pub title: String,
+    pub message: String,
+}
+
+fn err<E: std::fmt::Display>(title: &str) -> impl Fn(E) -> PlotError + '_ {
+    move |e| PlotError {
+        title: title.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// One named line of a line chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// The palette used for series and bars.
+pub const PALETTE: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+fn finite_range(vals: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    let mut lo = f64::INFINITY;
+    let mut hi = f64::NEG_INFINITY;
+    for v in vals.filter(|v| v.is_finite()) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() {
+        return None;
+    }
+    if (hi - lo).abs() < 1e-12 {
+        let pad = if lo.abs() < 1e-12 {
+            1.0
+        } else {
+            lo.abs() * 0.1
+        };
+        return Some((lo - pad, hi + pad));
+    }
+    Some((lo, hi))
+}
+
+/// Colour for `t` in [0, 1]: red (0) through white (0.5) to green (1).
+pub fn diverging(t: f64) -> RGBColor {
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
+    let lerp = |a: f64, b: f64, x: f64| (a + (b - a) * x).round() as u8;
+    if t < 0.5 {
+        let x = t / 0.5;
+        RGBColor(
+            lerp(215.0, 255.0, x),
+            lerp(48.0, 255.0, x),
+            lerp(39.0, 255.0, x),
+        )
+    } else {
+        let x = (t - 0.5) / 0.5;
+        RGBColor(
+            lerp(255.0, 26.0, x),
+            lerp(255.0, 152.0, x),
+            lerp(255.0, 80.0, x),
+        )
+    }
+}
+
+/// A heatmap with one row per `rows` label and one column per `cols` label. `values[r][c]`;
+/// `None` cells are grey. Colours map `range.0` -> red, the midpoint -> white, `range.1` ->
+/// green; each cell shows its value with two decimals.
+pub fn heatmap_svg(
+    title: &str,
+    rows: &[String],
+    cols: &[String],
+    values: &[Vec<Option<f64>>],
+    range: (f64, f64),
+) -> Result<String, PlotError> {
+    let mut out = String::new();
+    let label_w = rows
+        .iter()
+        .map(|r| r.chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 30) as u32
+        * 7
+        + 20;
+    let w = label_w + 90 * cols.len().max(1) as u32 + 30;
+    let h = 70 + 36 * rows.len().max(1) as u32 + 40;
+    {
+        let root = SVGBackend::with_string(&mut out, (w, h)).into_drawing_area();
+        root.fill(&WHITE).map_err(err(title))?;
+        root.draw(&Text::new(
+            title.to_string(),
+            (10, 10),
+            ("sans-serif", 16).into_font(),
+        ))
+        .map_err(err(title))?;
+        let (x0, y0) = (label_w as i32, 60);
+        for (c, name) in cols.iter().enumerate() {
+            root.draw(&Text::new(
+                name.clone(),
+                (x0 + 90 * c as i32 + 6, y0 - 18),
+                ("sans-serif", 12).into_font(),
+            ))
+            .map_err(err(title))?;
+        }
+        let span = (range.1 - range.0).abs().max(1e-12);
+        for (r, name) in rows.iter().enumerate() {
+            let y = y0 + 36 * r as i32;
+            root.draw(&Text::new(
+                name.clone(),
+                (8, y + 12),
+                ("sans-serif", 12).into_font(),
+            ))
+            .map_err(err(title))?;
+            for c in 0..cols.len() {
+                let v = values.get(r).and_then(|row| row.get(c)).copied().flatten();
+                let x = x0 + 90 * c as i32;
+                let color = match v {
+                    Some(v) => diverging((v - range.0) / span),
+                    None => RGBColor(220, 220, 220),
+                };
+                root.draw(&Rectangle::new([(x, y), (x + 88, y + 34)], color.filled()))
+                    .map_err(err(title))?;
+                let text = v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
+                root.draw(&Text::new(
+                    text,
+                    (x + 28, y + 11),
+                    ("sans-serif", 12).into_font(),
+                ))
+                .map_err(err(title))?;
+            }
+        }
+        root.present().map_err(err(title))?;
+    }
+    Ok(out)
+}
+
+/// A line chart of one or more series with a legend.
+pub fn line_chart_svg(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<String, PlotError> {
+    let mut out = String::new();
+    let xr = finite_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.0)))
+        .unwrap_or((0.0, 1.0));
+    let yr = finite_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)))
+        .unwrap_or((0.0, 1.0));
+    let ypad = (yr.1 - yr.0) * 0.08;
+    {
+        let root = SVGBackend::with_string(&mut out, (640, 380)).into_drawing_area();
+        root.fill(&WHITE).map_err(err(title))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(55)
+            .build_cartesian_2d(xr.0..xr.1, (yr.0 - ypad)..(yr.1 + ypad))
+            .map_err(err(title))?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .draw()
+            .map_err(err(title))?;
+        for (i, s) in series.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .copied()
+                .filter(|p| p.0.is_finite() && p.1.is_finite())
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(err(title))?
+                .label(s.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                .map_err(err(title))?;
+        }
+        if !series.is_empty() {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::LowerRight)
+                .draw()
+                .map_err(err(title))?;
+        }
+        root.present().map_err(err(title))?;
+    }
+    Ok(out)
+}
+
+/// A vertical bar chart, one bar per label.
+pub fn bar_chart_svg(
+    title: &str,
+    labels: &[String],
+    values: &[f64],
+    y_label: &str,
+) -> Result<String, PlotError> {
+    let mut out = String::new();
+    let n = labels.len().max(1);
+    let ymax = values
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::max);
+    let ymin = values
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::min);
+    let top = if ymax <= ymin { ymin + 1.0 } else { ymax * 1.1 };
+    {
+        let w = (120 + 70 * n as u32).max(360);
+        let root = SVGBackend::with_string(&mut out, (w, 380)).into_drawing_area();
+        root.fill(&WHITE).map_err(err(title))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(60)
+            .y_label_area_size(55)
+            .build_cartesian_2d((0..n).into_segmented(), ymin..top)
+            .map_err(err(title))?;
+        let labels_owned: Vec<String> = labels.to_vec();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n)
+            .x_label_formatter(&|x| match x {
+                SegmentValue::CenterOf(i) => labels_owned.get(*i).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .y_desc(y_label)
+            .draw()
+            .map_err(err(title))?;
+        chart
+            .draw_series(values.iter().enumerate().map(|(i, v)| {
+                let v = if v.is_finite() { *v } else { 0.0 };
+                let mut bar = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(i), 0.0),
+                        (SegmentValue::Exact(i + 1), v),
+                    ],
+                    PALETTE[i % PALETTE.len()].filled(),
+                );
+                bar.set_margin(0, 0, 8, 8);
+                bar
+            }))
+            .map_err(err(title))?;
+        root.present().map_err(err(title))?;
+    }
+    Ok(out)
+}
+
+/// A histogram of `values` in `bins` equal-width bins.
+pub fn histogram_svg(
+    title: &str,
+    values: &[f64],
+    bins: usize,
+    x_label: &str,
+) -> Result<String, PlotError> {
+    let bins = bins.max(1);
+    let (lo, hi) = finite_range(values.iter().copied()).unwrap_or((0.0, 1.0));
+    let width = (hi - lo) / bins as f64;
+    let mut counts = vec![0u32; bins];
+    for v in values.iter().filter(|v| v.is_finite()) {
+        let b = (((v - lo) / width).floor() as usize).min(bins - 1);
+        counts[b] += 1;
+    }
+    let top = counts.iter().copied().max().unwrap_or(0).max(1);
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (640, 360)).into_drawing_area();
+        root.fill(&WHITE).map_err(err(title))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d(lo..hi, 0u32..top + top / 10 + 1)
+            .map_err(err(title))?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc("count")
+            .draw()
+            .map_err(err(title))?;
+        chart
+            .draw_series(counts.iter().enumerate().map(|(i, c)| {
+                let x0 = lo + width * i as f64;
+                Rectangle::new([(x0, 0), (x0 + width, *c)], PALETTE[0].mix(0.8).filled())
+            }))
+            .map_err(err(title))?;
+        root.present().map_err(err(title))?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heatmap_has_cells_and_escaped_labels() {
+        let svg = heatmap_svg(
+            "credit <roles>",
+            &["a&b".to_string(), "c".to_string()],
+            &["round 1".to_string(), "round 2".to_string()],
+            &[vec![Some(0.1), Some(0.9)], vec![None, Some(0.5)]],
+            (0.0, 1.0),
+        )
+        .unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..60.min(svg.len())]);
+        assert!(svg.contains("0.90") && svg.contains("round 2"));
+        assert!(svg.contains("a&amp;b"), "labels must be escaped");
+        assert!(!svg.contains("<roles>"));
+        assert!(svg.matches("<rect").count() >= 5);
+    }
+
+    #[test]
+    fn diverging_endpoints() {
+        assert_eq!(diverging(0.5), RGBColor(255, 255, 255));
+        assert_eq!(diverging(0.0), RGBColor(215, 48, 39));
+        assert_eq!(diverging(2.0), diverging(1.0));
+    }
+
+    #[test]
+    fn line_bar_histogram_render() {
+        let s = vec![
+            Series {
+                name: "ours".into(),
+                points: vec![(0.0, 0.5), (1.0, 0.7)],
+            },
+            Series {
+                name: "black-box".into(),
+                points: vec![(0.0, 0.5), (1.0, f64::NAN)],
+            },
+        ];
+        let svg = line_chart_svg("acc", "iteration", "accuracy", &s).unwrap();
+        assert!(svg.contains("ours") && (svg.contains("<polyline") || svg.contains("<path")));
+        // Degenerate input still renders.
+        assert!(line_chart_svg("empty", "x", "y", &[])
+            .unwrap()
+            .starts_with("<svg"));
+        let svg = bar_chart_svg(
+            "labels",
+            &["NONE".into(), "KNOWLEDGE_DEFICIT".into()],
+            &[3.0, 1.0],
+            "count",
+        )
+        .unwrap();
+        assert!(svg.contains("KNOWLEDGE_DEFICIT"));
+        let svg = histogram_svg("scores", &[0.0, 1.0, 1.0, 5.0], 5, "score").unwrap();
+        // background + one bar per non-empty bin (0, 1 and 5 fall in three bins)
+        assert!(svg.matches("<rect").count() >= 4, "{svg}");
+        assert!(histogram_svg("none", &[], 3, "x")
+            .unwrap()
+            .starts_with("<svg"));
+    }
+}
