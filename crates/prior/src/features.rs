@@ -1,0 +1,635 @@
+//! Per-step features. Every feature is computed from the trace alone (task text, agents with
+//! their kind/role/system prompt, step contents in order); no dataset id or benchmark-specific
+//! agent name is used. `docs/prior.md` documents each one; the order of [`FEATURE_NAMES`] is
+//! the order of the values in a [`StepFeatures`] row and is checked when a model is loaded.
+
+use crate::text::{content_word_hashes, count_terms, number_hashes, word_hashes};
+use maslens_trace::{AgentKind, Trace};
+use std::collections::{HashMap, HashSet};
+
+macro_rules! features {
+    ($($(#[$m:meta])* $id:ident = $name:literal),* $(,)?) => {
+        /// Feature positions in a row.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum F {
+            $($(#[$m])* $id),*
+        }
+        /// Names of the features, in row order.
+        pub const FEATURE_NAMES: &[&str] = &[$($name),*];
+    };
+}
+
+features! {
+    // position
+    PosRel = "pos_rel",
+    PosFirst = "pos_first",
+    PosLast = "pos_last",
+    LogIndex = "log_index",
+    AgentFirstTurn = "agent_first_turn",
+    AgentLastTurn = "agent_last_turn",
+    AgentTurnLog = "agent_turn_log",
+    AgentShare = "agent_share",
+    FirstNonterminal = "first_nonterminal",
+    LastNonterminal = "last_nonterminal",
+    AfterHuman = "after_human",
+    AgentIsFirstActor = "agent_is_first_actor",
+    AgentIsLastActor = "agent_is_last_actor",
+    // agent kind and role words
+    KindWorker = "kind_worker",
+    KindOrchestrator = "kind_orchestrator",
+    KindTool = "kind_tool",
+    KindHuman = "kind_human",
+    RoleVerifier = "role_verifier",
+    RolePlanner = "role_planner",
+    RoleCoder = "role_coder",
+    RoleRetriever = "role_retriever",
+    // content
+    LogChars = "log_chars",
+    LenRel = "len_rel",
+    ShortContent = "short_content",
+    CodeBlock = "code_block",
+    ErrorWords = "error_words",
+    NextToolError = "next_tool_error",
+    NextStepError = "next_step_error",
+    AssumeWords = "assume_words",
+    HedgeWords = "hedge_words",
+    SuccessClaims = "success_claims",
+    FinalWords = "final_words",
+    PlanChange = "plan_change",
+    Delegation = "delegation",
+    NovelNumbers = "novel_numbers",
+    RepeatFrac = "repeat_frac",
+    NovelWords = "novel_words",
+    TaskOverlap = "task_overlap",
+    Url = "url",
+}
+
+/// Number of features.
+pub const N_FEATURES: usize = FEATURE_NAMES.len();
+
+/// One feature row (one step).
+pub type StepFeatures = [f64; N_FEATURES];
+
+/// Index of a feature by name (for tests and reports).
+pub fn feature_index(name: &str) -> Option<usize> {
+    FEATURE_NAMES.iter().position(|n| *n == name)
+}
+
+const ERROR_TERMS: &[&str] = &[
+    "error",
+    "exception",
+    "traceback",
+    "fail",
+    "cannot",
+    "can't",
+    "can not",
+    "unable",
+    "not found",
+    "invalid",
+    "incorrect",
+    "wrong",
+    "timeout",
+    "timed out",
+    "denied",
+    "unavailable",
+    "no results",
+    "does not exist",
+    "doesn't exist",
+    "not available",
+    "exitcode: 1",
+    "nan",
+];
+
+const ASSUME_TERMS: &[&str] = &[
+    "assum",
+    "hypothetical",
+    "example",
+    "placeholder",
+    "mock",
+    "dummy",
+    "sample data",
+    "simulat",
+    "let's say",
+    "suppose",
+    "for demonstration",
+    "for illustration",
+    "fictional",
+    "made-up",
+    "approximat",
+    "estimat",
+    "typical",
+    "generic",
+];
+
+const HEDGE_TERMS: &[&str] = &[
+    "might",
+    "may be",
+    "likely",
+    "probably",
+    "seems",
+    "appears",
+    "unclear",
+    "not sure",
+    "uncertain",
+    "possibly",
+    "perhaps",
+];
+
+const SUCCESS_TERMS: &[&str] = &[
+    "success",
+    "verified",
+    "confirmed",
+    "correct",
+    "accurate",
+    "validated",
+    "consistent",
+    "complete",
+];
+
+const FINAL_TERMS: &[&str] = &[
+    "final answer",
+    "terminate",
+    "the answer is",
+    "in conclusion",
+    "request satisfied",
+];
+
+const PLAN_CHANGE_TERMS: &[&str] = &[
+    "instead",
+    "alternative",
+    "new plan",
+    "updated plan",
+    "revised plan",
+    "revise",
+    "different approach",
+    "another approach",
+    "new approach",
+    "let's try",
+    "try again",
+    "retry",
+    "replan",
+    "re-plan",
+    "change of plan",
+];
+
+const DELEGATION_TERMS: &[&str] = &["please", "next speaker", "your task", "could you"];
+
+const ROLE_VERIFIER: &[&str] = &["verif", "valid", "check", "review", "critic", "test", "qa"];
+const ROLE_PLANNER: &[&str] = &["plan", "manag", "orchestr", "coordinat", "lead", "supervis"];
+const ROLE_CODER: &[&str] = &[
+    "code", "coder", "python", "program", "debug", "develop", "engineer", "script",
+];
+const ROLE_RETRIEVER: &[&str] = &[
+    "web", "search", "surf", "brows", "retriev", "file", "research", "fetch",
+];
+
+/// Terms matched inside an agent's name and role text (substring match: names such as
+/// `DataVerification_Expert` carry role words without separators).
+fn has_role_word(lower: &str, terms: &[&str]) -> bool {
+    terms.iter().any(|t| lower.contains(t))
+}
+
+fn nonterminal(kind: AgentKind) -> bool {
+    matches!(kind, AgentKind::Worker | AgentKind::Orchestrator)
+}
+
+fn ln1p(x: f64) -> f64 {
+    x.max(0.0).ln_1p()
+}
+
+/// Feature rows for every step of `trace`, in step order. Runs in time linear in the
+/// trace's text (no pairwise step comparisons), so traces of thousands of steps are cheap.
+pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
+    let n = trace.steps.len();
+    if n == 0 {
+        return Vec::new();
+    }
+
+    // Agent-level facts.
+    let kinds: Vec<AgentKind> = trace
+        .steps
+        .iter()
+        .map(|s| trace.agent_kind(&s.agent))
+        .collect();
+    let mut turns: HashMap<&str, (usize, usize, usize)> = HashMap::new(); // first, last, count
+    for (i, s) in trace.steps.iter().enumerate() {
+        let e = turns.entry(s.agent.as_str()).or_insert((i, i, 0));
+        e.1 = i;
+        e.2 += 1;
+    }
+    let mut role_cache: HashMap<&str, [bool; 4]> = HashMap::new();
+    for s in &trace.steps {
+        role_cache.entry(s.agent.as_str()).or_insert_with(|| {
+            let mut text = s.agent.to_lowercase();
+            if let Some(a) = trace.agent(&s.agent) {
+                if let Some(r) = &a.role {
+                    text.push(' ');
+                    text.push_str(&r.to_lowercase());
+                }
+                if let Some(p) = &a.system_prompt {
+                    text.push(' ');
+                    text.extend(p.chars().take(200).flat_map(char::to_lowercase));
+                }
+            }
+            [
+                has_role_word(&text, ROLE_VERIFIER),
+                has_role_word(&text, ROLE_PLANNER),
+                has_role_word(&text, ROLE_CODER),
+                has_role_word(&text, ROLE_RETRIEVER),
+            ]
+        });
+    }
+    let first_nt = kinds.iter().position(|k| nonterminal(*k));
+    let last_nt = kinds.iter().rposition(|k| nonterminal(*k));
+
+    // Per-step text facts.
+    let lowers: Vec<String> = trace
+        .steps
+        .iter()
+        .map(|s| s.content.to_lowercase())
+        .collect();
+    let errors: Vec<usize> = lowers.iter().map(|l| count_terms(l, ERROR_TERMS)).collect();
+    let chars: Vec<f64> = trace
+        .steps
+        .iter()
+        .map(|s| s.content.chars().count() as f64)
+        .collect();
+    let mean_chars = (chars.iter().sum::<f64>() / n as f64).max(1.0);
+
+    let task_words: HashSet<u64> = content_word_hashes(&trace.task, 4).into_iter().collect();
+    let mut seen_numbers: HashSet<u64> = number_hashes(&trace.task).into_iter().collect();
+    let mut seen_trigrams: HashSet<u64> = HashSet::new();
+    let mut seen_words: HashSet<u64> = task_words.clone();
+
+    let mut agent_turns_so_far: HashMap<&str, usize> = HashMap::new();
+    let mut rows = Vec::with_capacity(n);
+    for (i, step) in trace.steps.iter().enumerate() {
+        let mut f = [0.0; N_FEATURES];
+        macro_rules! set {
+            ($id:ident, $v:expr $(,)?) => {
+                f[F::$id as usize] = $v
+            };
+        }
+        let kind = kinds[i];
+        let (first, last, count) = turns.get(step.agent.as_str()).copied().unwrap_or((i, i, 1));
+        let so_far = agent_turns_so_far.entry(step.agent.as_str()).or_insert(0);
+
+        // position
+        set!(
+            PosRel,
+            if n > 1 {
+                i as f64 / (n - 1) as f64
+            } else {
+                0.0
+            },
+        );
+        set!(PosFirst, f64::from(u8::from(i == 0)));
+        set!(PosLast, f64::from(u8::from(i + 1 == n)));
+        set!(LogIndex, ln1p(i as f64));
+        set!(AgentFirstTurn, f64::from(u8::from(first == i)));
+        set!(AgentLastTurn, f64::from(u8::from(last == i)));
+        set!(AgentTurnLog, ln1p(*so_far as f64));
+        set!(AgentShare, count as f64 / n as f64);
+        set!(FirstNonterminal, f64::from(u8::from(first_nt == Some(i))));
+        set!(LastNonterminal, f64::from(u8::from(last_nt == Some(i))));
+        set!(
+            AfterHuman,
+            f64::from(u8::from(
+                i > 0 && kinds[i - 1] == AgentKind::Human && nonterminal(kind),
+            )),
+        );
+        let agent_of = |pos: Option<usize>| pos.map(|p| trace.steps[p].agent.as_str());
+        set!(
+            AgentIsFirstActor,
+            f64::from(u8::from(agent_of(first_nt) == Some(step.agent.as_str())))
+        );
+        set!(
+            AgentIsLastActor,
+            f64::from(u8::from(agent_of(last_nt) == Some(step.agent.as_str())))
+        );
+        *so_far += 1;
+
+        // kind and role words
+        set!(KindWorker, f64::from(u8::from(kind == AgentKind::Worker)));
+        set!(
+            KindOrchestrator,
+            f64::from(u8::from(kind == AgentKind::Orchestrator)),
+        );
+        set!(KindTool, f64::from(u8::from(kind == AgentKind::Tool)));
+        set!(KindHuman, f64::from(u8::from(kind == AgentKind::Human)));
+        let roles = role_cache
+            .get(step.agent.as_str())
+            .copied()
+            .unwrap_or_default();
+        set!(RoleVerifier, f64::from(u8::from(roles[0])));
+        set!(RolePlanner, f64::from(u8::from(roles[1])));
+        set!(RoleCoder, f64::from(u8::from(roles[2])));
+        set!(RoleRetriever, f64::from(u8::from(roles[3])));
+
+        // content
+        let lower = &lowers[i];
+        set!(LogChars, ln1p(chars[i]));
+        set!(LenRel, (chars[i] / mean_chars).min(5.0));
+        set!(
+            ShortContent,
+            f64::from(u8::from(step.content.trim().chars().count() < 20)),
+        );
+        set!(CodeBlock, f64::from(u8::from(lower.contains("```"))));
+        set!(ErrorWords, ln1p(errors[i] as f64));
+        let next = i + 1;
+        let next_err = next < n && errors[next] > 0;
+        set!(
+            NextToolError,
+            f64::from(u8::from(next_err && kinds[next] == AgentKind::Tool)),
+        );
+        set!(NextStepError, f64::from(u8::from(next_err)));
+        set!(AssumeWords, ln1p(count_terms(lower, ASSUME_TERMS) as f64));
+        set!(HedgeWords, ln1p(count_terms(lower, HEDGE_TERMS) as f64));
+        set!(
+            SuccessClaims,
+            ln1p(count_terms(lower, SUCCESS_TERMS) as f64),
+        );
+        set!(
+            FinalWords,
+            f64::from(u8::from(count_terms(lower, FINAL_TERMS) > 0)),
+        );
+        set!(
+            PlanChange,
+            ln1p(count_terms(lower, PLAN_CHANGE_TERMS) as f64),
+        );
+        set!(
+            Delegation,
+            f64::from(u8::from(
+                step.speaker.contains("->") || count_terms(lower, DELEGATION_TERMS) > 0,
+            )),
+        );
+
+        // distinct numbers introduced without a source (not in the task or any earlier step)
+        let nums: HashSet<u64> = number_hashes(&step.content).into_iter().collect();
+        let novel_nums = nums.iter().filter(|h| !seen_numbers.contains(h)).count();
+        set!(NovelNumbers, ln1p(novel_nums as f64));
+
+        // repetition: share of the step's word trigrams already seen earlier
+        let words = word_hashes(&step.content);
+        let trigrams: Vec<u64> = words
+            .windows(3)
+            .map(|w| {
+                w[0].wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                    ^ w[1].rotate_left(21)
+                    ^ w[2].rotate_left(42)
+            })
+            .collect();
+        let repeat = if trigrams.is_empty() {
+            0.0
+        } else {
+            trigrams
+                .iter()
+                .filter(|h| seen_trigrams.contains(h))
+                .count() as f64
+                / trigrams.len() as f64
+        };
+        set!(RepeatFrac, repeat);
+
+        // new vocabulary: share of content words never seen in the task or earlier steps
+        let cw = content_word_hashes(&step.content, 4);
+        let novel_words = if cw.is_empty() {
+            0.0
+        } else {
+            cw.iter().filter(|h| !seen_words.contains(h)).count() as f64 / cw.len() as f64
+        };
+        set!(NovelWords, novel_words);
+
+        // relation to the task: share of the task's content words the step mentions
+        let overlap = if task_words.is_empty() {
+            0.0
+        } else {
+            let step_words: HashSet<&u64> = cw.iter().collect();
+            task_words.iter().filter(|h| step_words.contains(h)).count() as f64
+                / task_words.len() as f64
+        };
+        set!(TaskOverlap, overlap);
+        set!(Url, f64::from(u8::from(lower.contains("http"))));
+
+        rows.push(f);
+        seen_numbers.extend(nums);
+        seen_trigrams.extend(trigrams);
+        seen_words.extend(cw);
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maslens_trace::{Agent, Step};
+
+    fn agent(name: &str, kind: AgentKind, role: Option<&str>) -> Agent {
+        Agent {
+            name: name.into(),
+            kind,
+            role: role.map(String::from),
+            system_prompt: None,
+        }
+    }
+
+    fn step(index: usize, agent: &str, content: &str) -> Step {
+        Step {
+            index,
+            agent: agent.into(),
+            speaker: agent.into(),
+            content: content.into(),
+            ..Step::default()
+        }
+    }
+
+    /// Hand-written fixture: a human asks, a planner delegates, a coder guesses with a
+    /// placeholder number, the terminal fails, the coder changes plan and claims success.
+    fn fixture() -> Trace {
+        let mut t = Trace::new("fixture/1");
+        t.task = "What was the population of Paris in 2020?".into();
+        t.agents = vec![
+            agent("human", AgentKind::Human, None),
+            agent(
+                "Lead",
+                AgentKind::Orchestrator,
+                Some("plans and coordinates"),
+            ),
+            agent("Data_Expert", AgentKind::Worker, Some("writes python code")),
+            agent("Computer_terminal", AgentKind::Tool, None),
+            agent("Checker", AgentKind::Worker, None),
+        ];
+        t.steps = vec![
+            step(0, "human", "What was the population of Paris in 2020?"),
+            step(1, "Lead", "Please look up the population of Paris for 2020 on the web."),
+            step(
+                2,
+                "Data_Expert",
+                "```python\nprint(2161000)\n```\nAssume the population is 2161000, an example placeholder value.",
+            ),
+            step(3, "Computer_terminal", "exitcode: 1 (execution failed)\nTraceback: NameError"),
+            step(
+                4,
+                "Data_Expert",
+                "Let's try a different approach instead. It might be 2,161,000; see https://example.org",
+            ),
+            step(5, "Checker", "Verified: the final answer is correct. TERMINATE"),
+            step(6, "Checker", "ok"),
+        ];
+        t
+    }
+
+    fn get(rows: &[StepFeatures], i: usize, name: &str) -> f64 {
+        rows[i][feature_index(name).unwrap()]
+    }
+
+    #[test]
+    fn names_and_rows_agree() {
+        let rows = extract(&fixture());
+        assert_eq!(rows.len(), 7);
+        assert_eq!(FEATURE_NAMES.len(), N_FEATURES);
+        let mut names: Vec<&str> = FEATURE_NAMES.to_vec();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), N_FEATURES, "feature names must be unique");
+        assert!(rows.iter().flatten().all(|v| v.is_finite()));
+        assert!(extract(&Trace::new("empty")).is_empty());
+    }
+
+    #[test]
+    fn position_features() {
+        let r = extract(&fixture());
+        assert_eq!(get(&r, 0, "pos_rel"), 0.0);
+        assert_eq!(get(&r, 3, "pos_rel"), 0.5);
+        assert_eq!(get(&r, 6, "pos_rel"), 1.0);
+        assert_eq!(get(&r, 0, "pos_first"), 1.0);
+        assert_eq!(get(&r, 1, "pos_first"), 0.0);
+        assert_eq!(get(&r, 6, "pos_last"), 1.0);
+        assert_eq!(get(&r, 5, "pos_last"), 0.0);
+        assert!((get(&r, 3, "log_index") - 4f64.ln()).abs() < 1e-12);
+        // Data_Expert acts at 2 and 4
+        assert_eq!(get(&r, 2, "agent_first_turn"), 1.0);
+        assert_eq!(get(&r, 4, "agent_first_turn"), 0.0);
+        assert_eq!(get(&r, 2, "agent_last_turn"), 0.0);
+        assert_eq!(get(&r, 4, "agent_last_turn"), 1.0);
+        assert_eq!(get(&r, 2, "agent_turn_log"), 0.0);
+        assert!((get(&r, 4, "agent_turn_log") - 2f64.ln()).abs() < 1e-12);
+        assert!((get(&r, 4, "agent_share") - 2.0 / 7.0).abs() < 1e-12);
+        // first/last worker-or-orchestrator steps: Lead at 1, Checker at 6
+        assert_eq!(get(&r, 1, "first_nonterminal"), 1.0);
+        assert_eq!(get(&r, 0, "first_nonterminal"), 0.0);
+        assert_eq!(get(&r, 6, "last_nonterminal"), 1.0);
+        assert_eq!(get(&r, 5, "last_nonterminal"), 0.0);
+        assert_eq!(get(&r, 1, "after_human"), 1.0);
+        assert_eq!(get(&r, 2, "after_human"), 0.0);
+        assert_eq!(get(&r, 1, "agent_is_first_actor"), 1.0);
+        assert_eq!(get(&r, 2, "agent_is_first_actor"), 0.0);
+        assert_eq!(get(&r, 5, "agent_is_last_actor"), 1.0);
+        assert_eq!(get(&r, 4, "agent_is_last_actor"), 0.0);
+    }
+
+    #[test]
+    fn kind_and_role_features() {
+        let r = extract(&fixture());
+        assert_eq!(get(&r, 2, "kind_worker"), 1.0);
+        assert_eq!(get(&r, 1, "kind_worker"), 0.0);
+        assert_eq!(get(&r, 1, "kind_orchestrator"), 1.0);
+        assert_eq!(get(&r, 3, "kind_tool"), 1.0);
+        assert_eq!(get(&r, 0, "kind_human"), 1.0);
+        assert_eq!(get(&r, 3, "kind_human"), 0.0);
+        // role words come from the name and the role text
+        assert_eq!(get(&r, 5, "role_verifier"), 1.0, "Checker");
+        assert_eq!(get(&r, 2, "role_verifier"), 0.0);
+        assert_eq!(get(&r, 1, "role_planner"), 1.0, "role: plans");
+        assert_eq!(get(&r, 2, "role_coder"), 1.0, "role: python code");
+        assert_eq!(get(&r, 5, "role_coder"), 0.0);
+        let mut t = fixture();
+        t.agents[4].name = "WebSurfer".into();
+        for s in &mut t.steps {
+            if s.agent == "Checker" {
+                s.agent = "WebSurfer".into();
+            }
+        }
+        let r = extract(&t);
+        assert_eq!(get(&r, 5, "role_retriever"), 1.0);
+        assert_eq!(get(&r, 2, "role_retriever"), 0.0);
+    }
+
+    #[test]
+    fn content_features() {
+        let r = extract(&fixture());
+        assert!(get(&r, 2, "log_chars") > get(&r, 6, "log_chars"));
+        assert!(get(&r, 2, "len_rel") > 1.0);
+        assert!(get(&r, 6, "len_rel") < 1.0);
+        assert_eq!(get(&r, 6, "short_content"), 1.0);
+        assert_eq!(get(&r, 2, "short_content"), 0.0);
+        assert_eq!(get(&r, 2, "code_block"), 1.0);
+        assert_eq!(get(&r, 4, "code_block"), 0.0);
+        assert!(get(&r, 3, "error_words") > 0.0);
+        assert_eq!(get(&r, 1, "error_words"), 0.0);
+        // the terminal output after step 2 failed
+        assert_eq!(get(&r, 2, "next_tool_error"), 1.0);
+        assert_eq!(get(&r, 2, "next_step_error"), 1.0);
+        assert_eq!(get(&r, 4, "next_tool_error"), 0.0);
+        assert_eq!(get(&r, 1, "next_step_error"), 0.0);
+        assert!(
+            get(&r, 2, "assume_words") >= 3f64.ln_1p() - 1e-12,
+            "assume, example, placeholder"
+        );
+        assert_eq!(get(&r, 1, "assume_words"), 0.0);
+        assert!(get(&r, 4, "hedge_words") > 0.0, "might");
+        assert_eq!(get(&r, 2, "hedge_words"), 0.0);
+        assert!(get(&r, 5, "success_claims") > 0.0);
+        assert_eq!(get(&r, 1, "success_claims"), 0.0);
+        assert_eq!(get(&r, 5, "final_words"), 1.0);
+        assert_eq!(get(&r, 4, "final_words"), 0.0);
+        assert!(
+            get(&r, 4, "plan_change") > 0.0,
+            "different approach, instead"
+        );
+        assert_eq!(get(&r, 2, "plan_change"), 0.0);
+        assert_eq!(get(&r, 1, "delegation"), 1.0, "please");
+        assert_eq!(get(&r, 3, "delegation"), 0.0);
+        assert_eq!(get(&r, 4, "url"), 1.0);
+        assert_eq!(get(&r, 2, "url"), 0.0);
+    }
+
+    #[test]
+    fn novelty_repetition_and_task_relation() {
+        let r = extract(&fixture());
+        // 2161000 is new at step 2 (2020 comes from the task), and no longer new at step 4
+        assert!((get(&r, 2, "novel_numbers") - 1f64.ln_1p()).abs() < 1e-12);
+        assert_eq!(get(&r, 0, "novel_numbers"), 0.0, "2020 is in the task");
+        assert_eq!(get(&r, 4, "novel_numbers"), 0.0);
+        // the human step repeats nothing; a later copy of it repeats everything
+        assert_eq!(get(&r, 0, "repeat_frac"), 0.0);
+        let mut t = fixture();
+        t.steps[6].content = t.steps[0].content.clone();
+        let r2 = extract(&t);
+        assert_eq!(get(&r2, 6, "repeat_frac"), 1.0);
+        assert_eq!(get(&r2, 6, "novel_words"), 0.0);
+        assert!(get(&r, 2, "novel_words") > 0.5);
+        // the human step restates the task: full overlap; the terminal output shares nothing
+        assert_eq!(get(&r, 0, "task_overlap"), 1.0);
+        assert_eq!(get(&r, 3, "task_overlap"), 0.0);
+        assert!(get(&r, 1, "task_overlap") > 0.5);
+    }
+
+    #[test]
+    fn extraction_is_linear_enough_for_long_traces() {
+        let mut t = fixture();
+        let base = t.steps.clone();
+        t.steps = (0..2000)
+            .map(|i| {
+                let mut s = base[i % base.len()].clone();
+                s.index = i;
+                s
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let rows = extract(&t);
+        assert_eq!(rows.len(), 2000);
+        // generous bound even for an unoptimized test build on a loaded machine
+        assert!(started.elapsed().as_secs_f64() < 5.0);
+    }
+}

@@ -1,0 +1,790 @@
+//! The prior model: standardized per-step features, an L2-regularized logistic regression
+//! trained with `smartcore` (decisive step = 1, every other step = 0), and per-trace
+//! normalization of the step scores into a distribution (softmax over the trace's logits).
+
+use crate::features::{extract, StepFeatures, F, FEATURE_NAMES};
+use crate::PriorError;
+use maslens_trace::Trace;
+use serde::{Deserialize, Serialize};
+use smartcore::linalg::basic::arrays::Array;
+use smartcore::linalg::basic::matrix::DenseMatrix;
+use smartcore::linear::logistic_regression::{LogisticRegression, LogisticRegressionParameters};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Format tag written in every model file.
+pub const MODEL_FORMAT: &str = "maslens-prior/v1";
+
+/// How step probabilities become an agent-level answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentAggregation {
+    /// An agent's probability is the sum of its steps' probabilities.
+    #[default]
+    Sum,
+    /// An agent's probability is its best step's probability (the agent of the top step wins).
+    Max,
+}
+
+/// Training options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainConfig {
+    /// L2 penalty on the (standardized) weights: `0.5 * alpha * |w|^2` added to the summed log-loss.
+    pub alpha: f64,
+    /// Agent-level aggregation stored in the model.
+    pub agent_aggregation: AgentAggregation,
+    /// Seed of the inner fold split (agent head) and of the cross-validation folds; the
+    /// learner itself (LBFGS) is deterministic.
+    pub seed: u64,
+    /// Fit the agent head (else agents are ranked by `agent_aggregation`).
+    pub agent_head: bool,
+    /// Inner folds used to cross-fit step probabilities for the agent head.
+    pub inner_folds: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            alpha: 50.0,
+            agent_aggregation: AgentAggregation::Sum,
+            seed: 7,
+            agent_head: true,
+            inner_folds: 5,
+        }
+    }
+}
+
+/// What the model was trained on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingInfo {
+    /// Labelled traces used.
+    pub traces: usize,
+    /// Step rows used.
+    pub steps: usize,
+    /// Traces skipped (no decisive label, or label step out of range).
+    pub skipped: usize,
+    pub alpha: f64,
+    pub seed: u64,
+    /// Free text: data, command, metrics (written by the CLI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A standardized linear scorer (logistic regression weights over named features).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinearHead {
+    /// Feature names in row order.
+    pub features: Vec<String>,
+    pub mean: Vec<f64>,
+    pub scale: Vec<f64>,
+    pub weights: Vec<f64>,
+    pub intercept: f64,
+}
+
+impl LinearHead {
+    /// Fit an L2-regularized logistic regression (smartcore, LBFGS) on standardized rows.
+    pub fn fit(
+        names: &[&str],
+        xs: &[Vec<f64>],
+        ys: &[u32],
+        alpha: f64,
+    ) -> Result<LinearHead, PriorError> {
+        let width = names.len();
+        let positives = ys.iter().filter(|y| **y == 1).count();
+        if xs.is_empty() || positives == 0 || positives == ys.len() {
+            return Err(PriorError::Train(format!(
+                "need at least one positive and one negative row ({} rows, {positives} positive)",
+                xs.len()
+            )));
+        }
+        if !(alpha.is_finite() && alpha >= 0.0) {
+            return Err(PriorError::Train(format!(
+                "alpha must be a finite number >= 0, got {alpha}"
+            )));
+        }
+        let rows = xs.len() as f64;
+        let mut mean = vec![0.0; width];
+        for x in xs {
+            for (m, v) in mean.iter_mut().zip(x) {
+                *m += v / rows;
+            }
+        }
+        let mut scale = vec![0.0; width];
+        for x in xs {
+            for j in 0..width {
+                scale[j] += (x[j] - mean[j]).powi(2) / rows;
+            }
+        }
+        for s in &mut scale {
+            *s = if s.sqrt() > 1e-9 { s.sqrt() } else { 1.0 };
+        }
+        let standardized: Vec<Vec<f64>> = xs
+            .iter()
+            .map(|x| (0..width).map(|j| (x[j] - mean[j]) / scale[j]).collect())
+            .collect();
+        let matrix = DenseMatrix::from_2d_vec(&standardized)
+            .map_err(|e| PriorError::Train(format!("feature matrix: {e}")))?;
+        let params = LogisticRegressionParameters::default().with_alpha(alpha);
+        let ys = ys.to_vec();
+        let lr: LogisticRegression<f64, u32, DenseMatrix<f64>, Vec<u32>> =
+            LogisticRegression::fit(&matrix, &ys, params)
+                .map_err(|e| PriorError::Train(format!("logistic regression: {e}")))?;
+        // smartcore orders classes ascending, so the coefficients are those of class 1.
+        let coef = lr.coefficients();
+        let weights: Vec<f64> = (0..width).map(|j| *coef.get((0, j))).collect();
+        let intercept = *lr.intercept().get((0, 0));
+        if weights.iter().any(|w| !w.is_finite()) || !intercept.is_finite() {
+            return Err(PriorError::Train(
+                "logistic regression produced non-finite weights".into(),
+            ));
+        }
+        Ok(LinearHead {
+            features: names.iter().map(|s| s.to_string()).collect(),
+            mean,
+            scale,
+            weights,
+            intercept,
+        })
+    }
+
+    /// Logit of one row (rows shorter than the head are padded with the mean).
+    pub fn logit(&self, row: &[f64]) -> f64 {
+        let mut z = self.intercept;
+        for (j, x) in row.iter().enumerate().take(self.weights.len()) {
+            z += self.weights[j] * (x - self.mean[j]) / self.scale[j];
+        }
+        z
+    }
+
+    fn check(&self, expected: &[&str], head: &str) -> Result<(), String> {
+        let names: Vec<&str> = self.features.iter().map(String::as_str).collect();
+        if names != expected {
+            return Err(format!(
+                "field `{head}.features` does not match this build's features ({} vs {}); retrain with `maslens prior train`",
+                names.len(),
+                expected.len()
+            ));
+        }
+        for (field, v) in [
+            ("mean", &self.mean),
+            ("scale", &self.scale),
+            ("weights", &self.weights),
+        ] {
+            if v.len() != expected.len() {
+                return Err(format!(
+                    "field `{head}.{field}` has {} values, expected {}",
+                    v.len(),
+                    expected.len()
+                ));
+            }
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err(format!("field `{head}.{field}` holds a non-finite number"));
+            }
+        }
+        if self.scale.iter().any(|s| *s <= 0.0) {
+            return Err(format!("field `{head}.scale` holds a value <= 0"));
+        }
+        if !self.intercept.is_finite() {
+            return Err(format!("field `{head}.intercept` is not finite"));
+        }
+        Ok(())
+    }
+}
+
+/// A trained prior: everything needed to score a trace, as plain numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PriorModel {
+    pub format: String,
+    /// Step head: decisive step vs other steps, over [`FEATURE_NAMES`].
+    pub step: LinearHead,
+    /// Agent head: responsible agent vs other acting agents, over [`AGENT_FEATURE_NAMES`].
+    /// When absent, agents are ranked by `agent_aggregation` of the step probabilities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<LinearHead>,
+    #[serde(default)]
+    pub agent_aggregation: AgentAggregation,
+    pub training: TrainingInfo,
+}
+
+/// One ranked (agent, step) candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// The agent acting at the step.
+    pub agent: String,
+    pub step: usize,
+    /// The model's logit for the step.
+    pub score: f64,
+    /// Probability over the trace's steps (all candidates of a trace sum to 1).
+    pub prob: f64,
+}
+
+/// Names of the agent-head features, in row order (see `docs/prior.md`).
+pub const AGENT_FEATURE_NAMES: &[&str] = &[
+    "log_step_mass",
+    "holds_top_step",
+    "is_first_actor",
+    "is_last_actor",
+    "share",
+    "log_turns",
+    "kind_worker",
+    "kind_orchestrator",
+    "kind_tool",
+    "kind_human",
+    "role_verifier",
+    "role_planner",
+    "role_coder",
+    "role_retriever",
+    "first_turn_pos",
+    "last_turn_pos",
+    "mean_error_words",
+    "any_code_block",
+    "mean_assume_words",
+    "mean_novel_numbers",
+    "mean_hedge_words",
+];
+
+/// Agent-head rows of one trace: one row per acting agent (first appearance order), built
+/// from the trace's step feature rows and the step head's probabilities.
+pub fn agent_rows(trace: &Trace, rows: &[StepFeatures], probs: &[f64]) -> Vec<(String, Vec<f64>)> {
+    let top = argmax(probs);
+    let mut order: Vec<&str> = Vec::new();
+    let mut steps_of: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, s) in trace.steps.iter().enumerate() {
+        steps_of
+            .entry(s.agent.as_str())
+            .or_insert_with(|| {
+                order.push(s.agent.as_str());
+                Vec::new()
+            })
+            .push(i);
+    }
+    let n = trace.steps.len().max(1) as f64;
+    let col = |f: F| f as usize;
+    order
+        .iter()
+        .map(|a| {
+            let idx = steps_of.get(a).cloned().unwrap_or_default();
+            let k = idx.len().max(1) as f64;
+            let first = idx.first().copied().unwrap_or(0);
+            let last = idx.last().copied().unwrap_or(0);
+            let mass: f64 = idx
+                .iter()
+                .map(|&i| probs.get(i).copied().unwrap_or(0.0))
+                .sum();
+            let mean_of = |f: F| idx.iter().map(|&i| rows[i][col(f)]).sum::<f64>() / k;
+            let max_of = |f: F| idx.iter().map(|&i| rows[i][col(f)]).fold(0.0, f64::max);
+            let r = &rows[first];
+            let row = vec![
+                mass.max(1e-6).ln(),
+                f64::from(u8::from(top.is_some_and(|t| idx.contains(&t)))),
+                r[col(F::AgentIsFirstActor)],
+                r[col(F::AgentIsLastActor)],
+                idx.len() as f64 / n,
+                (idx.len() as f64).ln_1p(),
+                r[col(F::KindWorker)],
+                r[col(F::KindOrchestrator)],
+                r[col(F::KindTool)],
+                r[col(F::KindHuman)],
+                r[col(F::RoleVerifier)],
+                r[col(F::RolePlanner)],
+                r[col(F::RoleCoder)],
+                r[col(F::RoleRetriever)],
+                rows[first][col(F::PosRel)],
+                rows[last][col(F::PosRel)],
+                mean_of(F::ErrorWords),
+                max_of(F::CodeBlock),
+                mean_of(F::AssumeWords),
+                mean_of(F::NovelNumbers),
+                mean_of(F::HedgeWords),
+            ];
+            (a.to_string(), row)
+        })
+        .collect()
+}
+
+/// A labelled trace with its feature rows.
+struct Prepared<'a> {
+    trace: &'a Trace,
+    rows: Vec<StepFeatures>,
+    step: usize,
+    agent: &'a str,
+}
+
+fn prepare<'a>(traces: &[&'a Trace]) -> (Vec<Prepared<'a>>, usize) {
+    let mut out = Vec::new();
+    let mut skipped = 0;
+    for t in traces {
+        let Some(label) = t.labels.decisive.as_ref() else {
+            skipped += 1;
+            continue;
+        };
+        if label.step >= t.steps.len() {
+            tracing::warn!(
+                trace = %t.id,
+                step = label.step,
+                steps = t.steps.len(),
+                "labels.decisive.step is out of range; trace skipped"
+            );
+            skipped += 1;
+            continue;
+        }
+        out.push(Prepared {
+            trace: t,
+            rows: extract(t),
+            step: label.step,
+            agent: label.agent.as_str(),
+        });
+    }
+    (out, skipped)
+}
+
+fn fit_step_head(data: &[&Prepared], alpha: f64) -> Result<LinearHead, PriorError> {
+    let mut xs = Vec::new();
+    let mut ys = Vec::new();
+    for p in data {
+        for (i, row) in p.rows.iter().enumerate() {
+            xs.push(row.to_vec());
+            ys.push(u32::from(i == p.step));
+        }
+    }
+    LinearHead::fit(FEATURE_NAMES, &xs, &ys, alpha)
+}
+
+fn head_distribution(head: &LinearHead, rows: &[StepFeatures]) -> Vec<f64> {
+    softmax(&rows.iter().map(|r| head.logit(r)).collect::<Vec<_>>())
+}
+
+impl PriorModel {
+    /// Train on the labelled traces among `traces` (those with `labels.decisive`).
+    ///
+    /// The step head is fit on every step row. The agent head (when enabled) is fit on
+    /// agent rows whose step-probability features come from step heads cross-fitted over
+    /// `inner_folds` folds, so it learns how much to trust out-of-sample step scores.
+    pub fn train(traces: &[&Trace], cfg: &TrainConfig) -> Result<PriorModel, PriorError> {
+        let (data, skipped) = prepare(traces);
+        if data.is_empty() {
+            return Err(PriorError::Train(format!(
+                "no usable labelled traces ({skipped} skipped: no decisive label or step out of range)"
+            )));
+        }
+        let all: Vec<&Prepared> = data.iter().collect();
+        let step = fit_step_head(&all, cfg.alpha)?;
+        let agent = if cfg.agent_head && data.len() >= 2 * cfg.inner_folds.max(2) {
+            let k = cfg.inner_folds.max(2);
+            let ts: Vec<&Trace> = data.iter().map(|p| p.trace).collect();
+            let folds = crate::eval::fold_assignment(&ts, k, cfg.seed);
+            let mut probs: Vec<Vec<f64>> = vec![Vec::new(); data.len()];
+            for fold in 0..k {
+                let train: Vec<&Prepared> = data
+                    .iter()
+                    .zip(&folds)
+                    .filter(|(_, f)| **f != fold)
+                    .map(|(p, _)| p)
+                    .collect();
+                let head = fit_step_head(&train, cfg.alpha)?;
+                for (i, p) in data.iter().enumerate() {
+                    if folds[i] == fold {
+                        probs[i] = head_distribution(&head, &p.rows);
+                    }
+                }
+            }
+            let mut xs = Vec::new();
+            let mut ys = Vec::new();
+            for (p, pr) in data.iter().zip(&probs) {
+                for (name, row) in agent_rows(p.trace, &p.rows, pr) {
+                    ys.push(u32::from(name == p.agent));
+                    xs.push(row);
+                }
+            }
+            Some(LinearHead::fit(AGENT_FEATURE_NAMES, &xs, &ys, cfg.alpha)?)
+        } else {
+            None
+        };
+        Ok(PriorModel {
+            format: MODEL_FORMAT.to_string(),
+            step,
+            agent,
+            agent_aggregation: cfg.agent_aggregation,
+            training: TrainingInfo {
+                traces: data.len(),
+                steps: data.iter().map(|p| p.rows.len()).sum(),
+                skipped,
+                alpha: cfg.alpha,
+                seed: cfg.seed,
+                note: None,
+            },
+        })
+    }
+
+    /// Parse a model from JSON text; `origin` names it in errors.
+    pub fn from_json(text: &str, origin: &str) -> Result<PriorModel, PriorError> {
+        let model: PriorModel =
+            serde_json::from_str(text).map_err(|source| PriorError::ModelParse {
+                origin: origin.to_string(),
+                source,
+            })?;
+        model.check().map_err(|what| PriorError::ModelInvalid {
+            origin: origin.to_string(),
+            what,
+        })?;
+        Ok(model)
+    }
+
+    /// Load a model file written by [`PriorModel::save`].
+    pub fn load(path: impl AsRef<Path>) -> Result<PriorModel, PriorError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| PriorError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_json(&text, &path.display().to_string())
+    }
+
+    /// Write the model as pretty JSON.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), PriorError> {
+        let path = path.as_ref();
+        std::fs::write(path, self.to_json()).map_err(|source| PriorError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Pretty JSON of the model.
+    pub fn to_json(&self) -> String {
+        // Serializing plain numbers, strings and enums cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.format != MODEL_FORMAT {
+            return Err(format!(
+                "field `format` is {:?}, expected {MODEL_FORMAT:?}",
+                self.format
+            ));
+        }
+        self.step.check(FEATURE_NAMES, "step")?;
+        if let Some(a) = &self.agent {
+            a.check(AGENT_FEATURE_NAMES, "agent")?;
+        }
+        Ok(())
+    }
+
+    /// Logits of every step.
+    pub fn step_scores(&self, trace: &Trace) -> Vec<f64> {
+        extract(trace).iter().map(|r| self.step.logit(r)).collect()
+    }
+
+    /// Probability of each step being the decisive one (softmax over the trace's logits;
+    /// sums to 1; empty for a trace without steps).
+    pub fn step_distribution(&self, trace: &Trace) -> Vec<f64> {
+        softmax(&self.step_scores(trace))
+    }
+
+    fn agents_from(
+        &self,
+        trace: &Trace,
+        rows: &[StepFeatures],
+        probs: &[f64],
+    ) -> Vec<(String, f64)> {
+        match &self.agent {
+            Some(head) => {
+                let ar = agent_rows(trace, rows, probs);
+                let p = softmax(&ar.iter().map(|(_, r)| head.logit(r)).collect::<Vec<_>>());
+                let mut out: Vec<(usize, String, f64)> = ar
+                    .into_iter()
+                    .zip(p)
+                    .enumerate()
+                    .map(|(i, ((a, _), p))| (i, a, p))
+                    .collect();
+                out.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+                out.into_iter().map(|(_, a, p)| (a, p)).collect()
+            }
+            None => aggregate_agents(trace, probs, self.agent_aggregation),
+        }
+    }
+
+    /// Probability per acting agent (agent head, else aggregation of step probabilities),
+    /// best first; sums to 1.
+    pub fn agent_distribution(&self, trace: &Trace) -> Vec<(String, f64)> {
+        let rows = extract(trace);
+        let probs = head_distribution(&self.step, &rows);
+        self.agents_from(trace, &rows, &probs)
+    }
+
+    /// Every (agent, step) candidate, most probable first (ties: earlier step first).
+    pub fn rank(&self, trace: &Trace) -> Vec<Candidate> {
+        let scores = self.step_scores(trace);
+        let probs = softmax(&scores);
+        let mut out: Vec<Candidate> = trace
+            .steps
+            .iter()
+            .zip(scores.iter().zip(&probs))
+            .map(|(s, (score, prob))| Candidate {
+                agent: s.agent.clone(),
+                step: s.index,
+                score: *score,
+                prob: *prob,
+            })
+            .collect();
+        out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.step.cmp(&b.step)));
+        out
+    }
+
+    /// The predicted (agent, step): the agent from the agent distribution, the step by argmax
+    /// of the step distribution. `None` for a trace without steps.
+    pub fn predict(&self, trace: &Trace) -> Option<(String, usize)> {
+        let rows = extract(trace);
+        let probs = head_distribution(&self.step, &rows);
+        let step = argmax(&probs)?;
+        let agent = self.agents_from(trace, &rows, &probs).into_iter().next()?.0;
+        Some((agent, trace.steps[step].index))
+    }
+}
+
+/// Index of the largest value (first one on ties).
+pub fn argmax(xs: &[f64]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, x) in xs.iter().enumerate() {
+        match best {
+            Some(b) if xs[b] >= *x => {}
+            _ => best = Some(i),
+        }
+    }
+    best
+}
+
+/// Numerically stable softmax.
+pub fn softmax(xs: &[f64]) -> Vec<f64> {
+    let Some(max) = xs.iter().copied().max_by(f64::total_cmp) else {
+        return Vec::new();
+    };
+    let exps: Vec<f64> = xs.iter().map(|x| (x - max).exp()).collect();
+    let total: f64 = exps.iter().sum();
+    exps.into_iter().map(|e| e / total).collect()
+}
+
+/// Per-agent probabilities from step probabilities, best first (ties by first appearance).
+pub fn aggregate_agents(trace: &Trace, probs: &[f64], how: AgentAggregation) -> Vec<(String, f64)> {
+    let mut order: Vec<&str> = Vec::new();
+    let mut acc: HashMap<&str, f64> = HashMap::new();
+    for (s, p) in trace.steps.iter().zip(probs) {
+        let e = acc.entry(s.agent.as_str()).or_insert_with(|| {
+            order.push(s.agent.as_str());
+            0.0
+        });
+        match how {
+            AgentAggregation::Sum => *e += p,
+            AgentAggregation::Max => *e = e.max(*p),
+        }
+    }
+    let mut out: Vec<(usize, String, f64)> = order
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (i, a.to_string(), acc.get(a).copied().unwrap_or(0.0)))
+        .collect();
+    out.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    out.into_iter().map(|(_, a, p)| (a, p)).collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use maslens_trace::{AgentKind, DecisiveLabel, Step};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Synthetic labelled traces (a fixture, not data): a planner, two workers and a terminal;
+    /// the decisive step is the one worker step that introduces a placeholder value and is
+    /// followed by a failing terminal output. Position is random, so only content can tell.
+    pub(crate) fn synthetic_corpus(n: usize, seed: u64) -> Vec<Trace> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..n)
+            .map(|k| {
+                let mut t = Trace::new(format!("synthetic/{k}"));
+                t.task = "Compute the total revenue of the shop in 2021.".into();
+                t.ensure_agent("Planner", AgentKind::Orchestrator);
+                t.ensure_agent("Analyst", AgentKind::Worker);
+                t.ensure_agent("Reviewer", AgentKind::Worker);
+                t.ensure_agent("terminal", AgentKind::Tool);
+                let len = rng.gen_range(6..14);
+                let bad = rng.gen_range(1..len - 1);
+                let mut steps = Vec::new();
+                let mut i = 0;
+                while i < len {
+                    let (agent, content) = if i == bad {
+                        (
+                            if rng.gen_bool(0.5) {
+                                "Analyst"
+                            } else {
+                                "Reviewer"
+                            },
+                            format!(
+                                "Assume a placeholder revenue of {} as an example.",
+                                rng.gen_range(1000..9999)
+                            ),
+                        )
+                    } else if i == bad + 1 {
+                        ("terminal", "exitcode: 1 Traceback error".to_string())
+                    } else {
+                        match rng.gen_range(0..3) {
+                            0 => ("Planner", "Please compute the revenue.".to_string()),
+                            1 => ("Analyst", "The revenue table looks fine.".to_string()),
+                            _ => ("terminal", "exitcode: 0 ok".to_string()),
+                        }
+                    };
+                    steps.push(Step {
+                        index: i,
+                        agent: agent.into(),
+                        content,
+                        ..Step::default()
+                    });
+                    i += 1;
+                }
+                t.labels.decisive = Some(DecisiveLabel {
+                    agent: steps[bad].agent.clone(),
+                    step: bad,
+                    reason: None,
+                });
+                t.steps = steps;
+                t
+            })
+            .collect()
+    }
+
+    #[test]
+    fn learns_a_content_signal_and_generalizes() {
+        let train = synthetic_corpus(60, 1);
+        let test = synthetic_corpus(40, 2);
+        let refs: Vec<&Trace> = train.iter().collect();
+        let cfg = TrainConfig {
+            alpha: 1.0,
+            ..TrainConfig::default()
+        };
+        let m = PriorModel::train(&refs, &cfg).unwrap();
+        assert!(m.agent.is_some());
+        let (mut step_ok, mut agent_ok) = (0, 0);
+        for t in &test {
+            let label = t.labels.decisive.as_ref().unwrap();
+            let (a, s) = m.predict(t).unwrap();
+            step_ok += usize::from(s == label.step);
+            agent_ok += usize::from(a == label.agent);
+        }
+        assert!(step_ok >= 36, "step {step_ok}/40");
+        assert!(agent_ok >= 36, "agent {agent_ok}/40");
+    }
+
+    #[test]
+    fn training_is_deterministic_for_a_fixed_seed() {
+        let data = synthetic_corpus(40, 3);
+        let refs: Vec<&Trace> = data.iter().collect();
+        let cfg = TrainConfig::default();
+        let a = PriorModel::train(&refs, &cfg).unwrap().to_json();
+        let b = PriorModel::train(&refs, &cfg).unwrap().to_json();
+        assert_eq!(a, b);
+        // input order does not matter either (folds are keyed by trace id)
+        let rev: Vec<&Trace> = data.iter().rev().collect();
+        let c = PriorModel::train(&rev, &cfg).unwrap();
+        let a = PriorModel::from_json(&a, "a").unwrap();
+        for (x, y) in a.step.weights.iter().zip(&c.step.weights) {
+            assert!((x - y).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn distributions_sum_to_one_and_rank_is_sorted() {
+        let data = synthetic_corpus(30, 4);
+        let refs: Vec<&Trace> = data.iter().collect();
+        let m = PriorModel::train(&refs, &TrainConfig::default()).unwrap();
+        let t = &data[0];
+        let d = m.step_distribution(t);
+        assert_eq!(d.len(), t.steps.len());
+        assert!((d.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        let agents = m.agent_distribution(t);
+        assert!((agents.iter().map(|(_, p)| p).sum::<f64>() - 1.0).abs() < 1e-9);
+        let r = m.rank(t);
+        assert_eq!(r.len(), t.steps.len());
+        assert!(r.windows(2).all(|w| w[0].score >= w[1].score));
+        assert!((r.iter().map(|c| c.prob).sum::<f64>() - 1.0).abs() < 1e-9);
+        for c in &r {
+            assert_eq!(t.steps[c.step].agent, c.agent);
+        }
+        assert!(m.predict(&Trace::new("empty")).is_none());
+        assert!(m.rank(&Trace::new("empty")).is_empty());
+    }
+
+    #[test]
+    fn save_load_round_trip_and_invalid_models() {
+        let data = synthetic_corpus(30, 5);
+        let refs: Vec<&Trace> = data.iter().collect();
+        let m = PriorModel::train(&refs, &TrainConfig::default()).unwrap();
+        let dir = std::env::temp_dir().join(format!("maslens-prior-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.json");
+        m.save(&path).unwrap();
+        assert_eq!(PriorModel::load(&path).unwrap(), m);
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let err = PriorModel::load("/nonexistent/model.json").unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/model.json"));
+        let err = PriorModel::from_json("{", "x.json").unwrap_err();
+        assert!(err.to_string().starts_with("x.json"));
+        let mut bad = m.clone();
+        bad.step.features.pop();
+        let err = PriorModel::from_json(&bad.to_json(), "y.json").unwrap_err();
+        assert!(err.to_string().contains("step.features"), "{err}");
+        let mut bad = m.clone();
+        bad.step.weights[0] = 0.0;
+        bad.format = "other".into();
+        assert!(PriorModel::from_json(&bad.to_json(), "z").is_err());
+        // a NaN cannot even be written as JSON number; a negative scale is caught
+        let mut bad = m;
+        bad.step.scale[0] = -1.0;
+        assert!(PriorModel::from_json(&bad.to_json(), "z")
+            .unwrap_err()
+            .to_string()
+            .contains("scale"));
+    }
+
+    #[test]
+    fn training_needs_labels() {
+        let mut t = Trace::new("x");
+        t.ensure_agent("a", AgentKind::Worker);
+        t.steps.push(Step {
+            index: 0,
+            agent: "a".into(),
+            ..Step::default()
+        });
+        let err = PriorModel::train(&[&t], &TrainConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("no usable labelled traces"));
+        // a label pointing past the last step is skipped, not a panic
+        t.labels.decisive = Some(DecisiveLabel {
+            agent: "a".into(),
+            step: 5,
+            reason: None,
+        });
+        assert!(PriorModel::train(&[&t], &TrainConfig::default()).is_err());
+        let bad_alpha = TrainConfig {
+            alpha: f64::NAN,
+            ..TrainConfig::default()
+        };
+        let data = synthetic_corpus(20, 6);
+        let refs: Vec<&Trace> = data.iter().collect();
+        assert!(PriorModel::train(&refs, &bad_alpha).is_err());
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(argmax(&[0.1, 0.5, 0.5]), Some(1));
+        assert_eq!(argmax(&[]), None);
+        let s = softmax(&[1000.0, 1000.0]);
+        assert!((s[0] - 0.5).abs() < 1e-12);
+        assert!(softmax(&[]).is_empty());
+    }
+
+    #[test]
+    fn shipped_default_model_loads() {
+        let m = crate::load_default().unwrap();
+        assert_eq!(m.format, MODEL_FORMAT);
+        assert!(m.training.traces > 0);
+    }
+}
