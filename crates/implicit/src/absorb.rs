@@ -12,6 +12,7 @@
 //!   `peer_repair` becomes `orchestrator_intervention`; when no orchestrator acts later (and
 //!   the trace declares at least one orchestrator), an `orchestrator_intervention` becomes
 //!   `peer_repair`.
+//!
 //! Every change is recorded in `AbsorptionResult::adjusted`.
 
 use crate::blind::{check_outcome_blind, BlindView};
@@ -147,10 +148,15 @@ pub fn render_absorb_prompt(
     let user = ABSORB_USER.render(json!({
         "task": task, "annotation": annotation, "roster": roster, "window_note": window_note, "trace": trace
     }))?;
+    // The fixed text of the prompt (template with empty data) may legitimately contain any
+    // word; the blindness check only counts what the data adds.
+    let skeleton = ABSORB_USER.render(json!({
+        "task": "", "annotation": "", "roster": "", "window_note": window_note, "trace": ""
+    }))?;
     Ok(AbsorbPrompt {
+        data: format!("{system}\n{skeleton}\n{task}\n{annotation}\n{roster}\n{trace}"),
         system,
         user,
-        data: format!("{task}\n{annotation}\n{roster}\n{trace}"),
     })
 }
 
@@ -434,6 +440,18 @@ mod tests {
         assert!(check_outcome_blind(&t, &p.user, &p.data).is_ok());
         let leaky = format!("{}\nReference answer: UNIQUE-ANSWER-51", p.user);
         assert!(check_outcome_blind(&t, &leaky, &p.data).is_err());
+    }
+
+    #[tokio::test]
+    async fn ground_truth_that_is_a_template_word_is_not_a_false_leak() {
+        let mut t = trace();
+        t.ground_truth = Some("self_workaround".into()); // a word of the template only
+        let m = ScriptedModel::new("fixture")
+            .then(r#"{"absorption_pattern":"peer_repair","confidence":"high","rationale":"r"}"#);
+        let (r, _, _) = classify(&m, &t, &event(1, "Solver"), &AbsorbConfig::default())
+            .await
+            .unwrap();
+        assert_eq!(r.label, Some(Absorption::PeerRepair));
     }
 
     #[test]

@@ -179,7 +179,11 @@ pub fn render_detect_prompt(
     let user = DETECT_USER.render(
         json!({"task": task, "roster": roster, "window_note": window_note, "trace": trace}),
     )?;
-    let data = format!("{task}\n{roster}\n{trace}");
+    // The fixed text of the prompt (template with empty data) may legitimately contain any
+    // word; the blindness check only counts what the data adds.
+    let skeleton = DETECT_USER
+        .render(json!({"task": "", "roster": "", "window_note": window_note, "trace": ""}))?;
+    let data = format!("{system}\n{skeleton}\n{task}\n{roster}\n{trace}");
     Ok(DetectPrompt { system, user, data })
 }
 
@@ -221,10 +225,20 @@ fn level(v: &Value, key: &str) -> Option<Level> {
     v.get(key).and_then(Value::as_str).and_then(Level::parse)
 }
 
+/// One entry of a detector answer, before checking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawEvent {
+    pub step: usize,
+    pub agent: String,
+    pub error_type: ErrorType,
+    pub description: String,
+    pub evidence: String,
+    pub severity: Level,
+    pub confidence: Level,
+}
+
 /// Read one entry of `implicit_failures`; `Err` says why it was rejected.
-pub fn parse_event(
-    v: &Value,
-) -> Result<(usize, String, ErrorType, String, String, Level, Level), String> {
+pub fn parse_event(v: &Value) -> Result<RawEvent, String> {
     let step = v
         .get("error_step")
         .and_then(|s| {
@@ -246,15 +260,15 @@ pub fn parse_event(
             .trim()
             .to_string()
     };
-    Ok((
-        step as usize,
-        s("error_agent"),
+    Ok(RawEvent {
+        step: step as usize,
+        agent: s("error_agent"),
         error_type,
-        s("error_description"),
-        s("error_evidence"),
-        level(v, "severity").unwrap_or(Level::Medium),
-        level(v, "confidence").unwrap_or(Level::Low),
-    ))
+        description: s("error_description"),
+        evidence: s("error_evidence"),
+        severity: level(v, "severity").unwrap_or(Level::Medium),
+        confidence: level(v, "confidence").unwrap_or(Level::Low),
+    })
 }
 
 /// Turn the events of a validated answer into checked [`ImplicitFailure`]s.
@@ -273,14 +287,21 @@ pub fn events_from_answer(
         .cloned()
         .unwrap_or_default();
     for (i, item) in items.iter().enumerate() {
-        let (step, agent, error_type, description, evidence, severity, confidence) =
-            match parse_event(item) {
-                Ok(e) => e,
-                Err(why) => {
-                    rejected.push(format!("window {window_no}, entry {i}: {why}"));
-                    continue;
-                }
-            };
+        let RawEvent {
+            step,
+            agent,
+            error_type,
+            description,
+            evidence,
+            severity,
+            confidence,
+        } = match parse_event(item) {
+            Ok(e) => e,
+            Err(why) => {
+                rejected.push(format!("window {window_no}, entry {i}: {why}"));
+                continue;
+            }
+        };
         let check = evidence::check(view, step, &agent, &evidence, cfg.paraphrase_threshold);
         let mut flags = Vec::new();
         match check.status {

@@ -137,15 +137,9 @@ pub async fn repair_event(
     let budget = match cfg.context_tokens.or_else(|| model.context_size()) {
         None => None,
         Some(ctx) => {
-            let (sys, user) = render_repair_prompt(trace, 0.min(pos), event, cfg, Some(0), &count)?;
-            let overhead = count(&sys)
-                + count(&user)
-                + cfg.max_tokens as usize
-                + cfg.safety_tokens
-                + count(&truncate_chars(
-                    &trace.steps[pos].content,
-                    cfg.max_step_chars,
-                ));
+            // The prompt with an empty history (budget 0) is the fixed part.
+            let (sys, user) = render_repair_prompt(trace, pos, event, cfg, Some(0), &count)?;
+            let overhead = count(&sys) + count(&user) + cfg.max_tokens as usize + cfg.safety_tokens;
             Some(ctx.saturating_sub(overhead).max(1))
         }
     };
@@ -247,15 +241,16 @@ mod tests {
         assert_eq!(fix.step.content, "corrected message 2");
         assert_eq!(fix.prefix.len(), 2);
         assert_eq!(fix.prefix, noop.prefix);
-        let calls = m.calls.lock().unwrap();
-        let user = &calls[0].messages[1].content;
-        assert!(
-            user.contains("message 1")
-                && user.contains("<<<BUGGY MESSAGE BEGIN>>>\n<buggy_message>\nmessage 2")
-        );
-        assert!(!user.contains("message 3"), "later steps must not be shown");
-        assert!(!user.contains("SECRET-51"));
-        drop(calls);
+        {
+            let calls = m.calls.lock().unwrap();
+            let user = &calls[0].messages[1].content;
+            assert!(
+                user.contains("message 1")
+                    && user.contains("<<<BUGGY MESSAGE BEGIN>>>\n<buggy_message>\nmessage 2")
+            );
+            assert!(!user.contains("message 3"), "later steps must not be shown");
+            assert!(!user.contains("SECRET-51"));
+        }
         // IF at a step that does not exist.
         let mut e2 = e.clone();
         e2.step = 99;
@@ -264,5 +259,58 @@ mod tests {
             .unwrap()
             .0
             .is_err());
+    }
+
+    #[tokio::test]
+    async fn long_history_keeps_the_latest_steps() {
+        let mut t = Trace::new("r2");
+        t.task = "task".into();
+        t.steps = (0..20)
+            .map(|i| Step {
+                index: i,
+                agent: "A".into(),
+                content: format!("message {i} {}", "word ".repeat(200)),
+                ..Default::default()
+            })
+            .collect();
+        let e = ImplicitFailure {
+            step: 19,
+            agent: "A".into(),
+            error_type: ErrorType::WrongAction,
+            description: "d".into(),
+            evidence: String::new(),
+            severity: Level::Low,
+            confidence: Level::Low,
+            evidence_check: EvidenceCheck {
+                status: EvidenceStatus::Verbatim,
+                coverage: 1.0,
+                agent_matches: true,
+            },
+            flags: vec![],
+            windows: vec![0],
+            absorption: None,
+            group: None,
+            judges: vec![],
+            agreement: None,
+        };
+        let m = ScriptedModel::new("fixture").then("fixed");
+        let cfg = RepairConfig {
+            context_tokens: Some(4000),
+            ..Default::default()
+        };
+        let (plans, _) = repair_event(&m, &t, 0, &e, &cfg).await.unwrap();
+        // The plan keeps the full prefix even though the prompt could not.
+        assert_eq!(plans.unwrap()[1].prefix.len(), 19);
+        let calls = m.calls.lock().unwrap();
+        let user = &calls[0].messages[1].content;
+        assert!(user.contains("earlier steps omitted"));
+        assert!(user.contains("message 18 "));
+        assert!(!user.contains("message 0 "));
+        let total: usize = calls[0]
+            .messages
+            .iter()
+            .map(|m| maslens_llm::estimate_tokens(&m.content))
+            .sum();
+        assert!(total + 512 <= 4000, "prompt of {total} tokens does not fit");
     }
 }

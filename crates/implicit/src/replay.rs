@@ -51,6 +51,15 @@ pub struct ConfigStats {
     pub unmatched_traces: Vec<String>,
 }
 
+/// Per-trace rows: (task, original_success, noop outcomes, fix outcomes, IF positions).
+type TraceRows = (
+    String,
+    bool,
+    Vec<f64>,
+    Vec<f64>,
+    std::collections::BTreeSet<Option<usize>>,
+);
+
 /// Per-trace means over IF positions: (task, original_success, noop rate, fix rate, positions).
 type TraceRates = (String, bool, f64, f64, usize);
 
@@ -76,16 +85,7 @@ pub fn replay_stats(
     let mut out = Vec::new();
     for (config, rows) in by_config {
         // trace -> (task, original, noop outcomes, fix outcomes, positions)
-        let mut traces: BTreeMap<
-            &str,
-            (
-                String,
-                bool,
-                Vec<f64>,
-                Vec<f64>,
-                std::collections::BTreeSet<Option<usize>>,
-            ),
-        > = BTreeMap::new();
+        let mut traces: BTreeMap<&str, TraceRows> = BTreeMap::new();
         for r in rows {
             let e = traces.entry(r.trace.as_str()).or_insert_with(|| {
                 (

@@ -9,6 +9,7 @@
 //! - PRM+IF: highest w * s_prm + (1 - w) * (1 - s_if), pooling and w (grid 0, 0.1, ..., 1)
 //!   chosen jointly on the tuning split; s_if = r clipped to [0, 1];
 //! - random: a seeded uniform pick.
+//!
 //! Ties are broken by the subset's (seeded random) order. Reported: the accuracy (share of
 //! tasks whose selected candidate succeeded) on the test split, with k/n.
 
