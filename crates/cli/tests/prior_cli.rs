@@ -1,0 +1,158 @@
+//! `maslens prior` end to end on the real Who&When files (read in place).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/whowhen");
+
+fn maslens() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_maslens"))
+}
+
+#[test]
+fn rank_json_lists_every_step_with_probabilities_summing_to_one() {
+    let file = format!("{DATA}/Hand-Crafted/12.json");
+    let out = maslens()
+        .args(["prior", "rank", &file, "--top", "1000", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["trace"], "Hand-Crafted/12");
+    let cands = v["candidates"].as_array().unwrap();
+    assert_eq!(cands.len(), v["steps"].as_u64().unwrap() as usize);
+    let total: f64 = cands.iter().map(|c| c["prob"].as_f64().unwrap()).sum();
+    assert!((total - 1.0).abs() < 1e-6);
+    let agents: f64 = v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["prob"].as_f64().unwrap())
+        .sum();
+    assert!((agents - 1.0).abs() < 1e-6);
+    // sorted by score
+    let scores: Vec<f64> = cands.iter().map(|c| c["score"].as_f64().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]));
+}
+
+#[test]
+fn eval_reports_metrics_with_intervals_next_to_baselines() {
+    let dir = format!("{DATA}/Algorithm-Generated");
+    let out = maslens()
+        .args(["prior", "eval", &dir, "--bootstrap", "100", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["labelled"], 67);
+    let methods = v["protocols"][0]["methods"].as_array().unwrap();
+    let names: Vec<&str> = methods
+        .iter()
+        .map(|m| m["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "baseline/random",
+            "baseline/first-non-terminal",
+            "baseline/last-non-terminal",
+            "prior"
+        ]
+    );
+    let agent = &methods[3]["groups"]["all"]["agent"];
+    assert_eq!(agent["n"], 67);
+    let (lo, val, hi) = (
+        agent["ci95"][0].as_f64().unwrap(),
+        agent["value"].as_f64().unwrap(),
+        agent["ci95"][1].as_f64().unwrap(),
+    );
+    assert!(lo <= val && val <= hi);
+    assert!(methods[3]["groups"]["all"]["tolerance"][0]["within"] == 1);
+}
+
+#[test]
+fn train_writes_a_model_that_rank_can_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model: PathBuf = tmp.path().join("m.json");
+    let out = maslens()
+        .args([
+            "prior",
+            "train",
+            &format!("{DATA}/Algorithm-Generated"),
+            "--folds",
+            "0",
+            "--out",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&model).unwrap();
+    assert!(text.contains("maslens-prior/v1"));
+    let out = maslens()
+        .args([
+            "prior",
+            "rank",
+            &format!("{DATA}/Algorithm-Generated/1.json"),
+            "--model",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Algorithm-Generated/1"));
+}
+
+#[test]
+fn bad_model_file_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("broken.json");
+    std::fs::write(&model, "{\"format\": 3}").unwrap();
+    let out = maslens()
+        .args([
+            "prior",
+            "rank",
+            &format!("{DATA}/Hand-Crafted/12.json"),
+            "--model",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("broken.json"), "{err}");
+}
+
+#[test]
+fn unlabelled_or_unreadable_inputs_do_not_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.json");
+    std::fs::write(&bad, "{not json").unwrap();
+    let out = maslens()
+        .args(["prior", "rank", &format!("{DATA}/Hand-Crafted/12.json")])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    // the good trace is ranked, the bad file reported, exit code 1 (problems)
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Hand-Crafted/12"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.json"));
+    let out = maslens()
+        .args(["prior", "train"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
