@@ -62,7 +62,8 @@ pub struct LlmArgs {
     /// CPU threads for the embedded model.
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Context size for the embedded model.
+    /// Context window in tokens: the embedded model's context size; for `openai:` models, the
+    /// window methods plan long traces for (unknown by default).
     #[arg(long)]
     pub context_size: Option<u32>,
 }

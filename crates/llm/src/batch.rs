@@ -23,6 +23,7 @@ pub struct BatchRecorder {
     out: Mutex<std::io::BufWriter<std::fs::File>>,
     seen: Mutex<HashSet<String>>,
     cache: Option<Arc<Cache>>,
+    meta: Option<Arc<dyn ChatModel>>,
 }
 
 impl BatchRecorder {
@@ -47,7 +48,16 @@ impl BatchRecorder {
             out: Mutex::new(std::io::BufWriter::new(file)),
             seen: Mutex::new(HashSet::new()),
             cache,
+            meta: None,
         })
+    }
+
+    /// Answer `context_size` and `count_tokens` as `real` (the backend a normal run would use)
+    /// does, so that methods build the same requests in export mode as in the real run and the
+    /// imported answers are cache hits. `real.complete` is never called.
+    pub fn with_meta(mut self, real: Arc<dyn ChatModel>) -> Self {
+        self.meta = Some(real);
+        self
     }
 
     /// Requests written so far.
@@ -69,6 +79,17 @@ pub fn batch_line(key: &str, body: Value) -> Value {
 impl ChatModel for BatchRecorder {
     fn id(&self) -> &str {
         &self.id
+    }
+
+    fn context_size(&self) -> Option<usize> {
+        self.meta.as_ref().and_then(|m| m.context_size())
+    }
+
+    fn count_tokens(&self, text: &str) -> usize {
+        match &self.meta {
+            Some(m) => m.count_tokens(text),
+            None => crate::estimate_tokens(text),
+        }
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {

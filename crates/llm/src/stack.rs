@@ -190,6 +190,7 @@ pub fn open_backend(
             c.timeout = opts.timeout;
             c.max_retries = opts.max_retries;
             c.schema_mode = opts.schema_mode;
+            c.context_size = opts.context_size.map(|n| n as usize);
             Ok(Arc::new(OpenAiModel::new(c)?))
         }
         ModelSpec::Local { spec: local } => open_local_backend(local, opts),
@@ -225,19 +226,30 @@ pub async fn open(spec: &str, opts: &OpenOptions) -> Result<Stack, LlmError> {
     };
     prices.models.extend(cfg.models.clone());
     if let CacheMode::Export(path) = &opts.cache_mode {
-        // Nothing is sent in export mode: no backend to open, no API key needed.
+        // Nothing is sent in export mode, but methods must build the same requests as in the
+        // real run: the recorder answers context size and token counts as the real backend does
+        // (opened only for that; for `openai:` this needs no network and no key).
         let cache = Arc::new(open_cache(opts)?);
         let model_name = match &parsed {
             ModelSpec::OpenAi { model, .. } => model.clone(),
             ModelSpec::Local { spec } => spec.clone(),
         };
-        let rec = Arc::new(BatchRecorder::create(
+        let mut rec = BatchRecorder::create(
             path,
             parsed.id(),
             model_name,
             opts.schema_mode,
             Some(cache.clone()),
-        )?);
+        )?;
+        match open_backend(&parsed, opts, &cfg) {
+            Ok(real) => rec = rec.with_meta(real),
+            Err(e) => tracing::warn!(
+                "export mode: cannot open {} for its context size and tokenizer ({e}); using estimates, \
+                 so the rerun may build different requests",
+                parsed.id()
+            ),
+        }
+        let rec = Arc::new(rec);
         let cached: Arc<dyn ChatModel> = Arc::new(CachedModel::new(
             rec.clone(),
             cache.clone(),
@@ -252,8 +264,21 @@ pub async fn open(spec: &str, opts: &OpenOptions) -> Result<Stack, LlmError> {
         });
     }
     let backend = if opts.cache_mode == CacheMode::Replay {
-        // Replay never calls the backend: do not load a model or need a key for it.
-        Arc::new(Unreachable(parsed.id())) as Arc<dyn ChatModel>
+        // Replay never calls the backend, but it is opened when possible so that context size
+        // and token counts (which shape the requests methods build) match the original run.
+        match open_backend(&parsed, opts, &cfg) {
+            Ok(real) => real,
+            Err(e) => {
+                tracing::warn!(
+                    "replay: cannot open {} for its context size and tokenizer ({e}); using estimates",
+                    parsed.id()
+                );
+                Arc::new(Unreachable(
+                    parsed.id(),
+                    opts.context_size.map(|c| c as usize),
+                )) as Arc<dyn ChatModel>
+            }
+        }
     } else {
         open_backend(&parsed, opts, &cfg)?
     };
@@ -303,12 +328,15 @@ fn open_cache(opts: &OpenOptions) -> Result<Cache, LlmError> {
 }
 
 /// The backend of replay mode: the cache answers everything or reports a miss first.
-struct Unreachable(String);
+struct Unreachable(String, Option<usize>);
 
 #[async_trait::async_trait]
 impl ChatModel for Unreachable {
     fn id(&self) -> &str {
         &self.0
+    }
+    fn context_size(&self) -> Option<usize> {
+        self.1
     }
     async fn complete(
         &self,
@@ -400,5 +428,36 @@ mod tests {
             replay.model.complete(&other).await,
             Err(LlmError::ReplayMiss { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn export_and_replay_answer_metadata_like_the_real_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("llm.toml");
+        std::fs::write(&config, "").unwrap();
+        let base = OpenOptions {
+            cache_path: Some(dir.path().join("c.sqlite")),
+            config: Some(config),
+            context_size: Some(4096),
+            ..Default::default()
+        };
+        let spec = "openai:gpt-4o-mini@http://127.0.0.1:9/v1";
+        for mode in [
+            CacheMode::ReadWrite,
+            CacheMode::Replay,
+            CacheMode::Export(dir.path().join("b.jsonl")),
+        ] {
+            let s = open(
+                spec,
+                &OpenOptions {
+                    cache_mode: mode.clone(),
+                    ..base.clone()
+                },
+            )
+            .await
+            .unwrap();
+            assert_eq!(s.model.context_size(), Some(4096), "{mode:?}");
+            assert_eq!(s.model.id(), "openai:gpt-4o-mini");
+        }
     }
 }

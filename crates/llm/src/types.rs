@@ -169,7 +169,8 @@ impl LlmError {
     /// Whether retrying the same request may succeed (429, 5xx, timeouts, connection resets).
     pub fn is_retryable(&self) -> bool {
         match self {
-            LlmError::Http { status, .. } => *status == 429 || *status >= 500,
+            // As the OpenAI SDKs do: request timeout, conflict (lock contention), rate limit, 5xx.
+            LlmError::Http { status, .. } => matches!(*status, 408 | 409 | 429) || *status >= 500,
             LlmError::Transport { .. } | LlmError::Timeout { .. } => true,
             LlmError::BadResponse { .. } => true,
             _ => false,
