@@ -493,8 +493,14 @@ impl ChatModel for CachedModel {
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let key = cache_key(self.inner.id(), request);
-        if let Some(hit) = self.lookup(&key, true).await? {
-            return Ok(hit);
+        match self.lookup(&key, true).await {
+            Ok(Some(hit)) => return Ok(hit),
+            Ok(None) => {}
+            // Replay can only answer from the cache: an unreadable entry is an error there.
+            Err(e) if self.policy == CachePolicy::Replay => return Err(e),
+            // Read-write: an unreadable entry (or a locked database) is a miss; the fresh
+            // answer overwrites the entry.
+            Err(e) => tracing::warn!("cache lookup failed, calling the backend: {e}"),
         }
         if self.policy == CachePolicy::Replay {
             return Err(LlmError::ReplayMiss {
@@ -707,5 +713,33 @@ mod tests {
         let c = Cache::open(&path).unwrap();
         assert_eq!(c.len().unwrap(), 200);
         assert_eq!(c.entry("k3-49").unwrap().unwrap().response.text, "3-49");
+    }
+
+    #[tokio::test]
+    async fn unreadable_entry_is_a_miss_in_read_write_and_an_error_in_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite");
+        let cache = Arc::new(Cache::open(&path).unwrap());
+        let q = ChatRequest::new(vec![Message::user("q")]);
+        let key = cache_key("fixture", &q);
+        cache
+            .conn()
+            .execute(
+                "INSERT INTO calls VALUES (?1, 'fixture', '{}', 'not json', 0, 0, 0, 0, 0)",
+                [&key],
+            )
+            .unwrap();
+        let replay = CachedModel::new(
+            Arc::new(ScriptedModel::new("fixture")),
+            cache.clone(),
+            CachePolicy::Replay,
+        );
+        let e = replay.complete(&q).await.unwrap_err().to_string();
+        assert!(e.contains("unreadable response") && e.contains(&key), "{e}");
+        let fixture = Arc::new(ScriptedModel::new("fixture").then("fresh"));
+        let rw = CachedModel::new(fixture.clone(), cache.clone(), CachePolicy::ReadWrite);
+        assert_eq!(rw.complete(&q).await.unwrap().text, "fresh");
+        assert_eq!(rw.complete(&q).await.unwrap().text, "fresh");
+        assert_eq!(fixture.n_calls(), 1, "the bad entry was overwritten");
     }
 }
