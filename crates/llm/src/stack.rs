@@ -460,4 +460,55 @@ mod tests {
             assert_eq!(s.model.id(), "openai:gpt-4o-mini");
         }
     }
+
+    #[tokio::test]
+    async fn config_file_gives_api_key_and_prices() {
+        let server = FakeServer::echo().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("llm.toml");
+        std::fs::write(
+            &config,
+            "api_key = \"sk-from-config\"\napi_key_env = \"MASLENS_TEST_UNSET_KEY_VAR\"\n\
+             [models.\"my-model\"]\ninput = 1000000.0\noutput = 0.0\n",
+        )
+        .unwrap();
+        let opts = OpenOptions {
+            cache_mode: CacheMode::Off,
+            config: Some(config.clone()),
+            ..Default::default()
+        };
+        let spec = format!("openai:my-model@{}", server.base_url());
+        let stack = open(&spec, &opts).await.unwrap();
+        let r = stack
+            .model
+            .complete(&ChatRequest::new(vec![Message::user("abcd")]))
+            .await
+            .unwrap();
+        assert_eq!(
+            server.counts.last_authorization.lock().unwrap().as_deref(),
+            Some("Bearer sk-from-config")
+        );
+        // 1 prompt token at $1 per token.
+        assert_eq!(r.usage.prompt_tokens, 1);
+        assert!((stack.usage.report().total.cost_usd - 1.0).abs() < 1e-9);
+        // An explicit key wins over the config.
+        let explicit = OpenOptions {
+            api_key: Some("sk-explicit".into()),
+            ..opts.clone()
+        };
+        let stack = open(&spec, &explicit).await.unwrap();
+        stack
+            .model
+            .complete(&ChatRequest::new(vec![Message::user("x")]))
+            .await
+            .unwrap();
+        assert_eq!(
+            server.counts.last_authorization.lock().unwrap().as_deref(),
+            Some("Bearer sk-explicit")
+        );
+        // Unknown keys in the config are errors naming the file.
+        std::fs::write(&config, "api_kee = \"typo\"\n").unwrap();
+        let e = open(&spec, &opts).await.err().unwrap().to_string();
+        assert!(e.contains("llm.toml") && e.contains("api_kee"), "{e}");
+    }
 }

@@ -47,6 +47,8 @@ pub struct Counts {
     /// Requests being handled now, and the most at any time.
     pub in_flight: AtomicU64,
     pub max_in_flight: AtomicU64,
+    /// The `Authorization` header of the last request, if any.
+    pub last_authorization: Mutex<Option<String>>,
     by_prompt: Mutex<HashMap<String, (u64, u64)>>,
 }
 
@@ -188,11 +190,14 @@ async fn serve_conn(
         let request_line = lines.next().unwrap_or("").to_string();
         let mut content_length = 0usize;
         let mut close = false;
+        let mut authorization = None;
         for l in lines {
             if let Some((k, v)) = l.split_once(':') {
                 let k = k.trim().to_ascii_lowercase();
                 if k == "content-length" {
                     content_length = v.trim().parse().unwrap_or(0);
+                } else if k == "authorization" {
+                    authorization = Some(v.trim().to_string());
                 } else if k == "connection" && v.trim().eq_ignore_ascii_case("close") {
                     close = true;
                 }
@@ -228,6 +233,9 @@ async fn serve_conn(
                 continue;
             }
         };
+        if let Ok(mut a) = counts.last_authorization.lock() {
+            *a = authorization;
+        }
         let n = counts.received.fetch_add(1, Ordering::SeqCst);
         let _gauge = Gauge::enter(&counts);
         let prompt = last_user(&body);
