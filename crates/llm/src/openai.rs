@@ -185,6 +185,8 @@ pub struct OpenAiModel {
     client: reqwest::Client,
     permits: Semaphore,
     level: AtomicU8,
+    /// Parameter compatibility learnt from the server's 400s (`COMPAT_*` bits).
+    compat: AtomicU8,
     rng: Mutex<rand_chacha::ChaCha8Rng>,
     attempts: AtomicU64,
 }
@@ -213,6 +215,7 @@ impl OpenAiModel {
             permits: Semaphore::new(cfg.concurrency.max(1)),
             rng: Mutex::new(rand_chacha::ChaCha8Rng::seed_from_u64(cfg.jitter_seed)),
             level: AtomicU8::new(level),
+            compat: AtomicU8::new(0),
             attempts: AtomicU64::new(0),
             client,
             cfg,
@@ -351,7 +354,8 @@ impl ChatModel for OpenAiModel {
         let mut retries = 0u32;
         loop {
             let level = self.level.load(Ordering::Relaxed);
-            let body = body_at_level(&self.cfg.model, request, level);
+            let mut body = body_at_level(&self.cfg.model, request, level);
+            apply_compat(&mut body, self.compat.load(Ordering::Relaxed));
             let permit = self
                 .permits
                 .acquire()
@@ -381,6 +385,13 @@ impl ChatModel for OpenAiModel {
                 tracing::warn!(url = %self.url, "server rejected response_format ({}); falling back", failure.error);
                 continue;
             }
+            if let Some(bit) = compat_fix(&failure.error) {
+                let before = self.compat.fetch_or(bit, Ordering::Relaxed);
+                if before & bit == 0 {
+                    tracing::warn!(url = %self.url, "adapting the request to the server ({}); not a retry", failure.error);
+                    continue;
+                }
+            }
             if !failure.error.is_retryable() || retries >= self.cfg.max_retries {
                 if retries > 0 {
                     tracing::warn!(url = %self.url, retries, "giving up: {}", failure.error);
@@ -393,6 +404,50 @@ impl ChatModel for OpenAiModel {
             retries += 1;
             tokio::time::sleep(wait).await;
         }
+    }
+}
+
+/// Send `max_completion_tokens` instead of `max_tokens` (OpenAI reasoning models).
+const COMPAT_MAX_COMPLETION_TOKENS: u8 = 1;
+/// Omit `temperature` and `top_p` (models that accept only their defaults).
+const COMPAT_NO_SAMPLING_PARAMS: u8 = 2;
+
+/// Which compatibility change a 400 asks for, if any.
+fn compat_fix(err: &LlmError) -> Option<u8> {
+    let LlmError::Http {
+        status: 400, body, ..
+    } = err
+    else {
+        return None;
+    };
+    let b = body.to_ascii_lowercase();
+    if b.contains("max_tokens") && b.contains("max_completion_tokens") {
+        return Some(COMPAT_MAX_COMPLETION_TOKENS);
+    }
+    let unsupported =
+        b.contains("unsupported") || b.contains("not supported") || b.contains("does not support");
+    if unsupported
+        && (b.contains("'temperature'")
+            || b.contains("\"temperature\"")
+            || b.contains("`temperature`"))
+    {
+        return Some(COMPAT_NO_SAMPLING_PARAMS);
+    }
+    None
+}
+
+fn apply_compat(body: &mut Value, compat: u8) {
+    let Some(obj) = body.as_object_mut() else {
+        return;
+    };
+    if compat & COMPAT_MAX_COMPLETION_TOKENS != 0 {
+        if let Some(n) = obj.remove("max_tokens") {
+            obj.insert("max_completion_tokens".into(), n);
+        }
+    }
+    if compat & COMPAT_NO_SAMPLING_PARAMS != 0 {
+        obj.remove("temperature");
+        obj.remove("top_p");
     }
 }
 

@@ -301,3 +301,49 @@ async fn nothing_lost_from_the_cache_under_faults() {
         }
     }
 }
+
+/// OpenAI reasoning models reject `max_tokens` and any non-default temperature with a 400; the
+/// backend adapts once (not counted as a retry) and remembers it.
+#[tokio::test]
+async fn adapts_to_reasoning_model_parameter_rules() {
+    let server = FakeServer::start(handler(|b, _| {
+        if b.get("max_tokens").is_some() {
+            Reply::Status {
+                code: 400,
+                body: r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."}}"#.into(),
+                retry_after: None,
+            }
+        } else if b.get("temperature").is_some() {
+            Reply::Status {
+                code: 400,
+                body: r#"{"error":{"message":"Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported."}}"#.into(),
+                retry_after: None,
+            }
+        } else if b.get("max_completion_tokens").is_some() {
+            ok(b)
+        } else {
+            Reply::Status { code: 400, body: "unexpected".into(), retry_after: None }
+        }
+    }))
+    .await
+    .unwrap();
+    let m = model(&server, |c| c.max_retries = 0);
+    assert_eq!(m.complete(&q("x")).await.unwrap().text, "echo: x");
+    assert_eq!(m.attempts(), 3);
+    assert_eq!(m.complete(&q("y")).await.unwrap().text, "echo: y");
+    assert_eq!(m.attempts(), 4, "remembered for the run");
+    // A 400 that asks for nothing we can change is final.
+    let other = FakeServer::start(handler(|_, _| Reply::Status {
+        code: 400,
+        body: r#"{"error":{"message":"'temperature' must be at most 2"}}"#.into(),
+        retry_after: None,
+    }))
+    .await
+    .unwrap();
+    let m = model(&other, |_| {});
+    assert!(matches!(
+        m.complete(&q("x")).await,
+        Err(LlmError::Http { status: 400, .. })
+    ));
+    assert_eq!(m.attempts(), 1);
+}
