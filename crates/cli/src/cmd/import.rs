@@ -166,7 +166,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                     eprintln!("{}", diag_line(&imp.trace.id, d));
                 }
             }
-            maslens_trace::export::write_jsonl(&mut out, &imp.trace).context("cannot write output")
+            match maslens_trace::export::write_jsonl(&mut out, &imp.trace) {
+                // `maslens import x | head`: the reader has gone; stop quietly.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+                other => other.context("cannot write output"),
+            }
         },
         |_| {},
     )?;
