@@ -59,6 +59,9 @@ pub struct LlmArgs {
     /// LLM config file (API key settings, prices); default `$MASLENS_HOME/llm.toml` if present.
     #[arg(long)]
     pub llm_config: Option<PathBuf>,
+    /// Append one JSON line per LLM call (stage, cache hit, tokens, wall time, cost) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub usage_log: Option<PathBuf>,
     /// CPU threads for the embedded model.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -98,6 +101,7 @@ impl LlmArgs {
             schema_mode: Default::default(),
             prices: self.prices.clone(),
             config: self.llm_config.clone(),
+            usage_log: self.usage_log.clone(),
             threads: self.threads,
             context_size: self.context_size,
         })

@@ -93,6 +93,8 @@ pub struct OpenOptions {
     pub prices: Option<PathBuf>,
     /// LLM config file; default `$MASLENS_HOME/llm.toml` when it exists.
     pub config: Option<PathBuf>,
+    /// Append one JSON line per call here (see [`UsageTracker::with_log`]).
+    pub usage_log: Option<PathBuf>,
     /// Embedded model: CPU threads and context size.
     pub threads: Option<usize>,
     pub context_size: Option<u32>,
@@ -113,6 +115,7 @@ impl Default for OpenOptions {
             schema_mode: SchemaMode::Auto,
             prices: None,
             config: None,
+            usage_log: None,
             threads: None,
             context_size: None,
         }
@@ -255,7 +258,7 @@ pub async fn open(spec: &str, opts: &OpenOptions) -> Result<Stack, LlmError> {
             cache.clone(),
             CachePolicy::ReadWrite,
         ));
-        let usage = Arc::new(UsageTracker::new(parsed.id(), &prices));
+        let usage = Arc::new(tracker(parsed.id(), &prices, opts)?);
         return Ok(Stack {
             model: Arc::new(TrackedModel::new(cached, usage.clone())),
             usage,
@@ -292,7 +295,7 @@ pub fn wrap(
     prices: &PriceTable,
 ) -> Result<Stack, LlmError> {
     let id = backend.id().to_string();
-    let usage = Arc::new(UsageTracker::new(id.clone(), prices));
+    let usage = Arc::new(tracker(id.clone(), prices, opts)?);
     let mut model = backend;
     if !opts.budget.is_unlimited() {
         model = Arc::new(BudgetModel::new(model, opts.budget, usage.price())?);
@@ -320,6 +323,14 @@ pub fn wrap(
         cache,
         exporter: None,
     })
+}
+
+fn tracker(id: String, prices: &PriceTable, opts: &OpenOptions) -> Result<UsageTracker, LlmError> {
+    let t = UsageTracker::new(id, prices);
+    match &opts.usage_log {
+        Some(p) => t.with_log(p),
+        None => Ok(t),
+    }
 }
 
 fn open_cache(opts: &OpenOptions) -> Result<Cache, LlmError> {

@@ -143,6 +143,7 @@ pub struct UsageTracker {
     price: Option<Price>,
     stages: Mutex<BTreeMap<String, StageUsage>>,
     started: Instant,
+    log: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
 }
 
 impl UsageTracker {
@@ -160,7 +161,22 @@ impl UsageTracker {
             price,
             stages: Mutex::new(BTreeMap::new()),
             started: Instant::now(),
+            log: None,
         }
+    }
+
+    /// Also append one JSON line per call to `path` (flushed per line, so a killed run keeps
+    /// what it logged): time, model, stage, cache hit, error, tokens, wall time, cost.
+    pub fn with_log(mut self, path: &Path) -> Result<Self, LlmError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| {
+                LlmError::Other(format!("cannot open usage log {}: {e}", path.display()))
+            })?;
+        self.log = Some(Mutex::new(std::io::BufWriter::new(file)));
+        Ok(self)
     }
 
     pub fn price(&self) -> Option<Price> {
@@ -191,6 +207,27 @@ impl UsageTracker {
             prompt_tokens = s.prompt_tokens, cached_tokens = s.cached_tokens,
             completion_tokens = s.completion_tokens, wall_ms, cost_usd = s.cost_usd, "llm call"
         );
+        if let Some(log) = &self.log {
+            use std::io::Write;
+            let ts_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            let line = serde_json::json!({
+                "ts_ms": ts_ms, "model": self.model, "stage": stage,
+                "from_cache": s.cache_hits == 1, "deferred": s.deferred == 1,
+                "error": result.err().map(|e| e.to_string()),
+                "prompt_tokens": s.prompt_tokens, "cached_tokens": s.cached_tokens,
+                "completion_tokens": s.completion_tokens, "wall_ms": wall_ms, "cost_usd": s.cost_usd,
+            });
+            let mut w = match log.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            if let Err(e) = writeln!(w, "{line}").and_then(|_| w.flush()) {
+                tracing::warn!("cannot write the usage log: {e}");
+            }
+        }
         let mut stages = match self.stages.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -328,5 +365,40 @@ mod tests {
         assert_eq!(r.stages["evaluator"].calls, 2);
         assert_eq!(r.stages["judge"].prompt_tokens, 3);
         assert!(r.total.cost_usd > 0.0 && r.price_known);
+    }
+
+    #[tokio::test]
+    async fn per_call_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("usage.jsonl");
+        let fixture = Arc::new(ScriptedModel::new("local:x").then("a"));
+        let tracker = Arc::new(
+            UsageTracker::new("local:x", &PriceTable::defaults())
+                .with_log(&path)
+                .unwrap(),
+        );
+        let m = TrackedModel::new(fixture, tracker);
+        m.complete(&ChatRequest::new(vec![Message::user("hello")]).stage("judge"))
+            .await
+            .unwrap();
+        assert!(m
+            .complete(&ChatRequest::new(vec![Message::user("again")]))
+            .await
+            .is_err());
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(
+            (
+                lines[0]["stage"].as_str(),
+                lines[0]["prompt_tokens"].as_u64()
+            ),
+            (Some("judge"), Some(2))
+        );
+        assert!(lines[0]["error"].is_null());
+        assert!(lines[1]["error"].as_str().unwrap().contains("exhausted"));
     }
 }
