@@ -57,6 +57,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Run an async future on a fresh multi-threaded tokio runtime (LLM-backed commands).
 pub fn block_on<F: std::future::Future>(fut: F) -> anyhow::Result<F::Output> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     Ok(rt.block_on(fut))
 }
