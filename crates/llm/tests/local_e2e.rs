@@ -246,3 +246,39 @@ fn e2e_bad_gguf_paths_are_errors_not_panics() {
     assert!(err.contains("/no/such/model.gguf"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Gemma 3 uses sliding-window attention: trimming its cache back to a shared prefix only works
+/// with the full SWA cache (set by the backend). A base model without chat template: plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_gemma3_prefix_trim_keeps_answers_right() {
+    let model = open_local_model("gemma3-270m", &opts(1024))
+        .expect("run scripts/fetch-model.sh gemma3-270m first");
+    let context = "Rivers, mountains and cities of Europe are many. ".repeat(30);
+    let ask = |q: &str| {
+        ChatRequest::new(vec![Message::user(format!("{context}\nQuestion: {q}"))]).max_tokens(4)
+    };
+    let france = model
+        .complete(&ask("The capital of France is"))
+        .await
+        .unwrap();
+    let italy = model
+        .complete(&ask("The capital of Italy is"))
+        .await
+        .unwrap();
+    let france_again = model
+        .complete(&ask("The capital of France is"))
+        .await
+        .unwrap();
+    assert!(italy.usage.cached_tokens > 300, "{:?}", italy.usage);
+    assert!(
+        france_again.usage.cached_tokens > 300,
+        "{:?}",
+        france_again.usage
+    );
+    assert!(france.text.contains("Paris"), "{:?}", france.text);
+    assert!(italy.text.contains("Rome"), "{:?}", italy.text);
+    assert_eq!(
+        france_again.text, france.text,
+        "the trimmed cache gives the same answer as a fresh one"
+    );
+}

