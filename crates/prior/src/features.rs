@@ -3,9 +3,10 @@
 //! agent name is used. `docs/prior.md` documents each one; the order of [`FEATURE_NAMES`] is
 //! the order of the values in a [`StepFeatures`] row and is checked when a model is loaded.
 
-use crate::text::{content_word_hashes, count_terms, number_hashes, word_hashes};
+use crate::text::{content_word_hashes, number_hashes, word_hashes, HashSet64, TermSet};
 use maslens_trace::{AgentKind, Trace};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
 macro_rules! features {
     ($($(#[$m:meta])* $id:ident = $name:literal),* $(,)?) => {
@@ -184,6 +185,29 @@ const ROLE_RETRIEVER: &[&str] = &[
     "web", "search", "surf", "brows", "retriev", "file", "research", "fetch",
 ];
 
+/// Vocabulary groups, in the order of [`vocab`]'s counts.
+const VOCAB: &[&[&str]] = &[
+    ERROR_TERMS,
+    ASSUME_TERMS,
+    HEDGE_TERMS,
+    SUCCESS_TERMS,
+    FINAL_TERMS,
+    PLAN_CHANGE_TERMS,
+    DELEGATION_TERMS,
+];
+const V_ERROR: usize = 0;
+const V_ASSUME: usize = 1;
+const V_HEDGE: usize = 2;
+const V_SUCCESS: usize = 3;
+const V_FINAL: usize = 4;
+const V_PLAN: usize = 5;
+const V_DELEGATION: usize = 6;
+
+fn vocab() -> &'static TermSet {
+    static SET: OnceLock<TermSet> = OnceLock::new();
+    SET.get_or_init(|| TermSet::new(VOCAB))
+}
+
 /// Terms matched inside an agent's name and role text (substring match: names such as
 /// `DataVerification_Expert` carry role words without separators).
 fn has_role_word(lower: &str, terms: &[&str]) -> bool {
@@ -249,7 +273,8 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
         .iter()
         .map(|s| s.content.to_lowercase())
         .collect();
-    let errors: Vec<usize> = lowers.iter().map(|l| count_terms(l, ERROR_TERMS)).collect();
+    let counts: Vec<Vec<usize>> = lowers.iter().map(|l| vocab().count(l)).collect();
+    let errors: Vec<usize> = counts.iter().map(|c| c[V_ERROR]).collect();
     let chars: Vec<f64> = trace
         .steps
         .iter()
@@ -257,10 +282,10 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
         .collect();
     let mean_chars = (chars.iter().sum::<f64>() / n as f64).max(1.0);
 
-    let task_words: HashSet<u64> = content_word_hashes(&trace.task, 4).into_iter().collect();
-    let mut seen_numbers: HashSet<u64> = number_hashes(&trace.task).into_iter().collect();
-    let mut seen_trigrams: HashSet<u64> = HashSet::new();
-    let mut seen_words: HashSet<u64> = task_words.clone();
+    let task_words: HashSet64 = content_word_hashes(&trace.task, 4).into_iter().collect();
+    let mut seen_numbers: HashSet64 = number_hashes(&trace.task).into_iter().collect();
+    let mut seen_trigrams = HashSet64::default();
+    let mut seen_words: HashSet64 = task_words.clone();
 
     let mut agent_turns_so_far: HashMap<&str, usize> = HashMap::new();
     let mut rows = Vec::with_capacity(n);
@@ -344,29 +369,20 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
             f64::from(u8::from(next_err && kinds[next] == AgentKind::Tool)),
         );
         set!(NextStepError, f64::from(u8::from(next_err)));
-        set!(AssumeWords, ln1p(count_terms(lower, ASSUME_TERMS) as f64));
-        set!(HedgeWords, ln1p(count_terms(lower, HEDGE_TERMS) as f64));
-        set!(
-            SuccessClaims,
-            ln1p(count_terms(lower, SUCCESS_TERMS) as f64),
-        );
-        set!(
-            FinalWords,
-            f64::from(u8::from(count_terms(lower, FINAL_TERMS) > 0)),
-        );
-        set!(
-            PlanChange,
-            ln1p(count_terms(lower, PLAN_CHANGE_TERMS) as f64),
-        );
+        set!(AssumeWords, ln1p(counts[i][V_ASSUME] as f64));
+        set!(HedgeWords, ln1p(counts[i][V_HEDGE] as f64));
+        set!(SuccessClaims, ln1p(counts[i][V_SUCCESS] as f64),);
+        set!(FinalWords, f64::from(u8::from(counts[i][V_FINAL] > 0)),);
+        set!(PlanChange, ln1p(counts[i][V_PLAN] as f64),);
         set!(
             Delegation,
             f64::from(u8::from(
-                step.speaker.contains("->") || count_terms(lower, DELEGATION_TERMS) > 0,
+                step.speaker.contains("->") || counts[i][V_DELEGATION] > 0,
             )),
         );
 
         // distinct numbers introduced without a source (not in the task or any earlier step)
-        let nums: HashSet<u64> = number_hashes(&step.content).into_iter().collect();
+        let nums: HashSet64 = number_hashes(&step.content).into_iter().collect();
         let novel_nums = nums.iter().filter(|h| !seen_numbers.contains(h)).count();
         set!(NovelNumbers, ln1p(novel_nums as f64));
 
@@ -404,8 +420,11 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
         let overlap = if task_words.is_empty() {
             0.0
         } else {
-            let step_words: HashSet<&u64> = cw.iter().collect();
-            task_words.iter().filter(|h| step_words.contains(h)).count() as f64
+            let step_words: HashSet64 = cw.iter().copied().collect();
+            task_words
+                .iter()
+                .filter(|h| step_words.contains(*h))
+                .count() as f64
                 / task_words.len() as f64
         };
         set!(TaskOverlap, overlap);

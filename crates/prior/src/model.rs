@@ -530,6 +530,23 @@ impl PriorModel {
         out
     }
 
+    /// Steps an LLM judge should read in full when the trace does not fit its window: the
+    /// `top` most probable steps, each with `context` neighbouring steps on either side, as
+    /// sorted, distinct positions into `trace.steps`. The others can be shown summarized.
+    pub fn focus_steps(&self, trace: &Trace, top: usize, context: usize) -> Vec<usize> {
+        let n = trace.steps.len();
+        let probs = self.step_distribution(trace);
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|a, b| probs[*b].total_cmp(&probs[*a]).then(a.cmp(b)));
+        let mut keep = vec![false; n];
+        for &i in order.iter().take(top) {
+            for k in &mut keep[i.saturating_sub(context)..(i + context + 1).min(n)] {
+                *k = true;
+            }
+        }
+        (0..n).filter(|i| keep[*i]).collect()
+    }
+
     /// The predicted (agent, step): the agent from the agent distribution, the step by argmax
     /// of the step distribution. `None` for a trace without steps.
     pub fn predict(&self, trace: &Trace) -> Option<(String, usize)> {
@@ -710,6 +727,23 @@ pub(crate) mod tests {
         }
         assert!(m.predict(&Trace::new("empty")).is_none());
         assert!(m.rank(&Trace::new("empty")).is_empty());
+    }
+
+    #[test]
+    fn focus_steps_keep_the_top_steps_and_their_neighbours() {
+        let data = synthetic_corpus(30, 8);
+        let refs: Vec<&Trace> = data.iter().collect();
+        let m = PriorModel::train(&refs, &TrainConfig::default()).unwrap();
+        let t = &data[0];
+        let probs = m.step_distribution(t);
+        let best = argmax(&probs).unwrap();
+        assert_eq!(m.focus_steps(t, 1, 0), vec![best]);
+        let f = m.focus_steps(t, 2, 1);
+        assert!(f.contains(&best));
+        assert!(f.windows(2).all(|w| w[0] < w[1]));
+        assert!(f.len() <= 6 && f.len() >= 2);
+        assert_eq!(m.focus_steps(t, 1000, 0).len(), t.steps.len());
+        assert!(m.focus_steps(&Trace::new("e"), 3, 1).is_empty());
     }
 
     #[test]

@@ -106,27 +106,74 @@ pub fn number_hashes(text: &str) -> Vec<u64> {
     out
 }
 
-/// Number of occurrences of any of `terms` in `lower` (already lower-cased). Terms are
-/// matched at a word start, so `fail` matches `failed` but not `unfailing`.
-pub fn count_terms(lower: &str, terms: &[&str]) -> usize {
-    let bytes = lower.as_bytes();
-    let mut n = 0;
-    for term in terms {
-        let mut start = 0;
-        while let Some(pos) = lower[start..].find(term) {
-            let at = start + pos;
-            let word_start = at == 0 || !bytes[at - 1].is_ascii_alphanumeric();
-            if word_start {
-                n += 1;
-            }
-            start = at + term.len().max(1);
-            if start >= lower.len() {
-                break;
+/// Several fixed vocabularies matched at word starts in lower-cased text in one pass; terms are
+/// bucketed by first byte so each word start checks only the terms that can begin there.
+pub struct TermSet {
+    buckets: Vec<Vec<(&'static [u8], usize)>>,
+    groups: usize,
+}
+
+impl TermSet {
+    /// One group of terms per vocabulary; [`TermSet::count`] returns one count per group.
+    pub fn new(groups: &[&[&'static str]]) -> TermSet {
+        let mut buckets: Vec<Vec<(&'static [u8], usize)>> = vec![Vec::new(); 256];
+        for (g, terms) in groups.iter().enumerate() {
+            for t in *terms {
+                if let Some(b) = t.as_bytes().first() {
+                    buckets[usize::from(*b)].push((t.as_bytes(), g));
+                }
             }
         }
+        TermSet {
+            buckets,
+            groups: groups.len(),
+        }
     }
-    n
+
+    /// Occurrences of each group's terms in `lower` (already lower-cased), each counted where
+    /// it starts a word, so `fail` matches `failed` but not `unfailing`.
+    pub fn count(&self, lower: &str) -> Vec<usize> {
+        let bytes = lower.as_bytes();
+        let mut n = vec![0; self.groups];
+        let mut prev_alnum = false;
+        for (i, &b) in bytes.iter().enumerate() {
+            if !prev_alnum {
+                for (term, g) in &self.buckets[usize::from(b)] {
+                    if bytes[i..].starts_with(term) {
+                        n[*g] += 1;
+                    }
+                }
+            }
+            prev_alnum = b.is_ascii_alphanumeric();
+        }
+        n
+    }
 }
+
+/// Number of occurrences of any of `terms` in `lower` (see [`TermSet::count`]).
+pub fn count_terms(lower: &str, terms: &[&'static str]) -> usize {
+    TermSet::new(&[terms]).count(lower)[0]
+}
+
+/// A hasher for keys that are already hashes (u64 from [`fnv1a`]): passes them through.
+#[derive(Default, Clone, Copy)]
+pub struct PassThroughHasher(u64);
+
+impl std::hash::Hasher for PassThroughHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = fnv1a_extend(self.0, bytes);
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
+}
+
+/// A set of hashes.
+pub type HashSet64 =
+    std::collections::HashSet<u64, std::hash::BuildHasherDefault<PassThroughHasher>>;
 
 #[cfg(test)]
 mod tests {
