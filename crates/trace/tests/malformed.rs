@@ -153,3 +153,13 @@ fn missing_path_is_an_error_not_a_panic() {
     let e = items[0].as_ref().unwrap_err();
     assert!(e.message.contains("cannot read"), "{e}");
 }
+
+#[cfg(unix)]
+#[test]
+fn symlink_loops_end() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.jsonl"), "{\"id\":\"x\",\"steps\":[]}\n").unwrap();
+    std::os::unix::fs::symlink(dir.path(), dir.path().join("loop")).unwrap();
+    let items: Vec<_> = read_path(dir.path(), Format::Auto).collect();
+    assert_eq!(items.len(), 1, "{items:?}");
+}

@@ -350,6 +350,7 @@ pub fn read_path(path: &Path, format: Format) -> TraceReader {
         stack: vec![(path.to_path_buf(), true)],
         current: None,
         threads: None,
+        visited: Default::default(),
     }
 }
 
@@ -360,6 +361,7 @@ pub fn read_paths(paths: &[PathBuf], format: Format) -> TraceReader {
         stack: paths.iter().rev().map(|p| (p.clone(), true)).collect(),
         current: None,
         threads: None,
+        visited: Default::default(),
     }
 }
 
@@ -371,6 +373,8 @@ pub struct TraceReader {
     /// Parser threads for large line-per-record files (`None`: [`parser_threads`]).
     threads: Option<usize>,
     current: Option<FileRecords>,
+    /// Directories already walked (canonical paths), so symlink loops end.
+    visited: std::collections::HashSet<PathBuf>,
 }
 
 impl TraceReader {
@@ -428,6 +432,11 @@ impl Iterator for TraceReader {
                 }
             };
             if meta.is_dir() {
+                if let Ok(canonical) = std::fs::canonicalize(&path) {
+                    if !self.visited.insert(canonical) {
+                        continue;
+                    }
+                }
                 let entries = match std::fs::read_dir(&path) {
                     Ok(rd) => rd
                         .filter_map(|e| e.ok().map(|e| e.path()))
