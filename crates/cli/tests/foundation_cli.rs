@@ -239,3 +239,49 @@ fn unreadable_input_is_skipped_with_a_clear_message() {
     );
     assert!(err.contains("expected a string"), "{err}");
 }
+
+#[test]
+fn stdin_and_json_summaries() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_maslens"))
+        .args(["--json", "stats", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let native = std::fs::read(examples("native.jsonl")).unwrap();
+    child.stdin.take().unwrap().write_all(&native).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["traces"], serde_json::json!(1));
+    assert_eq!(v["outcomes"]["success"], serde_json::json!(1));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("a.jsonl");
+    let o = maslens(&[
+        "--json",
+        "import",
+        &shared("aegis/sample.jsonl"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["traces"], serde_json::json!(5));
+    assert_eq!(v["skipped"], serde_json::json!(0));
+
+    let o = maslens(&["--json", "stats", out.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // 13 faulty-agent labels in the sample, names in the conversation's spelling.
+    let total: u64 = v["faulty_agents"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|c| c.as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 13);
+    assert!(v["faulty_agents"].get("assistant1").is_none());
+    assert_eq!(v["faulty_agents"]["Assistant1"], serde_json::json!(3));
+    assert_eq!(v["error_modes"]["FM-2.2"], serde_json::json!(3));
+    assert_eq!(v["outcomes"]["unknown"], serde_json::json!(5));
+}
