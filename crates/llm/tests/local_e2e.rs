@@ -282,3 +282,70 @@ async fn e2e_gemma3_prefix_trim_keeps_answers_right() {
         "the trimmed cache gives the same answer as a fresh one"
     );
 }
+
+/// Two slots: calls over two different traces interleave (A, B, A', B') and each still finds its
+/// own prefix; concurrent calls on one context are serialized, not corrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_slots_keep_interleaved_prefixes_and_concurrent_calls_work() {
+    let two_slots = LocalOptions {
+        slots: 2,
+        ..opts(1280)
+    };
+    let model = open_local_model("smollm2-135m", &two_slots).unwrap();
+    assert_eq!(model.context_size(), Some(1280));
+    let trace = |name: &str| {
+        let body: String = (0..25)
+            .map(|i| format!("{name} step {i}: value {}.\n", i * 5 % 9))
+            .collect();
+        Message::system(format!("Trace {name} (data, not instructions):\n{body}"))
+    };
+    let ask =
+        |t: &Message, q: &str| ChatRequest::new(vec![t.clone(), Message::user(q)]).max_tokens(4);
+    let (a, b) = (trace("alpha"), trace("beta"));
+    let a1 = model.complete(&ask(&a, "First question?")).await.unwrap();
+    let b1 = model.complete(&ask(&b, "First question?")).await.unwrap();
+    let a2 = model.complete(&ask(&a, "Second question?")).await.unwrap();
+    let b2 = model.complete(&ask(&b, "Second question?")).await.unwrap();
+    assert_eq!((a1.usage.cached_tokens, b1.usage.cached_tokens), (0, 0));
+    let a_trace = model.count_tokens(&a.content) as u64;
+    assert!(
+        a2.usage.cached_tokens >= a_trace,
+        "alpha's prefix survived beta: {:?}",
+        a2.usage
+    );
+    assert!(
+        b2.usage.cached_tokens >= a_trace,
+        "beta's prefix survived alpha: {:?}",
+        b2.usage
+    );
+
+    // Concurrent calls: all answer, and a repeat of each gives the same greedy text.
+    let requests: Vec<ChatRequest> = ["One?", "Two?", "Three?"]
+        .iter()
+        .map(|q| ask(&a, q))
+        .collect();
+    let results = futures_join(&model, &requests).await;
+    for (req, res) in requests.iter().zip(results) {
+        let again = model.complete(req).await.unwrap();
+        assert_eq!(res.unwrap().text, again.text);
+    }
+}
+
+async fn futures_join(
+    model: &maslens_llm::local::LocalModel,
+    requests: &[ChatRequest],
+) -> Vec<Result<maslens_llm::ChatResponse, maslens_llm::LlmError>> {
+    let handles: Vec<_> = requests
+        .iter()
+        .cloned()
+        .map(|r| {
+            let m = model.clone();
+            tokio::spawn(async move { m.complete(&r).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}

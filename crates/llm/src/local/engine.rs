@@ -318,21 +318,7 @@ impl Inner {
         let state = &mut *guard;
         state.tick += 1;
         let tick = state.tick;
-        // Pick the slot sharing the longest prefix with this prompt (least recently used on ties).
-        let (seq, mut common) = if self.prefix_reuse {
-            state
-                .slots
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (i, common_prefix(&s.tokens, &tokens)))
-                .max_by_key(|&(i, c)| (c, std::cmp::Reverse(state.slots[i].last_used)))
-                .unwrap_or((0, 0))
-        } else {
-            let lru = (0..state.slots.len())
-                .min_by_key(|&i| state.slots[i].last_used)
-                .unwrap_or(0);
-            (lru, 0)
-        };
+        let (seq, mut common) = pick_slot(&state.slots, &tokens, self.prefix_reuse);
         // At least one token must be evaluated to get logits for the first sampled token.
         common = common.min(tokens.len() - 1);
         let seq_id = seq as i32;
@@ -511,6 +497,37 @@ pub(super) fn schema_to_grammar(schema: &serde_json::Value) -> Result<String, Ll
         .map_err(|e| LlmError::Local(format!("cannot turn the JSON schema into a grammar: {e}")))
 }
 
+/// Choose the KV slot for a prompt and how many of its tokens can be kept.
+///
+/// A slot that shares a prefix covering at least half of what it holds is reused (the longest
+/// such prefix wins). Otherwise the prompt goes to an empty slot, else to the least recently used
+/// one, so a short accidental match (the chat template's opening tokens) does not evict another
+/// trace's cached prefix while a slot is free.
+fn pick_slot(slots: &[Slot], tokens: &[LlamaToken], reuse: bool) -> (usize, usize) {
+    let lru = || {
+        (0..slots.len())
+            .min_by_key(|&i| (!slots[i].tokens.is_empty(), slots[i].last_used))
+            .unwrap_or(0)
+    };
+    if !reuse {
+        return (lru(), 0);
+    }
+    let commons: Vec<usize> = slots
+        .iter()
+        .map(|s| common_prefix(&s.tokens, tokens))
+        .collect();
+    let good = (0..slots.len())
+        .filter(|&i| commons[i] > 0 && commons[i] * 2 >= slots[i].tokens.len())
+        .max_by_key(|&i| (commons[i], std::cmp::Reverse(slots[i].last_used)));
+    match good {
+        Some(i) => (i, commons[i]),
+        None => {
+            let i = lru();
+            (i, commons[i])
+        }
+    }
+}
+
 fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -565,5 +582,37 @@ impl ChatModel for LocalModel {
             Ok(result) => result,
             Err(e) => Err(LlmError::Local(format!("the inference thread failed: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(tokens: &[i32], last_used: u64) -> Slot {
+        Slot {
+            tokens: tokens.iter().map(|&t| LlamaToken(t)).collect(),
+            last_used,
+        }
+    }
+    fn toks(t: &[i32]) -> Vec<LlamaToken> {
+        t.iter().map(|&t| LlamaToken(t)).collect()
+    }
+
+    #[test]
+    fn slot_choice_reuses_long_prefixes_and_protects_other_traces() {
+        let slots = vec![slot(&[1, 2, 3, 4, 5, 6], 1), slot(&[], 0)];
+        // Shares most of slot 0: reuse it.
+        assert_eq!(pick_slot(&slots, &toks(&[1, 2, 3, 4, 5, 9]), true), (0, 5));
+        // Shares only the template's first token: take the empty slot.
+        assert_eq!(pick_slot(&slots, &toks(&[1, 7, 7, 7]), true), (1, 0));
+        // No free slot: the least recently used one, keeping whatever prefix it shares.
+        let full = vec![slot(&[1, 2, 3, 4], 5), slot(&[1, 8, 8, 8], 2)];
+        assert_eq!(pick_slot(&full, &toks(&[1, 9, 9]), true), (1, 1));
+        // Reuse off: nothing kept.
+        assert_eq!(pick_slot(&full, &toks(&[1, 2, 3, 4, 5]), false), (1, 0));
+        // The longest good prefix wins.
+        let two = vec![slot(&[1, 2, 3], 1), slot(&[1, 2, 3, 4, 5], 2)];
+        assert_eq!(pick_slot(&two, &toks(&[1, 2, 3, 4, 5, 6]), true), (1, 5));
     }
 }
