@@ -28,7 +28,7 @@ pub mod names;
 pub mod validate;
 
 pub use diag::{Diagnostic, Severity};
-pub use import::{read_path, Format, ImportError, Imported};
+pub use import::{read_path, read_trace, Format, ImportError, Imported};
 pub use model::*;
 pub use validate::validate;
 

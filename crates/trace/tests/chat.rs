@@ -69,3 +69,20 @@ fn history_key_and_error_paths() {
     let e = parse_record(b"{\"foo\": []}", Format::Chat, &ctx).unwrap_err();
     assert!(e.message.contains("`messages` or `history`"), "{e}");
 }
+
+#[test]
+fn read_trace_takes_the_first_record_or_explains() {
+    let t = maslens_trace::read_trace(&examples("aegis-style.jsonl"), Format::Auto)
+        .unwrap()
+        .trace;
+    assert_eq!(t.id, "example-debate-1");
+    // `solver2` in the labels is written as the conversation spells it.
+    assert_eq!(t.labels.faulty_agents[0].agent, "Solver2");
+    assert_eq!(
+        t.labels.faulty_agents[0].description.as_deref(),
+        Some("Multiply instead of divide.")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let e = maslens_trace::read_trace(dir.path(), Format::Auto).unwrap_err();
+    assert!(e.message.contains("no trace found"), "{e}");
+}

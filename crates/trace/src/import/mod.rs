@@ -354,6 +354,19 @@ pub fn read_path(path: &Path, format: Format) -> TraceReader {
     }
 }
 
+/// The first trace of a file (or directory): a convenience for commands that take one trace.
+/// An unreadable first record is returned as its error; an input without records is an error.
+pub fn read_trace(path: &Path, format: Format) -> Result<Imported, ImportError> {
+    read_path(path, format).next().unwrap_or_else(|| {
+        Err(ImportError {
+            file: path.display().to_string(),
+            record: None,
+            path: None,
+            message: "no trace found (expected a .json, .jsonl or .ndjson file)".into(),
+        })
+    })
+}
+
 /// Read every trace under several paths, in the order given.
 pub fn read_paths(paths: &[PathBuf], format: Format) -> TraceReader {
     TraceReader {
