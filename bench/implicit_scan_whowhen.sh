@@ -20,7 +20,7 @@ extra=()
 start=$(date +%s)
 set +e
 "$BIN" scan ../shared/data/whowhen --model "$MODEL" --threads "$THREADS" --cache "$OUT/cache.sqlite" \
-  --detect-max-tokens 512 --out "$OUT/scan.json" --markdown "$OUT/scan.md" "${extra[@]}" 2> "$OUT/scan.log"
+  --detect-max-tokens 768 --max-events 5 --out "$OUT/scan.json" --markdown "$OUT/scan.md" "${extra[@]}" 2> "$OUT/scan.log"
 rc=$?
 set -e
 end=$(date +%s)

@@ -77,7 +77,7 @@ pub fn absorb_schema() -> Value {
         "properties": {
             "absorption_pattern": {"type": "string", "enum": Absorption::ALL.iter().map(|a| a.as_str()).collect::<Vec<_>>()},
             "confidence": {"type": "string", "enum": ["high", "medium", "low"]},
-            "rationale": {"type": "string"}
+            "rationale": {"type": "string", "maxLength": 400}
         }
     })
 }

@@ -78,6 +78,8 @@ pub struct DetectConfig {
     pub paraphrase_threshold: f64,
     /// Tokens kept free besides the prompt and the answer.
     pub safety_tokens: usize,
+    /// Most events accepted per window (schema `maxItems`).
+    pub max_events: usize,
 }
 
 impl Default for DetectConfig {
@@ -89,6 +91,7 @@ impl Default for DetectConfig {
             max_step_chars: 4000,
             paraphrase_threshold: 0.6,
             safety_tokens: 64,
+            max_events: 10,
         }
     }
 }
@@ -108,23 +111,25 @@ pub struct Detection {
     pub calls: u32,
 }
 
-/// JSON schema of the detector answer (listing 2).
-pub fn detect_schema() -> Value {
+/// JSON schema of the detector answer (listing 2). `max_events` caps the list and string
+/// lengths are capped, so that a grammar-constrained small model closes its JSON in time.
+pub fn detect_schema(max_events: usize) -> Value {
     json!({
         "type": "object",
         "required": ["implicit_failures"],
         "properties": {
             "implicit_failures": {
                 "type": "array",
+                "maxItems": max_events,
                 "items": {
                     "type": "object",
                     "required": ["error_step", "error_agent", "error_type", "error_description", "error_evidence", "severity", "confidence"],
                     "properties": {
                         "error_step": {"type": "integer", "minimum": 0},
-                        "error_agent": {"type": "string"},
+                        "error_agent": {"type": "string", "maxLength": 80},
                         "error_type": {"type": "string", "enum": ErrorType::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>()},
-                        "error_description": {"type": "string"},
-                        "error_evidence": {"type": "string"},
+                        "error_description": {"type": "string", "maxLength": 400},
+                        "error_evidence": {"type": "string", "maxLength": 300},
                         "severity": {"type": "string", "enum": ["low", "medium", "high"]},
                         "confidence": {"type": "string", "enum": ["high", "medium", "low"]}
                     }
@@ -134,7 +139,7 @@ pub fn detect_schema() -> Value {
                 "type": "object",
                 "properties": {
                     "total_implicit_failures": {"type": "integer", "minimum": 0},
-                    "overall_process_assessment": {"type": "string"}
+                    "overall_process_assessment": {"type": "string", "maxLength": 400}
                 }
             }
         }
@@ -388,7 +393,7 @@ pub async fn detect(
         return Ok(det);
     }
     let windows = window_plan(model, &view, cfg)?;
-    let schema = detect_schema();
+    let schema = detect_schema(cfg.max_events);
     let mut all = Vec::new();
     for (no, w) in windows.iter().enumerate() {
         let p = render_detect_prompt(&view, *w, windows.len(), no, cfg.max_step_chars)?;

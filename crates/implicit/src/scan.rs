@@ -112,7 +112,7 @@ pub fn score(
                 .fold(0.0, f64::max);
             weights.w_type(src.error_type) * w_abs
         })
-        .sum::<f64>()
+        .fold(0.0, |acc, w| acc + w)
         / steps.max(1) as f64;
     (cost, risk, grouped)
 }

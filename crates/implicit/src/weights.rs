@@ -94,7 +94,7 @@ impl Weights {
         events
             .into_iter()
             .map(|(t, a)| self.event_weight(t, a))
-            .sum()
+            .fold(0.0, |acc, w| acc + w) // not `sum()`: an empty f64 sum is -0.0
     }
 
     /// Trace risk r = C / max(1, L) (appendix A).

@@ -59,6 +59,12 @@ pub struct Args {
     /// Completion token limit of the detector.
     #[arg(long, default_value_t = 1024)]
     pub detect_max_tokens: u32,
+    /// Most IFs the detector may report per window.
+    #[arg(long, default_value_t = 10)]
+    pub max_events: usize,
+    /// Completion token limit of the absorption classifier.
+    #[arg(long, default_value_t = 256)]
+    pub absorb_max_tokens: u32,
     /// Seed of the bootstrap intervals in the report.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -166,10 +172,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             context_tokens: args.window_tokens,
             overlap_steps: args.overlap,
             max_tokens: args.detect_max_tokens,
+            max_events: args.max_events.max(1),
             ..Default::default()
         },
         absorb: maslens_implicit::absorb::AbsorbConfig {
             context_tokens: args.window_tokens,
+            max_tokens: args.absorb_max_tokens,
             ..Default::default()
         },
         ..Default::default()
