@@ -4,7 +4,7 @@
 # Usage: scripts/fetch-model.sh [smollm2-135m|gemma3-270m]   (default smollm2-135m)
 set -euo pipefail
 name="${1:-smollm2-135m}"
-home="${MASLENS_HOME:-$HOME/.cache/maslens}"
+home="${MASLENS_HOME:-${HOME:-.}/.cache/maslens}"
 case "$name" in
   smollm2-135m)
     file="SmolLM2-135M-Instruct.Q4_1.gguf"

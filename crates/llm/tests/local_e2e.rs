@@ -85,6 +85,31 @@ async fn e2e_raw_gbnf_grammar_is_honoured() {
         "{:?}",
         response.text
     );
+
+    // A broken grammar or an unusable schema is an error, not an abort, and the model goes on.
+    let broken = ChatRequest {
+        grammar: Some("root ::= (".to_string()),
+        ..request.clone()
+    };
+    let err = model.complete(&broken).await.unwrap_err().to_string();
+    assert!(err.contains("grammar"), "{err}");
+    let bad_schema = ChatRequest {
+        grammar: None,
+        ..request.clone()
+    }
+    .json_schema(json!({"type": "object", "properties": {"x": {"$ref": "#/definitions/missing"}}}));
+    match model.complete(&bad_schema).await {
+        Err(e) => assert!(
+            e.to_string().contains("schema") || e.to_string().contains("grammar"),
+            "{e}"
+        ),
+        Ok(r) => assert!(
+            serde_json::from_str::<Value>(&r.text).is_ok(),
+            "{:?}",
+            r.text
+        ),
+    }
+    assert!(model.complete(&request).await.is_ok());
 }
 
 fn trace_messages(question: &str) -> Vec<Message> {
