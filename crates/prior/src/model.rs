@@ -547,13 +547,19 @@ impl PriorModel {
         (0..n).filter(|i| keep[*i]).collect()
     }
 
-    /// The predicted (agent, step): the agent from the agent distribution, the step by argmax
-    /// of the step distribution. `None` for a trace without steps.
+    /// The predicted (agent, step), agent first: the most probable agent of the agent
+    /// distribution, then that agent's most probable step, so the pair is consistent (the
+    /// agent acts at the step). `None` for a trace without steps.
     pub fn predict(&self, trace: &Trace) -> Option<(String, usize)> {
         let rows = extract(trace);
         let probs = head_distribution(&self.step, &rows);
-        let step = argmax(&probs)?;
         let agent = self.agents_from(trace, &rows, &probs).into_iter().next()?.0;
+        let own: Vec<f64> = probs
+            .iter()
+            .zip(&trace.steps)
+            .map(|(p, s)| if s.agent == agent { *p } else { -1.0 })
+            .collect();
+        let step = argmax(&own)?;
         Some((agent, trace.steps[step].index))
     }
 }
@@ -725,6 +731,8 @@ pub(crate) mod tests {
         for c in &r {
             assert_eq!(t.steps[c.step].agent, c.agent);
         }
+        let (a, s) = m.predict(t).unwrap();
+        assert_eq!(t.steps[s].agent, a, "predicted pair is consistent");
         assert!(m.predict(&Trace::new("empty")).is_none());
         assert!(m.rank(&Trace::new("empty")).is_empty());
     }
