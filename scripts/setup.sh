@@ -7,6 +7,9 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 # bindgen needs the libclang.so that libclang-dev provides (libclang-cpp alone does not do).
 ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need+=(libclang-dev)
+# ccache: with CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache in the environment,
+# llama.cpp rebuilds (new build-script hash after a dependency change) become cache hits.
+command -v ccache >/dev/null 2>&1 || need+=(ccache)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
