@@ -2,14 +2,14 @@
 //! counts and seeded 95% bootstrap intervals, step tolerance (+-k), the trivial baselines, and
 //! the deterministic cross-validation protocols used to measure the prior.
 //!
-//! `maslens-eval` had no shared bootstrap/metrics module when this was written, so these are
-//! small private versions; they follow the same conventions (exact name/integer comparison,
-//! `{value, k, n, ci95}`) so they can be merged into `maslens-eval` later.
+//! The bootstrap is the shared one in `maslens_eval::stats`; metrics follow the conventions of
+//! `maslens_eval::metrics` (exact name/integer comparison, `{value, k, n, ci95}`).
 
 use crate::model::{PriorModel, TrainConfig};
 use crate::text::fnv1a;
 use crate::PriorError;
 use maslens_trace::{AgentKind, Trace};
+use maslens_eval::stats::bootstrap_proportion_ci;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -72,29 +72,17 @@ impl Default for EvalConfig {
     }
 }
 
-/// Percentile bootstrap of the mean of 0/1 outcomes, seeded.
+/// Seeded 95% percentile bootstrap interval of a share of `true` outcomes, computed with the
+/// shared `maslens_eval::stats::bootstrap_proportion_ci` (the one `maslens eval locate` uses).
 pub fn bootstrap_ci(hits: &[bool], resamples: usize, seed: u64) -> [f64; 2] {
     let n = hits.len();
     if n == 0 {
         return [0.0, 0.0];
     }
-    if resamples == 0 {
-        let v = hits.iter().filter(|h| **h).count() as f64 / n as f64;
-        return [v, v];
-    }
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut means: Vec<f64> = (0..resamples)
-        .map(|_| {
-            let k = (0..n).filter(|_| hits[rng.gen_range(0..n)]).count();
-            k as f64 / n as f64
-        })
-        .collect();
-    means.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        let pos = ((resamples - 1) as f64 * q).round() as usize;
-        means[pos.min(resamples - 1)]
-    };
-    [at(0.025), at(0.975)]
+    let v = hits.iter().filter(|h| **h).count() as f64 / n as f64;
+    bootstrap_proportion_ci(hits, resamples, 0.95, seed)
+        .map(|i| [i.lo, i.hi])
+        .unwrap_or([v, v])
 }
 
 /// A metric from 0/1 outcomes.
