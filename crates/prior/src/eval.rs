@@ -8,8 +8,8 @@
 use crate::model::{PriorModel, TrainConfig};
 use crate::text::fnv1a;
 use crate::PriorError;
-use maslens_trace::{AgentKind, Trace};
 use maslens_eval::stats::bootstrap_proportion_ci;
+use maslens_trace::{AgentKind, Trace};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
