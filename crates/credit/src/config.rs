@@ -166,6 +166,10 @@ pub struct OptimizerConfig {
     /// Roll out again for Phase B with the new role prompts (true) or reuse Phase A's rollouts.
     #[serde(default = "yes")]
     pub rerollout_phase_b: bool,
+    /// Return the best-scoring evaluated iterate (scoring the last one with one more rollout);
+    /// false returns the last iterate as Algorithm 1 does.
+    #[serde(default = "yes")]
+    pub select_best: bool,
     /// One repair call when a critic answer breaks the consistency rules.
     #[serde(default = "yes")]
     pub critic_repair: bool,
@@ -240,6 +244,7 @@ impl Default for OptimizerConfig {
             blocks: Blocks::Both,
             critic_rounds: CriticRounds::All,
             rerollout_phase_b: true,
+            select_best: true,
             critic_repair: true,
             examples_per_label: default_examples(),
             critic_decoding: critic_decoding(),

@@ -27,6 +27,7 @@ pub mod meter;
 pub mod optimize;
 pub mod report;
 pub mod simulation;
+pub mod trace_credit;
 
 pub use config::{DebateConfig, PromptSet};
 pub use data::Mcq;

@@ -104,7 +104,8 @@ pub struct BcdResult {
     /// Evaluated iterates: `(prompts, optimization accuracy, calls spent when it was known)`.
     pub iterates: Vec<(PromptSet, f64, u64)>,
     pub best: PromptSet,
-    pub best_opt_accuracy: f64,
+    /// Optimization accuracy of `best` (None when the last iterate was returned unscored).
+    pub best_opt_accuracy: Option<f64>,
     /// Optimizer calls (rollouts, critics, diagnosis, rewrites).
     pub calls: u64,
     pub tokens: u64,
@@ -349,23 +350,31 @@ impl Optimizer {
             );
             iterations.push(rec);
         }
-        // Evaluate the last prompts when they changed after the last rollout.
-        if iterates
+        let changed = iterates
             .last()
             .map(|(p, _, _)| p != &prompts)
             .unwrap_or(true)
-            && !iterations.is_empty()
-        {
-            let runs = self.rollout_cached(&prompts, opt_set, &mut cached).await?;
-            iterates.push((prompts.clone(), accuracy(&runs), self.calls()));
-        }
-        let (best, best_opt_accuracy) = iterates
-            .iter()
-            .fold(None::<(PromptSet, f64)>, |acc, (p, a, _)| match acc {
-                Some((bp, ba)) if ba > *a + 1e-12 => Some((bp, ba)),
-                _ => Some((p.clone(), *a)),
-            })
-            .unwrap_or((self.cfg.prompts(), 0.0));
+            && !iterations.is_empty();
+        let (best, best_opt_accuracy) = if o.select_best {
+            // Evaluate the last prompts when they changed after the last rollout, then keep the best.
+            if changed {
+                let runs = self.rollout_cached(&prompts, opt_set, &mut cached).await?;
+                iterates.push((prompts.clone(), accuracy(&runs), self.calls()));
+            }
+            iterates
+                .iter()
+                .fold(None::<(PromptSet, f64)>, |acc, (p, a, _)| match acc {
+                    Some((bp, ba)) if ba > *a + 1e-12 => Some((bp, ba)),
+                    _ => Some((p.clone(), *a)),
+                })
+                .map(|(p, a)| (p, Some(a)))
+                .unwrap_or((self.cfg.prompts(), None))
+        } else if changed {
+            // Algorithm 1 as written: return the last iterate (not scored on the optimization set).
+            (prompts.clone(), None)
+        } else {
+            (prompts.clone(), iterates.last().map(|x| x.1))
+        };
         let total = self.meter.total();
         Ok(BcdResult {
             iterations,

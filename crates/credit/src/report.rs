@@ -162,8 +162,20 @@ fn by_round(evals: &[FinalEval], name: &str, rounds: usize) -> Vec<Vec<String>> 
         .collect()
 }
 
+/// `NONE`, then the taxonomy in the paper's order.
+fn labels_none_first() -> Vec<String> {
+    let mut v = vec![crate::critic::NONE_LABEL.to_string()];
+    v.extend(
+        FAILURE_LABELS
+            .iter()
+            .filter(|l| **l != crate::critic::NONE_LABEL)
+            .map(|s| s.to_string()),
+    );
+    v
+}
+
 fn label_order(evals: &[&FinalEval]) -> Vec<String> {
-    let mut labels: Vec<String> = FAILURE_LABELS.iter().rev().map(|s| s.to_string()).collect(); // NONE first
+    let mut labels = labels_none_first();
     for e in evals {
         if !labels.contains(&e.label) {
             labels.push(e.label.clone());
@@ -332,7 +344,7 @@ pub fn tables(x: &Experiment) -> Vec<Table> {
     }
     if let Some(it) = x.seeds.first().and_then(|s| s.bcd.iterations.first()) {
         if !it.utterance_labels.is_empty() {
-            let mut ul: Vec<String> = FAILURE_LABELS.iter().rev().map(|s| s.to_string()).collect();
+            let mut ul = labels_none_first();
             for m in &it.utterance_labels {
                 for k in m.keys() {
                     if !ul.contains(k) {
@@ -405,7 +417,10 @@ pub fn tables(x: &Experiment) -> Vec<Table> {
         rows.push(vec![
             s.seed.to_string(),
             "stop".into(),
-            pct(s.bcd.best_opt_accuracy),
+            s.bcd
+                .best_opt_accuracy
+                .map(pct)
+                .unwrap_or_else(|| "-".into()),
             s.bcd.calls.to_string(),
             String::new(),
             String::new(),
