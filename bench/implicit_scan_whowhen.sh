@@ -3,7 +3,7 @@
 # weight-sensitivity study on the resulting risks. Prints the figures the closing note asks for
 # (IFs found, prevalence by outcome, tokens and seconds per trace, sensitivity Spearman).
 #
-# Env: MODEL (default local:smollm2-135m), THREADS (default 2), LIMIT (default: all traces),
+# Env: MASLENS_BIN (a built binary; default: cargo build -p maslens), MODEL (default local:smollm2-135m), THREADS (default 2), LIMIT (default: all traces),
 #      ABSORPTION=0 to skip absorption classification, OUT (default target/bench/implicit).
 # The LLM cache lives in $OUT/cache.sqlite: a rerun answers from it (its seconds then measure the cache).
 set -euo pipefail
@@ -12,8 +12,12 @@ OUT=${OUT:-target/bench/implicit}
 MODEL=${MODEL:-local:smollm2-135m}
 THREADS=${THREADS:-2}
 mkdir -p "$OUT"
-cargo build -q -p maslens
-BIN=target/debug/maslens
+if [ -n "${MASLENS_BIN:-}" ]; then
+  BIN=$MASLENS_BIN
+else
+  cargo build -q -p maslens
+  BIN=target/debug/maslens
+fi
 extra=()
 [ -n "${LIMIT:-}" ] && extra+=(--limit "$LIMIT")
 [ "${ABSORPTION:-1}" = "0" ] && extra+=(--no-absorption)

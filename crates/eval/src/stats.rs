@@ -110,7 +110,10 @@ pub fn bootstrap_proportion_ci(
     level: f64,
     seed: u64,
 ) -> Option<Interval> {
-    let xs: Vec<f64> = outcomes.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect();
+    let xs: Vec<f64> = outcomes
+        .iter()
+        .map(|&b| if b { 1.0 } else { 0.0 })
+        .collect();
     bootstrap_mean_ci(&xs, resamples, level, seed)
 }
 
@@ -239,12 +242,19 @@ mod tests {
         assert_eq!(sample_std(&[1.0]), None);
         assert!(close(mean(&[1.0, 2.0, 6.0]).unwrap(), 3.0, 1e-12));
         // var = ((1-3)^2 + (2-3)^2 + (6-3)^2) / 2 = 14 / 2 = 7
-        assert!(close(sample_std(&[1.0, 2.0, 6.0]).unwrap(), 7f64.sqrt(), 1e-12));
+        assert!(close(
+            sample_std(&[1.0, 2.0, 6.0]).unwrap(),
+            7f64.sqrt(),
+            1e-12
+        ));
     }
 
     #[test]
     fn ranks_average_ties() {
-        assert_eq!(average_ranks(&[10.0, 20.0, 10.0, 30.0]), vec![1.5, 3.0, 1.5, 4.0]);
+        assert_eq!(
+            average_ranks(&[10.0, 20.0, 10.0, 30.0]),
+            vec![1.5, 3.0, 1.5, 4.0]
+        );
         assert_eq!(average_ranks(&[5.0, 5.0, 5.0]), vec![2.0, 2.0, 2.0]);
     }
 
@@ -253,7 +263,11 @@ mod tests {
         assert_eq!(spearman(&[1.0, 1.0, 1.0], &[1.0, 2.0, 3.0]), None);
         assert_eq!(spearman(&[1.0], &[1.0]), None);
         assert_eq!(spearman(&[1.0, 2.0], &[1.0]), None);
-        assert!(close(spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]).unwrap(), -1.0, 1e-12));
+        assert!(close(
+            spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]).unwrap(),
+            -1.0,
+            1e-12
+        ));
     }
 
     #[test]
@@ -273,9 +287,15 @@ mod tests {
         let ci = bootstrap_mean_ci(&[2.0; 10], 500, 0.95, 1).unwrap();
         assert_eq!((ci.lo, ci.hi), (2.0, 2.0));
         let units: Vec<PairedUnit> = (0..6)
-            .map(|i| PairedUnit { cluster: format!("t{}", i / 2), a: 0.25, b: 0.75 })
+            .map(|i| PairedUnit {
+                cluster: format!("t{}", i / 2),
+                a: 0.25,
+                b: 0.75,
+            })
             .collect();
         let ci = paired_cluster_bootstrap(&units, 500, 0.95, 1).unwrap();
-        assert!(close(ci.estimate, 0.5, 1e-12) && close(ci.lo, 0.5, 1e-12) && close(ci.hi, 0.5, 1e-12));
+        assert!(
+            close(ci.estimate, 0.5, 1e-12) && close(ci.lo, 0.5, 1e-12) && close(ci.hi, 0.5, 1e-12)
+        );
     }
 }

@@ -5,10 +5,12 @@
 use maslens_eval::stats::*;
 
 const X: [f64; 20] = [
-    3.1, 0.4, 2.2, 5.9, 1.0, 2.2, 4.4, 0.0, 3.3, 1.7, 2.8, 6.1, 0.9, 2.2, 3.0, 4.8, 1.1, 0.2, 2.5, 3.9,
+    3.1, 0.4, 2.2, 5.9, 1.0, 2.2, 4.4, 0.0, 3.3, 1.7, 2.8, 6.1, 0.9, 2.2, 3.0, 4.8, 1.1, 0.2, 2.5,
+    3.9,
 ];
 const Y: [f64; 20] = [
-    2.0, 1.0, 2.0, 6.0, 1.5, 3.0, 4.0, 0.5, 3.0, 2.0, 2.0, 5.0, 1.0, 2.0, 3.5, 4.0, 1.0, 0.5, 2.0, 6.0,
+    2.0, 1.0, 2.0, 6.0, 1.5, 3.0, 4.0, 0.5, 3.0, 2.0, 2.0, 5.0, 1.0, 2.0, 3.5, 4.0, 1.0, 0.5, 2.0,
+    6.0,
 ];
 const P: [u8; 30] = [
     1, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1, 1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0, 0,
@@ -33,23 +35,49 @@ const U: [(&str, f64, f64); 16] = [
 ];
 
 fn assert_close(got: f64, want: f64, tol: f64, what: &str) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, want {want} (tol {tol})");
+    assert!(
+        (got - want).abs() <= tol,
+        "{what}: got {got}, want {want} (tol {tol})"
+    );
 }
 
 #[test]
 fn mean_std_quantiles_match_numpy() {
     assert_close(mean(&X).unwrap(), 2.585, 1e-12, "mean");
-    assert_close(sample_std(&X).unwrap(), 1.7800872243560957, 1e-12, "std ddof=1");
+    assert_close(
+        sample_std(&X).unwrap(),
+        1.7800872243560957,
+        1e-12,
+        "std ddof=1",
+    );
     let qs = [0.0, 0.025, 0.1, 0.5, 0.9, 0.975, 1.0];
-    let want = [0.0, 0.09500000000000001, 0.38000000000000006, 2.35, 4.910000000000001, 6.005, 6.1];
+    let want = [
+        0.0,
+        0.09500000000000001,
+        0.38000000000000006,
+        2.35,
+        4.910000000000001,
+        6.005,
+        6.1,
+    ];
     for (q, w) in qs.iter().zip(want) {
-        assert_close(quantile(&X, *q).unwrap(), w, 1e-12, &format!("quantile {q}"));
+        assert_close(
+            quantile(&X, *q).unwrap(),
+            w,
+            1e-12,
+            &format!("quantile {q}"),
+        );
     }
 }
 
 #[test]
 fn spearman_matches_scipy() {
-    assert_close(spearman(&X, &Y).unwrap(), 0.9331311129209522, 1e-12, "spearman X,Y");
+    assert_close(
+        spearman(&X, &Y).unwrap(),
+        0.9331311129209522,
+        1e-12,
+        "spearman X,Y",
+    );
     assert_close(
         spearman(&[1.0, 1.0, 2.0, 2.0, 3.0], &[1.0, 2.0, 2.0, 3.0, 3.0]).unwrap(),
         0.8055555555555555,
@@ -57,8 +85,8 @@ fn spearman_matches_scipy() {
         "spearman ties",
     );
     let want = [
-        9.5, 4.0, 9.5, 19.5, 6.0, 13.5, 16.5, 1.5, 13.5, 9.5, 9.5, 18.0, 4.0, 9.5, 15.0, 16.5, 4.0, 1.5,
-        9.5, 19.5,
+        9.5, 4.0, 9.5, 19.5, 6.0, 13.5, 16.5, 1.5, 13.5, 9.5, 9.5, 18.0, 4.0, 9.5, 15.0, 16.5, 4.0,
+        1.5, 9.5, 19.5,
     ];
     assert_eq!(average_ranks(&Y), want.to_vec());
 }
@@ -86,8 +114,14 @@ fn bootstrap_proportion_matches_numpy_reference() {
 
 #[test]
 fn paired_cluster_bootstrap_matches_numpy_reference() {
-    let units: Vec<PairedUnit> =
-        U.iter().map(|(c, a, b)| PairedUnit { cluster: c.to_string(), a: *a, b: *b }).collect();
+    let units: Vec<PairedUnit> = U
+        .iter()
+        .map(|(c, a, b)| PairedUnit {
+            cluster: c.to_string(),
+            a: *a,
+            b: *b,
+        })
+        .collect();
     let ci = paired_cluster_bootstrap(&units, DEFAULT_RESAMPLES, 0.95, 42).unwrap();
     assert_close(ci.estimate, 0.40625, 1e-12, "estimate");
     assert_close(ci.lo, 0.08333333333333331, 0.03, "lo");
