@@ -40,6 +40,23 @@ fn parallel_and_sequential_readers_agree() {
         writeln!(f, "{line}").unwrap();
         i += 1;
     }
+    // A last line without a newline, and a CRLF line before it.
+    write!(
+        f,
+        "{}\r\n",
+        to_jsonl_line(&trace(7))
+            .unwrap()
+            .replace("\"t7\"", "\"crlf\"")
+    )
+    .unwrap();
+    write!(
+        f,
+        "{}",
+        to_jsonl_line(&trace(8))
+            .unwrap()
+            .replace("\"t8\"", "\"last\"")
+    )
+    .unwrap();
     drop(f);
     let summarize = |threads: usize| -> Vec<String> {
         read_path(&path, Format::Auto)
@@ -62,6 +79,16 @@ fn parallel_and_sequential_readers_agree() {
         .iter()
         .any(|s| s.starts_with("ERR") && s.contains("line 14:")));
     assert_eq!(seq, par);
+    assert!(
+        seq[seq.len() - 2].starts_with("crlf "),
+        "{:?}",
+        &seq[seq.len() - 2..]
+    );
+    assert!(
+        seq[seq.len() - 1].starts_with("last "),
+        "{:?}",
+        &seq[seq.len() - 2..]
+    );
 }
 
 #[test]

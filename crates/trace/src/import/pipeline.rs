@@ -8,7 +8,7 @@
 use super::{parse_record_detect, Format, ImportError, Imported, RecordCtx};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufReader, Read};
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -18,7 +18,11 @@ pub const BATCH_BYTES: usize = 1 << 20;
 /// Files smaller than this are parsed on the calling thread.
 pub const PARALLEL_MIN_BYTES: u64 = 4 << 20;
 
-type Lines = Vec<Result<(u64, Vec<u8>), ImportError>>;
+/// A block of whole lines starting at line `first_line` (1-based), or a read error.
+enum Work {
+    Block { first_line: u64, data: Vec<u8> },
+    Error(ImportError),
+}
 type Parsed = Vec<Result<Imported, ImportError>>;
 
 /// Number of parser threads: `MASLENS_READ_THREADS` when set (1 disables the pipeline), else
@@ -60,52 +64,84 @@ impl Pipeline {
             // Cannot fail: the channel has room for exactly this many tokens.
             let _ = tokens_tx.try_send(());
         }
-        let (work_tx, work_rx) = sync_channel::<(u64, Lines)>(workers);
+        let (work_tx, work_rx) = sync_channel::<(u64, Work)>(workers);
         let work_rx = Arc::new(Mutex::new(work_rx));
         let (out_tx, out_rx) = sync_channel::<(u64, Parsed)>(in_flight);
 
         let reader_display = display.clone();
         std::thread::spawn(move || {
             let mut seq = 0u64;
-            let mut line_no = first.as_ref().map(|(n, _)| *n).unwrap_or(0);
-            let mut batch: Lines = Vec::new();
-            let mut bytes = 0usize;
+            let mut send = |work: Work| -> bool {
+                let ok = tokens_rx.recv().is_ok() && work_tx.send((seq, work)).is_ok();
+                seq += 1;
+                ok
+            };
+            let mut line_no = 1u64;
             if let Some((n, b)) = first {
-                bytes += b.len();
-                batch.push(Ok((n, b)));
+                line_no = n + 1;
+                if !send(Work::Block {
+                    first_line: n,
+                    data: b,
+                }) {
+                    return;
+                }
             }
-            let mut done = false;
-            while !done {
-                let mut buf = Vec::new();
-                match reader.read_until(b'\n', &mut buf) {
-                    Ok(0) => done = true,
-                    Ok(_) => {
-                        line_no += 1;
-                        if !buf.iter().all(|b| b.is_ascii_whitespace()) {
-                            bytes += buf.len();
-                            batch.push(Ok((line_no, buf)));
-                        }
+            // Read blocks of about BATCH_BYTES and cut them after their last newline; the
+            // rest carries over to the next block (a line longer than a block grows it).
+            let mut buf: Vec<u8> = Vec::with_capacity(BATCH_BYTES + (64 << 10));
+            loop {
+                let start = buf.len();
+                let want = BATCH_BYTES.saturating_sub(start).max(64 << 10);
+                buf.resize(start + want, 0);
+                let n = match reader.read(&mut buf[start..]) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                        buf.truncate(start);
+                        continue;
                     }
                     Err(e) => {
-                        batch.push(Err(ImportError {
+                        buf.truncate(start);
+                        let _ = send(Work::Error(ImportError {
                             file: reader_display.clone(),
-                            record: Some(format!("line {}", line_no + 1)),
+                            record: Some(format!("line {line_no}")),
                             path: None,
                             message: format!("cannot read: {e}"),
                         }));
-                        done = true;
+                        return;
                     }
+                };
+                buf.truncate(start + n);
+                let eof = n == 0;
+                if !eof && buf.len() < BATCH_BYTES {
+                    continue;
                 }
-                if (bytes >= BATCH_BYTES || (done && !batch.is_empty()))
-                    && (tokens_rx.recv().is_err()
-                        || work_tx.send((seq, std::mem::take(&mut batch))).is_err())
-                {
-                    return; // the consumer has gone
+                let cut = if eof {
+                    buf.len()
+                } else {
+                    match memchr::memrchr(b'\n', &buf) {
+                        Some(i) => i + 1,
+                        None => continue,
+                    }
+                };
+                let rest = buf.split_off(cut);
+                let lines = memchr::memchr_iter(b'\n', &buf).count() as u64
+                    + u64::from(!buf.is_empty() && !buf.ends_with(b"\n"));
+                if !buf.is_empty() {
+                    let data = std::mem::replace(&mut buf, rest);
+                    if !send(Work::Block {
+                        first_line: line_no,
+                        data,
+                    }) {
+                        return;
+                    }
+                } else {
+                    buf = rest;
                 }
-                if bytes >= BATCH_BYTES || done {
-                    seq += 1;
-                    bytes = 0;
+                line_no += lines;
+                if eof {
+                    return;
                 }
+                buf.reserve(BATCH_BYTES + (64 << 10));
             }
         });
 
@@ -121,19 +157,31 @@ impl Pipeline {
                     Ok(rx) => rx.recv(),
                     Err(_) => return,
                 };
-                let Ok((seq, lines)) = job else { return };
-                let parsed: Parsed = lines
-                    .into_iter()
-                    .map(|item| {
-                        let (n, bytes) = item?;
-                        let ctx = RecordCtx {
-                            file: &display,
-                            path: Some(&path),
-                            line: Some(n),
-                        };
-                        parse_record_detect(&bytes, format, &ctx).1
-                    })
-                    .collect();
+                let Ok((seq, work)) = job else { return };
+                let parsed: Parsed = match work {
+                    Work::Error(e) => vec![Err(e)],
+                    Work::Block { first_line, data } => {
+                        let mut out = Vec::new();
+                        let mut line = first_line;
+                        let mut ends = memchr::memchr_iter(b'\n', &data);
+                        let mut start = 0usize;
+                        while start < data.len() {
+                            let end = ends.next().map(|i| i + 1).unwrap_or(data.len());
+                            let record = &data[start..end];
+                            if !record.iter().all(|b| b.is_ascii_whitespace()) {
+                                let ctx = RecordCtx {
+                                    file: &display,
+                                    path: Some(&path),
+                                    line: Some(line),
+                                };
+                                out.push(parse_record_detect(record, format, &ctx).1);
+                            }
+                            line += 1;
+                            start = end;
+                        }
+                        out
+                    }
+                };
                 if out_tx.send((seq, parsed)).is_err() {
                     return;
                 }
