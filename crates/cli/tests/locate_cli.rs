@@ -437,3 +437,56 @@ async fn bad_input_is_reported_and_the_rest_goes_on() {
     assert!(err.contains("bad.json"), "{err}");
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prior_method_and_prior_voter() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = format!("whowhen:{}", data("whowhen").display());
+    // The learned prior alone (no LLM), scored like any method.
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json", "eval", "locate", &ds, "--method", "prior", "--prior", "builtin",
+        ],
+    ))
+    .await;
+    let r = stdout_json(&o);
+    assert_eq!(r["method"], "prior");
+    assert_eq!(r["agent_accuracy"]["n"], 98);
+    assert_eq!(r["abstentions"], 0);
+    // A prior file as an extra voter: all mass on step 4 with weight 2 outweighs the Evaluators
+    // (0.3 + 0.3 on step 1, 0.9 on step 2).
+    let server = FakeServer::start(fixture_handler()).await.unwrap();
+    let spec = format!("openai:fixture@{}", server.base_url());
+    let trace = data("whowhen/Algorithm-Generated/1.json");
+    let n_steps = {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+        v["history"].as_array().unwrap().len()
+    };
+    let mut probs = vec![0.0; n_steps];
+    probs[4] = 1.0;
+    let pf = dir.path().join("prior.jsonl");
+    std::fs::write(
+        &pf,
+        json!({"trace": "Algorithm-Generated/1", "probs": probs}).to_string(),
+    )
+    .unwrap();
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "locate",
+            trace.to_str().unwrap(),
+            "--model",
+            &spec,
+            "--prior",
+            pf.to_str().unwrap(),
+            "--prior-weight",
+            "2",
+        ],
+    ))
+    .await;
+    let v: Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(v["step"], 4, "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -69,16 +69,15 @@ pub struct Args {
 
 /// Prior distributions over steps, per trace id.
 pub enum PriorSource {
+    Builtin(Box<maslens_prior::PriorModel>),
     File(HashMap<String, Vec<f64>>),
 }
 
 impl PriorSource {
     pub fn load(spec: &str) -> anyhow::Result<PriorSource> {
         if spec == "builtin" {
-            anyhow::bail!(
-                "--prior builtin: maslens-prior's default model is not wired in this build yet; \
-                 pass a JSONL file of {{\"trace\", \"probs\"}} instead"
-            );
+            let m = maslens_prior::load_default().context("loading the built-in prior model")?;
+            return Ok(PriorSource::Builtin(Box::new(m)));
         }
         let text =
             std::fs::read_to_string(spec).with_context(|| format!("reading prior file {spec}"))?;
@@ -104,6 +103,16 @@ impl PriorSource {
     /// Step distribution (by position) for a trace, when known.
     pub fn probs(&self, trace: &Trace) -> Option<Vec<f64>> {
         match self {
+            PriorSource::Builtin(m) => {
+                let ranked = m.rank(trace);
+                let mut probs = vec![0.0; trace.steps.len()];
+                for c in ranked {
+                    if let Some(p) = maslens_locate::step_position(trace, c.step) {
+                        probs[p] = c.prob;
+                    }
+                }
+                Some(probs)
+            }
             PriorSource::File(map) => map
                 .get(&trace.id)
                 .filter(|p| p.len() == trace.steps.len())
