@@ -40,6 +40,8 @@ pub struct Tolerance {
 pub struct LocateMetrics {
     pub agent: Metric,
     pub step: Metric,
+    /// Agent and step both right.
+    pub pair: Metric,
     pub tolerance: Vec<Tolerance>,
 }
 
@@ -97,22 +99,41 @@ pub fn metric(hits: &[bool], cfg: &EvalConfig) -> Metric {
     }
 }
 
-/// Score predictions against the decisive labels of `traces` (matched by trace id; traces
-/// without a label are ignored, a labelled trace without prediction counts as wrong).
+/// Whether a trace carries a label the metrics can use: a decisive (agent, step) label, or
+/// faulty agents (Aegis-style, agent level only).
+pub fn is_labelled(t: &Trace) -> bool {
+    t.labels.decisive.is_some() || !t.labels.faulty_agents.is_empty()
+}
+
+/// Score predictions against the labels of `traces` (matched by trace id; unlabelled traces are
+/// ignored, a labelled trace without prediction counts as wrong). Decisive labels score agent
+/// (exact name), step (exact index), pair (both) and step tolerance; traces with only faulty-agent
+/// labels score the agent level alone (right when the predicted agent is one of the faulty
+/// agents, names compared case-insensitively as Aegis labels differ in case).
 pub fn score(traces: &[&Trace], preds: &[Prediction], cfg: &EvalConfig) -> LocateMetrics {
     let by_id: BTreeMap<&str, &Prediction> = preds.iter().map(|p| (p.trace.as_str(), p)).collect();
     let mut agent_hits = Vec::new();
     let mut step_hits = Vec::new();
+    let mut pair_hits = Vec::new();
     let mut dist: Vec<Option<usize>> = Vec::new();
     for t in traces {
-        let Some(label) = t.labels.decisive.as_ref() else {
-            continue;
-        };
         let p = by_id.get(t.id.as_str());
-        agent_hits.push(p.and_then(|p| p.agent.as_deref()) == Some(label.agent.as_str()));
-        let step = p.and_then(|p| p.step);
-        step_hits.push(step == Some(label.step));
-        dist.push(step.map(|s| s.abs_diff(label.step)));
+        let agent = p.and_then(|p| p.agent.as_deref());
+        if let Some(label) = t.labels.decisive.as_ref() {
+            let agent_ok = agent == Some(label.agent.as_str());
+            agent_hits.push(agent_ok);
+            let step = p.and_then(|p| p.step);
+            step_hits.push(step == Some(label.step));
+            pair_hits.push(agent_ok && step == Some(label.step));
+            dist.push(step.map(|s| s.abs_diff(label.step)));
+        } else if !t.labels.faulty_agents.is_empty() {
+            agent_hits.push(agent.is_some_and(|a| {
+                t.labels
+                    .faulty_agents
+                    .iter()
+                    .any(|f| f.agent.eq_ignore_ascii_case(a))
+            }));
+        }
     }
     let tolerance = cfg
         .tolerances
@@ -128,6 +149,7 @@ pub fn score(traces: &[&Trace], preds: &[Prediction], cfg: &EvalConfig) -> Locat
     LocateMetrics {
         agent: metric(&agent_hits, cfg),
         step: metric(&step_hits, cfg),
+        pair: metric(&pair_hits, cfg),
         tolerance,
     }
 }
@@ -320,15 +342,11 @@ pub fn report(
     cfg: &EvalConfig,
 ) -> MethodReport {
     let mut groups: BTreeMap<String, Vec<&Trace>> = BTreeMap::new();
-    for t in traces.iter().filter(|t| t.labels.decisive.is_some()) {
+    for t in traces.iter().filter(|t| is_labelled(t)) {
         groups.entry(group_of(t)).or_default().push(t);
     }
     let mut out = BTreeMap::new();
-    let pooled: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_some())
-        .collect();
+    let pooled: Vec<&Trace> = traces.iter().copied().filter(|t| is_labelled(t)).collect();
     if groups.len() > 1 {
         for (g, ts) in &groups {
             out.insert(g.clone(), score(ts, preds, cfg));
@@ -420,9 +438,37 @@ mod tests {
         assert_eq!(m.tolerance[1].metric.k, 1, "|3-1| = 2 <= 3");
         let m = score(&[&t], &[first], &cfg);
         assert_eq!((m.agent.k, m.step.k, m.agent.value), (1, 1, 1.0));
+        assert_eq!((m.pair.k, m.pair.n), (1, 1));
         // a trace without prediction counts as wrong
         let m = score(&[&t], &[], &cfg);
         assert_eq!((m.agent.k, m.agent.n), (0, 1));
+    }
+
+    #[test]
+    fn faulty_agent_labels_score_the_agent_level_only() {
+        use maslens_trace::FaultyAgent;
+        let mut t = Trace::new("aegis/1");
+        t.ensure_agent("Solver", AgentKind::Worker);
+        t.labels.faulty_agents.push(FaultyAgent {
+            agent: "solver".into(),
+            error_mode: None,
+            strategy: None,
+            description: None,
+        });
+        assert!(is_labelled(&t));
+        let pred = Prediction {
+            trace: "aegis/1".into(),
+            agent: Some("Solver".into()),
+            step: Some(0),
+        };
+        let cfg = EvalConfig {
+            bootstrap: 50,
+            ..EvalConfig::default()
+        };
+        let m = score(&[&t], &[pred], &cfg);
+        assert_eq!((m.agent.k, m.agent.n), (1, 1));
+        assert_eq!((m.step.n, m.pair.n), (0, 0));
+        assert!(!is_labelled(&Trace::new("none")));
     }
 
     #[test]

@@ -172,11 +172,12 @@ fn render(out: &EvalOutput) -> String {
                         x.n
                     )
                 };
-                let tol: Vec<String> = r
+                let mut tol: Vec<String> = r
                     .tolerance
                     .iter()
                     .map(|t| format!("+-{}: {}", t.within, pct(t.metric.value).trim()))
                     .collect();
+                tol.push(format!("pair: {}", pct(r.pair.value).trim()));
                 s.push_str(&format!(
                     "{:30} {:22} {:>26} {:>26} {}\n",
                     m.method,
@@ -325,10 +326,13 @@ fn eval(args: EvalArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let model = load_model(args.model.as_ref())?;
     let (traces, skipped) = load(&args.inputs, args.common.format);
     let refs: Vec<&Trace> = traces.iter().collect();
-    let labelled = refs.iter().filter(|t| t.labels.decisive.is_some()).count();
+    let labelled = refs
+        .iter()
+        .filter(|t| maslens_prior::eval::is_labelled(t))
+        .count();
     if labelled == 0 {
         anyhow::bail!(
-            "no trace with a decisive label (labels.decisive) among {} traces read",
+            "no labelled trace (labels.decisive or labels.faulty_agents) among {} traces read",
             traces.len()
         );
     }
