@@ -1,0 +1,287 @@
+//! `maslens optimize` on the SIMULATED multi-agent system (`--simulation`: a deterministic test
+//! environment, not a model) and `maslens credit` through the binary. The LLM answers of
+//! `maslens credit` come from the fixture OpenAI-compatible server
+//! (`maslens_llm::testing::server::FakeServer`: hand-written replies, **not a model**); the
+//! embedded-model run is in `credit_e2e.rs`.
+
+use maslens_llm::testing::server::{last_user, FakeServer, Reply};
+use maslens_trace::Trace;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+fn data(rel: &str) -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/"
+    ))
+    .join(rel)
+}
+
+fn maslens(home: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_maslens"));
+    c.env("MASLENS_HOME", home)
+        .env("MASLENS_CACHE", home.join("cache.sqlite"))
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("MASLENS_MODEL")
+        .args(args);
+    c
+}
+
+async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn simulate(dir: &Path) -> Output {
+    let out = dir.join("sim");
+    maslens(
+        dir,
+        &[
+            "optimize",
+            "--simulation",
+            "--seeds",
+            "1,2",
+            "--sim-questions",
+            "160",
+            "--opt-size",
+            "40",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+    )
+    .output()
+    .unwrap()
+}
+
+#[test]
+fn optimize_simulation_writes_every_report_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = simulate(dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let methods: Vec<&str> = summary["summary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, vec!["baseline", "black-box", "ours"]);
+    let acc = |i: usize| summary["summary"][i]["mean"].as_f64().unwrap();
+    assert!(acc(2) > acc(0), "ours {} vs baseline {}", acc(2), acc(0));
+    let out = dir.path().join("sim");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for section in [
+        "Accuracy on the held-out set",
+        "Outcome shift",
+        "Overall statistics",
+        "by the round at which the debate ended",
+        "Failure-pattern distribution",
+        "by round and failure pattern (ours)",
+        "Role utterances by round",
+        "Credit, seed 1, iteration 1",
+        "Verbalized BCD iterations",
+        "Prompts before and after",
+    ] {
+        assert!(md.contains(section), "missing {section}");
+    }
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.matches("<svg").count() >= 4,
+        "heatmap, two curves and label plots"
+    );
+    assert!(html.contains("Role x round credit") && html.contains("accuracy vs LLM calls"));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["seeds"].as_array().unwrap().len(), 2);
+    // Held-out runs are maslens traces with rounds and phases.
+    let traces = std::fs::read_to_string(out.join("traces/ours-seed1.jsonl")).unwrap();
+    let first: Trace = serde_json::from_str(traces.lines().next().unwrap()).unwrap();
+    assert_eq!(first.source.format, "debate");
+    assert_eq!(first.steps.len(), 8);
+    assert_eq!(first.steps[3].phase.as_deref(), Some("aggregation"));
+    assert_eq!(first.steps[7].round, Some(1));
+    assert_eq!(traces.lines().count(), 120);
+}
+
+/// Fixture replies: consistent AgentTurnEval verdicts (from the gold letter and the answer in
+/// the request), flat peer and window scores.
+fn fixture() -> Arc<dyn Fn(&Value, u64) -> Reply + Send + Sync> {
+    Arc::new(|body: &Value, _| {
+        let u = last_user(body);
+        let after = |needle: &str| {
+            u.split(needle)
+                .nth(1)
+                .map(|s| s.trim_start().chars().next().unwrap_or('?'))
+        };
+        let text = if u.contains("Agents to score:") {
+            let names: Vec<&str> = u
+                .split("Agents to score: ")
+                .nth(1)
+                .unwrap_or("")
+                .split(". Return")
+                .next()
+                .unwrap_or("")
+                .split(", ")
+                .collect();
+            let scores: serde_json::Map<String, Value> =
+                names.iter().map(|n| (n.to_string(), json!(3))).collect();
+            if u.contains("Messages of window") {
+                json!({"scores": scores, "segment_score": 2}).to_string()
+            } else {
+                json!({"scores": scores}).to_string()
+            }
+        } else if u.contains("Gold correct answer:") {
+            let gold = after("Gold correct answer:");
+            let ans =
+                after("<agent_answer>\nAnswer:").or_else(|| after("<aggregation_output>\nAnswer:"));
+            if gold.is_some() && gold == ans {
+                json!({"correctness": "correct", "failure_pattern": "NONE", "explanation": "fine", "score": 5}).to_string()
+            } else {
+                json!({"correctness": "incorrect", "failure_pattern": "KNOWLEDGE_DEFICIT", "explanation": "wrong", "score": 1}).to_string()
+            }
+        } else if u.contains("Messages of the agent") {
+            json!({"failure_pattern": "NONE", "explanation": "useful", "score": 4}).to_string()
+        } else {
+            "not json".to_string()
+        };
+        Reply::Text(text)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credit_on_debate_and_whowhen_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let o = tokio::task::spawn_blocking(move || simulate(&d))
+        .await
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let server = FakeServer::start(fixture()).await.unwrap();
+    let spec = format!("openai:fixture@{}", server.base_url());
+    let traces = dir.path().join("sim/traces/baseline-seed1.jsonl");
+    let out = dir.path().join("credit.json");
+    let html = dir.path().join("credit.html");
+    let verdicts = dir.path().join("verdicts.jsonl");
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "credit",
+            traces.to_str().unwrap(),
+            "--limit",
+            "4",
+            "--model",
+            &spec,
+            "--cache-mode",
+            "off",
+            "--out",
+            out.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+            "--write-verdicts",
+            verdicts.to_str().unwrap(),
+            "-q",
+        ],
+    ))
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(
+        v["table"]["roles"],
+        json!(["analyst", "skeptic", "synthesizer"])
+    );
+    assert_eq!(v["table"]["rounds"], json!(["round 1", "round 2"]));
+    let t0 = &v["traces"][0];
+    assert_eq!(t0["mode"], "debate-mcq");
+    // c = 0.5*q + 0.5*0.6 with q in {1.0, 0.2}
+    for c in t0["c"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap())
+    {
+        let c = c.as_f64().unwrap();
+        assert!((c - 0.8).abs() < 1e-9 || (c - 0.4).abs() < 1e-9, "{c}");
+    }
+    assert!(v["table"]["round_credit"][0].as_f64().is_some());
+    assert!(std::fs::read_to_string(&html).unwrap().contains("<svg"));
+    let first: Trace = serde_json::from_str(
+        std::fs::read_to_string(&verdicts)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(first.labels.verdicts[0].method, "credit/role-segment");
+
+    // A Who&When trace has no rounds or phases: fixed windows, generic critics.
+    let ww = data("whowhen/Algorithm-Generated/1.json");
+    let out2 = dir.path().join("ww.json");
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "credit",
+            ww.to_str().unwrap(),
+            "--window",
+            "4",
+            "--model",
+            &spec,
+            "--cache-mode",
+            "off",
+            "--out",
+            out2.to_str().unwrap(),
+            "-q",
+        ],
+    ))
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out2).unwrap()).unwrap();
+    let t = &v["traces"][0];
+    assert_eq!(t["mode"], "generic");
+    assert_eq!(t["segmenting"], "windows");
+    assert_eq!(t["segments"][0], "window 1");
+    // q = 0.8 and p = 0.6 everywhere an agent acted -> c = 0.7; segment score 0.4.
+    let cs: Vec<f64> = t["c"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().filter_map(Value::as_f64))
+        .collect();
+    assert!(
+        !cs.is_empty() && cs.iter().all(|c| (c - 0.7).abs() < 1e-9),
+        "{cs:?}"
+    );
+    assert!((v["table"]["round_credit"][0].as_f64().unwrap() - 0.4).abs() < 1e-9);
+    // Unreadable input: a clear error, the run goes on with the readable files.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{not json").unwrap();
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "credit",
+            bad.to_str().unwrap(),
+            ww.to_str().unwrap(),
+            "--window",
+            "50",
+            "--model",
+            &spec,
+            "--cache-mode",
+            "off",
+            "-q",
+        ],
+    ))
+    .await;
+    // Exit 1: the command ran and scored the readable trace, but skipped a file.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bad.json"), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("window 1"));
+}
