@@ -264,6 +264,13 @@ pub fn cross_validate(
         .copied()
         .filter(|t| t.labels.decisive.is_some())
         .collect();
+    // Traces with agent-level labels only join every training set (agent head) and are never
+    // predicted here: the protocol scores decisive labels.
+    let agent_only: Vec<&Trace> = traces
+        .iter()
+        .copied()
+        .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
+        .collect();
     let folds = fold_assignment(&labelled, k, cfg.seed);
     let mut preds = Vec::with_capacity(labelled.len());
     for fold in 0..k {
@@ -272,6 +279,7 @@ pub fn cross_validate(
             .zip(&folds)
             .filter(|(_, f)| **f != fold)
             .map(|(t, _)| *t)
+            .chain(agent_only.iter().copied())
             .collect();
         let test: Vec<&Trace> = labelled
             .iter()

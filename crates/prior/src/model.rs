@@ -61,13 +61,20 @@ pub struct TrainingInfo {
     pub traces: usize,
     /// Step rows used.
     pub steps: usize,
-    /// Traces skipped (no decisive label, or label step out of range).
+    /// Traces skipped (no usable label, or decisive step out of range).
     pub skipped: usize,
+    /// Traces with faulty-agent labels only (Aegis), used by the agent head alone.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub agent_only_traces: usize,
     pub alpha: f64,
     pub seed: u64,
     /// Free text: data, command, metrics (written by the CLI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A standardized linear scorer (logistic regression weights over named features).
@@ -369,6 +376,19 @@ impl PriorModel {
         }
         let all: Vec<&Prepared> = data.iter().collect();
         let step = fit_step_head(&all, cfg.alpha)?;
+        let agent_only: Vec<&Trace> = if cfg.agent_head {
+            traces
+                .iter()
+                .copied()
+                .filter(|t| {
+                    t.labels.decisive.is_none()
+                        && !t.labels.faulty_agents.is_empty()
+                        && !t.steps.is_empty()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let agent = if cfg.agent_head && data.len() >= 2 * cfg.inner_folds.max(2) {
             let k = cfg.inner_folds.max(2);
             let ts: Vec<&Trace> = data.iter().map(|p| p.trace).collect();
@@ -396,10 +416,26 @@ impl PriorModel {
                     xs.push(row);
                 }
             }
+            // Agent-level labels only (Aegis faulty agents): the step head above never saw
+            // these traces, so its probabilities are out of sample for them too.
+            for t in &agent_only {
+                let rows = extract(t);
+                let pr = head_distribution(&step, &rows);
+                for (name, row) in agent_rows(t, &rows, &pr) {
+                    let faulty = t
+                        .labels
+                        .faulty_agents
+                        .iter()
+                        .any(|f| f.agent.eq_ignore_ascii_case(&name));
+                    ys.push(u32::from(faulty));
+                    xs.push(row);
+                }
+            }
             Some(LinearHead::fit(AGENT_FEATURE_NAMES, &xs, &ys, cfg.alpha)?)
         } else {
             None
         };
+        let agent_used = if agent.is_some() { agent_only.len() } else { 0 };
         Ok(PriorModel {
             format: MODEL_FORMAT.to_string(),
             step,
@@ -408,7 +444,8 @@ impl PriorModel {
             training: TrainingInfo {
                 traces: data.len(),
                 steps: data.iter().map(|p| p.rows.len()).sum(),
-                skipped,
+                skipped: skipped - agent_used,
+                agent_only_traces: agent_used,
                 alpha: cfg.alpha,
                 seed: cfg.seed,
                 note: None,
@@ -785,6 +822,32 @@ pub(crate) mod tests {
             .unwrap_err()
             .to_string()
             .contains("scale"));
+    }
+
+    #[test]
+    fn faulty_agent_labels_train_the_agent_head() {
+        use maslens_trace::FaultyAgent;
+        let data = synthetic_corpus(30, 9);
+        // the same kind of traces with agent-level labels only (names differ in case)
+        let mut extra = synthetic_corpus(10, 10);
+        for t in &mut extra {
+            let d = t.labels.decisive.take().unwrap();
+            t.labels.faulty_agents.push(FaultyAgent {
+                agent: d.agent.to_uppercase(),
+                error_mode: None,
+                strategy: None,
+                description: None,
+            });
+        }
+        let cfg = TrainConfig::default();
+        let only: Vec<&Trace> = data.iter().collect();
+        let both: Vec<&Trace> = data.iter().chain(&extra).collect();
+        let a = PriorModel::train(&only, &cfg).unwrap();
+        let b = PriorModel::train(&both, &cfg).unwrap();
+        assert_eq!(b.training.agent_only_traces, 10);
+        assert_eq!(b.training.skipped, 0);
+        assert_eq!(a.step, b.step, "the step head uses decisive labels only");
+        assert_ne!(a.agent, b.agent);
     }
 
     #[test]
