@@ -50,9 +50,7 @@ fn step_line(prompt: &str, k: usize) -> Option<String> {
 /// Fixture replies: the detector reports one IF at step 1 quoting that step, and one at step 0
 /// with an invented quote (to be flagged); absorption says unresolved propagation; repair
 /// returns a labelled correction.
-fn fixture_handler(
-    prompts: Arc<Mutex<Vec<String>>>,
-) -> Arc<dyn Fn(&Value, u64) -> Reply + Send + Sync> {
+fn fixture_handler(prompts: Arc<Mutex<Vec<String>>>) -> maslens_llm::testing::server::Handler {
     Arc::new(move |body: &Value, _| {
         let u = last_user(body);
         prompts.lock().unwrap().push(u.clone());

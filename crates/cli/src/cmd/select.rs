@@ -86,8 +86,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 .trim()
                 .parse()
                 .context("--prm-range HI is not a number")?;
-            if !(hi > lo) {
-                anyhow::bail!("--prm-range needs LO < HI");
+            if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+                anyhow::bail!("--prm-range needs finite LO < HI");
             }
             Some((lo, hi))
         }
