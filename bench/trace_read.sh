@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reading benchmark: a synthetic native JSONL corpus (>= 1 GB by default) read by
-# `maslens stats` (the streaming reader, full parse + validation + statistics), next to a Python
+# `maslens stats` (the streaming reader, full parse + validation + statistics; once with the
+# default parser threads, once with MASLENS_READ_THREADS=2), next to a Python
 # baseline (`json.loads` per line) in the same run. Reports MB/s and peak RSS (/usr/bin/time -v).
 #
 # usage: bench/trace_read.sh [SIZE_MB (default 1100)] [RUNS (default 3)]
@@ -37,7 +38,7 @@ measure() {
 
 {
   measure maslens-stats "$root/target/release/maslens" --quiet --json stats "$corpus"
-  MASLENS_READ_THREADS=1 measure maslens-stats-1thread "$root/target/release/maslens" --quiet --json stats "$corpus"
+  MASLENS_READ_THREADS=2 measure maslens-stats-2threads "$root/target/release/maslens" --quiet --json stats "$corpus"
   measure python-json.loads python3 "$root/bench/trace_read_baseline.py" "$corpus"
 } > "$dir/runs.txt"
 
