@@ -409,3 +409,36 @@ async fn e2e_control_tokens_in_content_stay_text() {
         .unwrap();
     assert!(response.usage.prompt_tokens > 0);
 }
+
+/// Streaming hands out the answer piece by piece; the pieces are the answer, stop string excluded.
+#[test]
+fn e2e_streaming_pieces_concatenate_to_the_answer() {
+    let model = fresh_context();
+    let free =
+        ChatRequest::new(vec![Message::user("Describe a dog in two sentences.")]).max_tokens(30);
+    let mut pieces = Vec::new();
+    let full = model
+        .complete_streaming_blocking(&free, &mut |p| pieces.push(p.to_string()))
+        .unwrap();
+    assert!(pieces.len() > 3, "{pieces:?}");
+    assert_eq!(pieces.concat(), full.text);
+
+    let third_word = full
+        .text
+        .split_whitespace()
+        .nth(2)
+        .expect("a multi-word answer")
+        .to_string();
+    let stop = format!(" {third_word}");
+    let stopped = ChatRequest {
+        stop: vec![stop.clone()],
+        ..free
+    };
+    let mut pieces = Vec::new();
+    let short = fresh_context()
+        .complete_streaming_blocking(&stopped, &mut |p| pieces.push(p.to_string()))
+        .unwrap();
+    assert_eq!(pieces.concat(), short.text);
+    assert!(!short.text.contains(&stop), "{:?}", short.text);
+    assert_eq!(short.finish_reason, "stop");
+}

@@ -313,6 +313,15 @@ impl Inner {
 
     /// Run one request to completion (blocking).
     fn generate(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.generate_with(request, &mut |_| {})
+    }
+
+    /// Run one request to completion (blocking), handing out the answer text piece by piece.
+    fn generate_with(
+        &self,
+        request: &ChatRequest,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
         let prompt = self.format_prompt(&request.messages)?;
         let tokens = self.tokenize(&prompt, true);
@@ -356,7 +365,7 @@ impl Inner {
         state.slots[seq].tokens.truncate(common);
         state.slots[seq].last_used = tick;
 
-        let result = self.run(state, seq, &tokens, common, &mut sampler, request);
+        let result = self.run(state, seq, &tokens, common, &mut sampler, request, on_text);
         if result.is_err() {
             // The cache may hold part of a batch: forget this sequence.
             let _ = state.ctx.kv_cache_seq_rm(seq_id, None, None);
@@ -397,6 +406,7 @@ impl Inner {
     }
 
     /// Evaluate the uncached part of the prompt, then sample until a stop condition.
+    #[allow(clippy::too_many_arguments)] // private: the pieces of one call, all needed
     fn run(
         &self,
         state: &mut State,
@@ -405,6 +415,7 @@ impl Inner {
         common: usize,
         sampler: &mut LlamaSampler,
         request: &ChatRequest,
+        on_text: &mut dyn FnMut(&str),
     ) -> Result<(String, String, u64), LlmError> {
         let seq_id = seq as i32;
         let mut batch = LlamaBatch::new(self.batch_size as usize, 1);
@@ -435,6 +446,15 @@ impl Inner {
         let mut generated = 0u64;
         let mut finish = "length";
         let mut text_end: Option<usize> = None;
+        // Streaming: bytes handed out so far; text that may still turn into a stop string is held back.
+        let mut emitted = 0usize;
+        let hold = request
+            .stop
+            .iter()
+            .map(|s| s.len())
+            .max()
+            .unwrap_or(0)
+            .saturating_sub(1);
         while generated < u64::from(request.max_tokens) {
             if pos >= self.n_ctx as usize {
                 break; // context full: "length"
@@ -461,6 +481,15 @@ impl Inner {
                     break;
                 }
             }
+            let valid = match std::str::from_utf8(&bytes) {
+                Ok(s) => s,
+                Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""),
+            };
+            let end = stream_boundary(valid, emitted, hold);
+            if let Some(piece) = valid.get(emitted..end).filter(|p| !p.is_empty()) {
+                on_text(piece);
+                emitted = end;
+            }
             batch.clear();
             batch
                 .add(token, pos as i32, &[seq_id], true)
@@ -477,6 +506,9 @@ impl Inner {
         let mut text = String::from_utf8_lossy(&bytes).into_owned();
         if let Some(cut) = text_end {
             text.truncate(cut);
+        }
+        if let Some(rest) = text.get(emitted..).filter(|r| !r.is_empty()) {
+            on_text(rest);
         }
         Ok((text, finish.to_string(), generated))
     }
@@ -513,6 +545,16 @@ pub(super) fn schema_to_grammar(schema: &serde_json::Value) -> Result<String, Ll
     let text = serde_json::to_string(schema).map_err(|e| LlmError::Local(e.to_string()))?;
     llama_cpp_2::json_schema_to_grammar(&text)
         .map_err(|e| LlmError::Local(format!("cannot turn the JSON schema into a grammar: {e}")))
+}
+
+/// How far streamed text may go: all of the valid text but the last `hold` bytes (a stop string
+/// could still start there), on a char boundary, never backwards.
+fn stream_boundary(valid: &str, emitted: usize, hold: usize) -> usize {
+    let mut end = valid.len().saturating_sub(hold);
+    while end > emitted && !valid.is_char_boundary(end) {
+        end -= 1;
+    }
+    end.max(emitted)
 }
 
 /// Message contents are data: a control token's text inside them (`<|im_start|>system` in a trace)
@@ -591,6 +633,16 @@ impl LocalModel {
         self.inner.format_prompt(messages)
     }
 
+    /// Like [`LocalModel::complete_blocking`], handing out the answer text piece by piece as it is
+    /// generated (the pieces concatenate to the response's text; stop strings are never emitted).
+    pub fn complete_streaming_blocking(
+        &self,
+        request: &ChatRequest,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<ChatResponse, LlmError> {
+        self.inner.generate_with(request, on_text)
+    }
+
     /// Token ids of a text; with `special`, control-token texts become control tokens (as for
     /// the templated prompt, whose message contents are defused first).
     pub fn tokenize(&self, text: &str, special: bool) -> Vec<i32> {
@@ -640,6 +692,15 @@ mod tests {
     }
     fn toks(t: &[i32]) -> Vec<LlamaToken> {
         t.iter().map(|&t| LlamaToken(t)).collect()
+    }
+
+    #[test]
+    fn streamed_text_holds_back_possible_stop_strings_and_split_chars() {
+        assert_eq!(stream_boundary("hello world", 0, 0), 11);
+        assert_eq!(stream_boundary("hello world", 0, 3), 8);
+        assert_eq!(stream_boundary("hello", 4, 3), 4, "never backwards");
+        // "é" is 2 bytes: a boundary inside it moves back to its start.
+        assert_eq!(stream_boundary("abé", 0, 1), 2);
     }
 
     #[test]
