@@ -191,6 +191,16 @@ pub async fn scan_trace(
             e.absorption = Some(r);
         }
     }
+    // Reporting only (after every model call): an IF at the labelled decisive-failure step may
+    // be the decisive error itself rather than an implicit one.
+    if let Some(d) = &trace.labels.decisive {
+        for e in events.iter_mut().filter(|e| e.step == d.step) {
+            e.flags.push(
+                "at the labelled decisive-failure step (the label was not shown to the model)"
+                    .into(),
+            );
+        }
+    }
     let groups = group_repeats(&mut events, cfg.group);
     let steps = trace.steps.len();
     let (cost, risk, risk_grouped) = score(&events, &groups, steps, &cfg.weights);
@@ -282,6 +292,25 @@ mod tests {
         assert!((s.risk - 0.225).abs() < 1e-12);
         assert!((s.risk_grouped - 0.225).abs() < 1e-12);
         assert_eq!(m.n_calls(), 2);
+        assert!(s.events[0].flags.is_empty());
+        // With a decisive label at step 0 the event is flagged (and still counted).
+        let mut t2 = trace();
+        t2.labels.decisive = Some(maslens_trace::DecisiveLabel {
+            agent: "Solver".into(),
+            step: 0,
+            reason: None,
+        });
+        let m = ScriptedModel::new("fixture")
+            .rule(
+                "Classify how the execution trace",
+                r#"{"absorption_pattern":"peer_repair","confidence":"high","rationale":"r"}"#,
+            )
+            .then(det(&[(0, "Solver", "reasoning_error", "2 + 2 = 5")]));
+        let s = scan_trace(&[&m], &t2, &ScanConfig::default())
+            .await
+            .unwrap();
+        assert_eq!(s.events.len(), 1);
+        assert!(s.events[0].flags[0].contains("decisive-failure step"));
     }
 
     #[tokio::test]
