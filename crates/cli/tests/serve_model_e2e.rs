@@ -216,3 +216,57 @@ fn e2e_model_pull_verifies_the_fetched_model_and_list_reports_it() {
         "{stderr}"
     );
 }
+
+/// `stream: true` against the real model: several content chunks as tokens come, then the
+/// finish chunk with usage and `[DONE]` (plain HTTP/1.1 over a socket: no client library).
+#[test]
+fn e2e_serve_model_streams_tokens() {
+    use std::io::{Read, Write};
+    let server = start_server(&[]);
+    let authority = server
+        .base_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_string();
+    let body = json!({
+        "messages": [{"role": "user", "content": "Describe a cat in two sentences."}],
+        "max_tokens": 24,
+        "stream": true
+    })
+    .to_string();
+    let mut sock = std::net::TcpStream::connect(&authority).unwrap();
+    write!(
+        sock,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    sock.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    assert!(raw.contains("text/event-stream"), "{raw}");
+    let events: Vec<Value> = raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(raw.contains("data: [DONE]"), "{raw}");
+    let pieces: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert!(
+        pieces.len() > 3,
+        "token by token, not one chunk: {pieces:?}"
+    );
+    let last = events.last().unwrap();
+    assert!(last["choices"][0]["finish_reason"].is_string(), "{last}");
+    let completion = last["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(
+        completion <= 24 && completion >= pieces.len() as u64 / 2,
+        "{last}"
+    );
+}

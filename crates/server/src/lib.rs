@@ -6,8 +6,9 @@
 //! schema becomes a grammar on the embedded model, so the answer matches the schema; usage
 //! includes `prompt_tokens_details.cached_tokens` (prefix-cache reuse).
 //!
-//! `stream: true` is answered as server-sent events carrying the whole answer in one chunk
-//! (the model does not stream tokens yet), so streaming clients work too.
+//! `stream: true` is answered as server-sent events: piece by piece as tokens are generated when
+//! the router has a [`StreamingModel`] (the embedded model, feature `local`), else the whole
+//! answer in one chunk.
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -25,8 +26,30 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Default `max_tokens` when a request sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 512;
 
+/// A model that hands out its answer piece by piece while generating (blocking; the server runs
+/// it on a blocking thread).
+pub trait StreamingModel: Send + Sync {
+    fn complete_streaming_blocking(
+        &self,
+        request: &ChatRequest,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<ChatResponse, LlmError>;
+}
+
+#[cfg(feature = "local")]
+impl StreamingModel for maslens_llm::local::LocalModel {
+    fn complete_streaming_blocking(
+        &self,
+        request: &ChatRequest,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<ChatResponse, LlmError> {
+        maslens_llm::local::LocalModel::complete_streaming_blocking(self, request, on_text)
+    }
+}
+
 struct AppState {
     model: Arc<dyn ChatModel>,
+    streamer: Option<Arc<dyn StreamingModel>>,
     /// The model name clients see in `/v1/models` and in responses.
     name: String,
     created: u64,
@@ -35,8 +58,18 @@ struct AppState {
 
 /// The OpenAI-compatible routes over `model`, announced as `served_name`.
 pub fn router(model: Arc<dyn ChatModel>, served_name: impl Into<String>) -> Router {
+    router_with_streaming(model, None, served_name)
+}
+
+/// Like [`router`]; `stream: true` requests go to `streamer` (the same model) token by token.
+pub fn router_with_streaming(
+    model: Arc<dyn ChatModel>,
+    streamer: Option<Arc<dyn StreamingModel>>,
+    served_name: impl Into<String>,
+) -> Router {
     let state = Arc::new(AppState {
         model,
+        streamer,
         name: served_name.into(),
         created: now_secs(),
         requests: AtomicU64::new(0),
@@ -112,6 +145,11 @@ async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -> Re
     };
     let n = state.requests.fetch_add(1, Ordering::Relaxed);
     let id = format!("chatcmpl-maslens-{n}");
+    if parsed.stream {
+        if let Some(streamer) = state.streamer.clone() {
+            return token_stream(streamer, state.name.clone(), id, parsed.request);
+        }
+    }
     match state.model.complete(&parsed.request).await {
         Ok(response) if parsed.stream => sse_response(&state.name, &id, &response),
         Ok(response) => Json(completion_json(&state.name, &id, &response)).into_response(),
@@ -161,38 +199,119 @@ pub fn completion_json(model: &str, id: &str, r: &ChatResponse) -> Value {
     })
 }
 
+/// One `chat.completion.chunk` server-sent event.
+fn sse_chunk(
+    model: &str,
+    id: &str,
+    created: u64,
+    delta: Value,
+    finish: Value,
+    usage: Option<Value>,
+) -> String {
+    let mut c = json!({
+        "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    });
+    if let Some(u) = usage {
+        c["usage"] = u;
+    }
+    format!("data: {c}\n\n")
+}
+
+const SSE_HEADERS: [(header::HeaderName, &str); 2] = [
+    (header::CONTENT_TYPE, "text/event-stream"),
+    (header::CACHE_CONTROL, "no-cache"),
+];
+
+/// The whole answer as one SSE chunk (models without a [`StreamingModel`]).
 fn sse_response(model: &str, id: &str, r: &ChatResponse) -> Response {
     let created = now_secs();
-    let chunk = |delta: Value, finish: Value, usage: Option<Value>| {
-        let mut c = json!({
-            "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        });
-        if let Some(u) = usage {
-            c["usage"] = u;
-        }
-        format!("data: {c}\n\n")
-    };
-    let mut body = String::new();
-    body.push_str(&chunk(
+    let mut body = sse_chunk(
+        model,
+        id,
+        created,
         json!({"role": "assistant", "content": r.text}),
         Value::Null,
         None,
-    ));
-    body.push_str(&chunk(
+    );
+    body.push_str(&sse_chunk(
+        model,
+        id,
+        created,
         json!({}),
         json!(r.finish_reason),
         Some(usage_json(r)),
     ));
     body.push_str("data: [DONE]\n\n");
+    (SSE_HEADERS, body).into_response()
+}
+
+/// Stream the answer as it is generated: a role chunk, one chunk per piece, a final chunk with
+/// `finish_reason` and usage, `[DONE]`. A failure mid-stream ends it with an `error` event.
+fn token_stream(
+    streamer: Arc<dyn StreamingModel>,
+    model: String,
+    id: String,
+    request: ChatRequest,
+) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let created = now_secs();
+    tokio::task::spawn_blocking(move || {
+        let _ = tx.send(sse_chunk(
+            &model,
+            &id,
+            created,
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+            None,
+        ));
+        let result = streamer.complete_streaming_blocking(&request, &mut |piece| {
+            let _ = tx.send(sse_chunk(
+                &model,
+                &id,
+                created,
+                json!({"content": piece}),
+                Value::Null,
+                None,
+            ));
+        });
+        match result {
+            Ok(r) => {
+                let _ = tx.send(sse_chunk(
+                    &model,
+                    &id,
+                    created,
+                    json!({}),
+                    json!(r.finish_reason),
+                    Some(usage_json(&r)),
+                ));
+                let _ = tx.send("data: [DONE]\n\n".to_string());
+            }
+            Err(e) => {
+                tracing::warn!("streamed chat completion failed: {e}");
+                let err = json!({"error": {"message": e.to_string(), "type": "server_error"}});
+                let _ = tx.send(format!("data: {err}\n\n"));
+            }
+        }
+    });
     (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        body,
+        SSE_HEADERS,
+        axum::body::Body::from_stream(ChannelStream(rx)),
     )
         .into_response()
+}
+
+/// An mpsc receiver as a byte stream for the response body.
+struct ChannelStream(tokio::sync::mpsc::UnboundedReceiver<String>);
+
+impl futures_core::Stream for ChannelStream {
+    type Item = Result<Bytes, std::convert::Infallible>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx).map(|o| o.map(|s| Ok(Bytes::from(s))))
+    }
 }
 
 /// A parsed `/v1/chat/completions` body.

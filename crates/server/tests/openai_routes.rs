@@ -132,3 +132,72 @@ async fn models_bad_requests_backend_errors_and_streams() {
     let resp = client.get(format!("{base}/nope")).send().await.unwrap();
     assert_eq!(resp.status(), 404);
 }
+
+/// Hand-written fixture (not a model): hands out a fixed answer in three pieces.
+struct PiecesFixture;
+
+impl maslens_server::StreamingModel for PiecesFixture {
+    fn complete_streaming_blocking(
+        &self,
+        _request: &maslens_llm::ChatRequest,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<maslens_llm::ChatResponse, maslens_llm::LlmError> {
+        for p in ["{\"a\":", " 1", "}"] {
+            on_text(p);
+        }
+        Ok(maslens_llm::ChatResponse {
+            text: "{\"a\": 1}".into(),
+            finish_reason: "stop".into(),
+            usage: maslens_llm::Usage {
+                prompt_tokens: 5,
+                completion_tokens: 3,
+                cached_tokens: 2,
+            },
+            latency_ms: 1,
+            from_cache: false,
+        })
+    }
+}
+
+#[tokio::test]
+async fn stream_true_sends_each_piece_as_it_comes() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = maslens_server::router_with_streaming(
+        Arc::new(ScriptedModel::new("fixture")),
+        Some(Arc::new(PiecesFixture)),
+        "fixture-model",
+    );
+    tokio::spawn(maslens_server::serve(
+        listener,
+        router,
+        std::future::pending(),
+    ));
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "x"}], "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let text = resp.text().await.unwrap();
+    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    // role, three pieces, finish + usage, [DONE]
+    assert_eq!(events.len(), 6, "{text}");
+    let chunks: Vec<Value> = events[..5]
+        .iter()
+        .map(|e| serde_json::from_str(e.trim_start_matches("data: ")).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let content: String = chunks[1..4]
+        .iter()
+        .map(|c| c["choices"][0]["delta"]["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(content, "{\"a\": 1}");
+    assert_eq!(chunks[4]["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        chunks[4]["usage"]["prompt_tokens_details"]["cached_tokens"],
+        2
+    );
+    assert_eq!(events[5], "data: [DONE]");
+}

@@ -2,7 +2,7 @@
 
 use crate::Global;
 use anyhow::Context;
-use maslens_llm::local::{open_local, LocalOptions};
+use maslens_llm::local::LocalOptions;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
@@ -59,12 +59,25 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         prefix_reuse: !args.no_prefix_reuse,
         ..LocalOptions::default()
     };
-    let model = open_local(spec, &opts).with_context(|| format!("cannot open {}", args.model))?;
+    #[cfg(feature = "local")]
+    let (model, streamer) = {
+        let local = maslens_llm::local::open_local_model(spec, &opts)
+            .with_context(|| format!("cannot open {}", args.model))?;
+        let model: std::sync::Arc<dyn maslens_llm::ChatModel> = local.clone();
+        let streamer: std::sync::Arc<dyn maslens_server::StreamingModel> = local;
+        (model, Some(streamer))
+    };
+    #[cfg(not(feature = "local"))]
+    let (model, streamer) = (
+        maslens_llm::local::open_local(spec, &opts)
+            .with_context(|| format!("cannot open {}", args.model))?,
+        None,
+    );
     let name = args
         .served_name
         .clone()
         .unwrap_or_else(|| args.model.clone());
-    let router = maslens_server::router(model.clone(), name.clone());
+    let router = maslens_server::router_with_streaming(model.clone(), streamer, name.clone());
     let addr = SocketAddr::new(args.host, args.port);
     super::block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
