@@ -159,6 +159,9 @@ pub struct OptimizerConfig {
     /// LLM call budget of the optimizer (rollouts, critics, rewrites); none = iterations only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_calls: Option<u64>,
+    /// Token budget of the optimizer (prompt + completion); none = no token limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
     #[serde(default)]
     pub blocks: Blocks,
     #[serde(default)]
@@ -241,6 +244,7 @@ impl Default for OptimizerConfig {
             iterations: default_iterations(),
             patience: default_patience(),
             max_calls: None,
+            max_tokens: None,
             blocks: Blocks::Both,
             critic_rounds: CriticRounds::All,
             rerollout_phase_b: true,

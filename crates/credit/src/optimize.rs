@@ -160,10 +160,9 @@ impl Optimizer {
     }
 
     fn budget_left(&self) -> bool {
-        self.cfg
-            .optimizer
-            .max_calls
-            .is_none_or(|m| self.calls() < m)
+        let o = &self.cfg.optimizer;
+        o.max_calls.is_none_or(|m| self.calls() < m)
+            && o.max_tokens.is_none_or(|m| self.meter.total().tokens() < m)
     }
 
     /// Roll out the debate on `questions` with `prompts`.
@@ -235,7 +234,7 @@ impl Optimizer {
         let do_b = o.blocks != Blocks::RolesOnly;
         for k in 0..o.iterations {
             if !self.budget_left() {
-                stop_reason = "call budget spent".into();
+                stop_reason = "call / token budget spent".into();
                 break;
             }
             let calls_before = self.calls();

@@ -583,7 +583,7 @@ pub fn html(x: &Experiment) -> String {
         let mut cols = c.rounds.clone();
         cols.push("C_role".into());
         plots.push(heatmap_svg(
-            "Role x round credit (seed 1st, iteration 1)",
+            "Role x round credit (first seed, iteration 1)",
             &rows,
             &cols,
             &vals,

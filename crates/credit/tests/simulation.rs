@@ -123,3 +123,56 @@ async fn credit_guided_bcd_fixes_weak_role_and_round_and_beats_black_box() {
         "ours {ours:?} vs black-box {black:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ablations_and_budget() {
+    use maslens_credit::config::Blocks;
+    let qs = simulation::questions(80, 9);
+    let sp = split(&qs, 40, Some(40), 9);
+    let models = ModelSet::single(Arc::new(SimulatedMas::new(&qs)));
+    let base = simulation::config(2, 0, 0).unwrap();
+    for blocks in [Blocks::RolesOnly, Blocks::AggregatorsOnly] {
+        let mut cfg = base.clone();
+        cfg.optimizer.blocks = blocks;
+        let cfg = Arc::new(cfg);
+        let bcd = Optimizer::new(&models, cfg.clone(), 9)
+            .unwrap()
+            .bcd(&sp.optimization)
+            .await
+            .unwrap();
+        let targets: Vec<String> = bcd
+            .iterations
+            .iter()
+            .flat_map(|i| i.rewrites.iter().map(|r| r.target.clone()))
+            .collect();
+        assert!(!targets.is_empty(), "{blocks:?}");
+        match blocks {
+            Blocks::RolesOnly => {
+                assert!(
+                    targets.iter().all(|t| t.starts_with("role:")),
+                    "{targets:?}"
+                );
+                assert_eq!(bcd.best.aggregators, cfg.prompts().aggregators);
+            }
+            _ => {
+                assert!(
+                    targets.iter().all(|t| t.starts_with("aggregator:")),
+                    "{targets:?}"
+                );
+                assert_eq!(bcd.best.roles, cfg.prompts().roles);
+            }
+        }
+    }
+    // A call budget stops the optimizer between steps.
+    let mut cfg = base.clone();
+    cfg.optimizer.max_calls = Some(400);
+    let bcd = Optimizer::new(&models, Arc::new(cfg), 9)
+        .unwrap()
+        .bcd(&sp.optimization)
+        .await
+        .unwrap();
+    assert!(bcd.stop_reason.contains("budget"), "{}", bcd.stop_reason);
+    // 320 rollout calls, then Phase A stops at the budget; the last prompts are scored once more.
+    assert!(bcd.calls < 400 + 2 * 320, "{}", bcd.calls);
+    assert_eq!(bcd.iterations.len(), 1);
+}

@@ -66,6 +66,9 @@ pub struct Args {
     /// LLM call budget of the optimizer (the black box gets what the optimizer used).
     #[arg(long)]
     pub optimizer_calls: Option<u64>,
+    /// Token budget of the optimizer (prompt + completion tokens).
+    #[arg(long)]
+    pub optimizer_tokens: Option<u64>,
     /// Skip the black-box baseline.
     #[arg(long)]
     pub no_black_box: bool,
@@ -118,6 +121,9 @@ fn apply_overrides(cfg: &mut DebateConfig, a: &Args) -> anyhow::Result<()> {
     }
     if a.optimizer_calls.is_some() {
         o.max_calls = a.optimizer_calls;
+    }
+    if a.optimizer_tokens.is_some() {
+        o.max_tokens = a.optimizer_tokens;
     }
     Ok(())
 }
