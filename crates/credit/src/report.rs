@@ -90,7 +90,7 @@ pub fn credit_table_view(t: &CreditTable, title: &str) -> Table {
             row
         })
         .collect();
-    let mut last = vec!["C_time (aggregator)".to_string()];
+    let mut last = vec!["C_time (temporal)".to_string()];
     last.extend(t.round_credit.iter().map(|v| opt2(*v)));
     last.push(String::new());
     rows.push(last);
@@ -571,7 +571,7 @@ pub fn html(x: &Experiment) -> String {
         .and_then(|i| i.credit.as_ref())
     {
         let mut rows = c.roles.clone();
-        rows.push("C_time (aggregator)".into());
+        rows.push("C_time (temporal)".into());
         let mut vals: Vec<Vec<Option<f64>>> = c.cell.clone();
         vals.push(c.round_credit.clone());
         for (i, row) in vals.iter_mut().enumerate().take(c.roles.len()) {
