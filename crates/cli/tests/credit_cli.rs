@@ -4,7 +4,7 @@
 //! (`maslens_llm::testing::server::FakeServer`: hand-written replies, **not a model**); the
 //! embedded-model run is in `credit_e2e.rs`.
 
-use maslens_llm::testing::server::{last_user, FakeServer, Reply};
+use maslens_llm::testing::server::{last_user, FakeServer, Handler, Reply};
 use maslens_trace::Trace;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -114,7 +114,7 @@ fn optimize_simulation_writes_every_report_section() {
 
 /// Fixture replies: consistent AgentTurnEval verdicts (from the gold letter and the answer in
 /// the request), flat peer and window scores.
-fn fixture() -> Arc<dyn Fn(&Value, u64) -> Reply + Send + Sync> {
+fn fixture() -> Handler {
     Arc::new(|body: &Value, _| {
         let u = last_user(body);
         let after = |needle: &str| {
