@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 /// Errors reading a debate configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         path: String,
         source: std::io::Error,

@@ -70,7 +70,7 @@ pub struct Loaded {
 /// Errors that stop loading altogether (the path itself is unreadable or unknown).
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         path: String,
         source: std::io::Error,
