@@ -32,13 +32,15 @@ echo "scan exit code $rc (1 = some traces could not be read or scanned; see $OUT
 [ -s "$OUT/scan.json" ] || { tail -20 "$OUT/scan.log"; exit 2; }
 "$BIN" --json select --scan "$OUT/scan.json" --n 4 --trials 1000 --spread 0.1 --seed 0 > "$OUT/select.json"
 jq -r '
+  def pct: if . == null then "n/a" else (((. * 1000) | round) / 10 | tostring) + "%" end;
+  def num: if . == null then "n/a" else (((. * 100) | round) / 100 | tostring) end;
   .report as $r |
   "model: \(.model)",
   "traces scanned: \($r.traces) (errors: \(.errors | length))",
   "IFs counted: \([.traces[].events | length] | add // 0); flagged (unsupported evidence, not counted): \($r.flagged); detector abstentions: \($r.abstentions)",
-  ($r.strata[] | "prevalence \(.outcome): \(.with_if)/\(.traces) = \(((.prevalence // 0) * 1000 | round) / 10)%  intensity \(((.intensity // 0) * 100 | round) / 100) IFs/trace"),
-  "absorbed / propagated among informative labels: \((($r.absorbed_share // 0) * 1000 | round) / 10)% / \((($r.propagated_share // 0) * 1000 | round) / 10)% of \($r.informative)",
-  "tokens per trace: \(($r.tokens_per_trace // 0) | round)  seconds per trace: \((($r.seconds_per_trace // 0) * 10 | round) / 10)  calls: \($r.calls)"
+  ($r.strata[] | "prevalence \(.outcome): \(.with_if)/\(.traces) = \(.prevalence | pct)  intensity \(.intensity | num) IFs/trace"),
+  "absorbed / propagated among informative labels: \($r.absorbed_share | pct) / \($r.propagated_share | pct) of \($r.informative)",
+  "tokens per trace: \($r.tokens_per_trace | num)  seconds per trace: \($r.seconds_per_trace | num)  calls: \($r.calls)"
 ' "$OUT/scan.json"
 jq -r '.sensitivity | "weight sensitivity (\(.trials) trials, +-\(.spread * 100)%): global Spearman mean \(.global_mean), min \(.global_min), p05 \(.global_p05) (\(.defined) defined trials over \(.candidates) traces)"' "$OUT/select.json"
 echo "full report: $OUT/scan.md, $OUT/scan.json, $OUT/select.json"
