@@ -1,0 +1,194 @@
+//! End-to-end failure localization with the embedded SmolLM2-135M-Instruct
+//! (`maslens model pull smollm2-135m` / `scripts/fetch-model.sh`). Slow: named `e2e_*`.
+//! The model is far too small to localize well: its accuracy is not asserted; the pipeline is
+//! (every protocol, Judge + 3 Evaluators + vote, well-formed reports, exact usage, prefix reuse).
+#![cfg(feature = "local")]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn data(rel: &str) -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/"
+    ))
+    .join(rel)
+}
+
+/// The binary under test. `MASLENS_E2E_BIN` overrides it: in a shared target directory a
+/// concurrent `--no-default-features` build can replace `target/debug/maslens` mid-test with a
+/// binary that lacks the embedded backend.
+fn bin() -> PathBuf {
+    std::env::var_os("MASLENS_E2E_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_maslens")))
+}
+
+/// The binary with the embedded model and a per-test cache (`MASLENS_HOME` is left alone so
+/// the model store is found).
+fn maslens(dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .env("MASLENS_CACHE", dir.join("cache.sqlite"))
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("MASLENS_MODEL")
+        .args(args)
+        .args([
+            "--model",
+            "local:smollm2-135m",
+            "--threads",
+            "2",
+            "-q",
+            "--max-answer-tokens",
+            "160",
+        ])
+        .output()
+        .unwrap()
+}
+
+fn ok(o: &Output) {
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(1)),
+        "exit {:?}\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn assert_well_formed(r: &Value, n: u64) {
+    assert_eq!(r["cases"], n);
+    for key in ["agent_accuracy", "step_accuracy"] {
+        let a = &r[key];
+        assert_eq!(a["n"], n, "{key}");
+        let (v, lo, hi) = (
+            a["value"].as_f64().unwrap(),
+            a["ci95"][0].as_f64().unwrap(),
+            a["ci95"][1].as_f64().unwrap(),
+        );
+        assert!(
+            lo <= v && v <= hi && (0.0..=1.0).contains(&lo) && hi <= 1.0,
+            "{key}: {a}"
+        );
+    }
+    assert!(r["tolerance"]["0"].is_object());
+    for k in ["prompt_tokens", "completion_tokens", "calls"] {
+        assert!(r["usage"][k].as_u64().unwrap() > 0, "usage.{k}");
+    }
+    assert!(r["usage"]["seconds"].as_f64().unwrap() > 0.0);
+    for b in ["random", "first-agent", "last-agent", "error-keyword"] {
+        assert_eq!(r["baselines"][b]["agent_accuracy"]["n"], n, "{b}");
+    }
+    assert_eq!(r["per_case"].as_array().unwrap().len() as u64, n);
+}
+
+#[test]
+fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two short Algorithm-Generated traces (6 and 7 steps), copied into a temporary dataset.
+    let ds = dir.path().join("ww").join("Algorithm-Generated");
+    std::fs::create_dir_all(&ds).unwrap();
+    for f in ["47.json", "30.json"] {
+        std::fs::copy(
+            data(&format!("whowhen/Algorithm-Generated/{f}")),
+            ds.join(f),
+        )
+        .unwrap();
+    }
+    let spec = format!("whowhen:{}", dir.path().join("ww").display());
+    // Step-by-step and binary search make several calls per trace: one trace for them.
+    for (protocol, variant, n) in [
+        ("all-at-once", "judge-only", 2u64),
+        ("step-by-step", "judge-only", 1),
+        ("binary-search", "judge-only", 1),
+        ("all-at-once", "full", 2),
+    ] {
+        let out = dir.path().join(format!("{protocol}-{variant}"));
+        let limit = n.to_string();
+        let o = maslens(
+            dir.path(),
+            &[
+                "eval",
+                "locate",
+                &spec,
+                "--protocol",
+                protocol,
+                "--variant",
+                variant,
+                "--limit",
+                &limit,
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        ok(&o);
+        let r = read_json(&out.join("report.json"));
+        assert_well_formed(&r, n);
+        assert!(std::fs::read_to_string(out.join("report.html"))
+            .unwrap()
+            .contains("<svg"));
+        assert!(std::fs::read_to_string(out.join("report.md"))
+            .unwrap()
+            .contains("| last-agent |"));
+        let verdicts: Vec<Value> = std::fs::read_to_string(out.join("verdicts.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(verdicts.len() as u64, n);
+        for v in &verdicts {
+            assert_eq!(v["protocol"], protocol);
+            assert!(v["long_trace"]["context_size"].as_u64().unwrap() >= 2048);
+            if variant == "full" {
+                assert_eq!(v["evaluators"].as_array().unwrap().len(), 3);
+                assert!(v["vote"].is_object());
+            }
+            // A location, when given, is a real step whose agent acts there.
+            if let (Some(step), Some(agent)) = (v["step"].as_u64(), v["agent"].as_str()) {
+                assert!(step < 7);
+                assert!(!agent.is_empty());
+            }
+        }
+        if variant == "full" {
+            // Judge and Evaluators share the trace prefix: the backend reports reused tokens.
+            assert!(
+                r["usage"]["cached_tokens"].as_u64().unwrap() > 0,
+                "prefix reuse: {}",
+                r["usage"]
+            );
+            assert!(
+                r["usage"]["calls"].as_u64().unwrap() >= 8,
+                "Judge + 3 Evaluators per case"
+            );
+        }
+    }
+
+    // `maslens locate` on one trace with write-back (answers come from the cache of the run above).
+    let wb = dir.path().join("wb.jsonl");
+    let o = maslens(
+        dir.path(),
+        &[
+            "--json",
+            "locate",
+            ds.join("47.json").to_str().unwrap(),
+            "--write-back",
+            wb.to_str().unwrap(),
+        ],
+    );
+    ok(&o);
+    let v: Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(v["method"], "locate/all-at-once+3eval");
+    let t: Value = serde_json::from_str(
+        std::fs::read_to_string(&wb)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(t["labels"]["verdicts"][0]["model"], "local:smollm2-135m");
+}
