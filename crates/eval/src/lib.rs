@@ -1,8 +1,8 @@
 //! maslens-eval: metrics, statistics and report writers shared by all methods.
 
-pub mod stats;
 pub mod html;
 pub mod markdown;
 pub mod metrics;
 pub mod plot;
 pub mod report;
+pub mod stats;
