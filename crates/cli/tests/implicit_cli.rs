@@ -3,40 +3,13 @@
 //! (`maslens_llm::testing::server::FakeServer`: hand-written replies, **not a model**); the
 //! embedded-model runs are in `implicit_e2e.rs`.
 
+mod common;
+use common::*;
+
 use maslens_llm::testing::server::{last_user, FakeServer, Reply};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
-
-fn data(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/"
-    ))
-    .join(rel)
-}
-
-fn maslens(home: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_maslens"));
-    c.env("MASLENS_HOME", home)
-        .env("MASLENS_CACHE", home.join("cache.sqlite"))
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("MASLENS_MODEL")
-        .args(args);
-    c
-}
-
-async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// First line of the content of `[Step k]` in a rendered prompt (what a careful judge quotes).
 fn step_line(prompt: &str, k: usize) -> Option<String> {

@@ -2,37 +2,12 @@
 //! OpenAI Batch JSONL, import an output file (out of order, with a bad line), rerun offline in
 //! replay mode, then `cache stats` / `cache clear`.
 
+mod common;
+use common::*;
+
 use maslens_llm::testing::server::{completion, last_user, FakeServer};
 use maslens_llm::{ChatRequest, Message};
 use serde_json::{json, Value};
-use std::process::{Command, Output};
-
-fn maslens(home: &std::path::Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_maslens"));
-    c.env("MASLENS_HOME", home)
-        .env("MASLENS_CACHE", home.join("cache.sqlite"))
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("MASLENS_MODEL")
-        .args(args);
-    c
-}
-
-async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn json_out(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_import_replay_round_trip() {
@@ -61,7 +36,7 @@ async fn export_import_replay_round_trip() {
     ))
     .await;
     assert!(o.status.success());
-    assert_eq!(json_out(&o)["summary"]["ok"], 2);
+    assert_eq!(stdout_json(&o)["summary"]["ok"], 2);
     drop(server);
 
     // Export the rest: only the 3 uncached ones, no server and no API key needed.
@@ -82,7 +57,7 @@ async fn export_import_replay_round_trip() {
     ))
     .await;
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(json_out(&o)["summary"]["deferred"], 3);
+    assert_eq!(stdout_json(&o)["summary"]["deferred"], 3);
     let lines: Vec<Value> = std::fs::read_to_string(&batch)
         .unwrap()
         .lines()
@@ -115,7 +90,7 @@ async fn export_import_replay_round_trip() {
         Some(1),
         "a bad line is reported as a problem"
     );
-    let rep = json_out(&o);
+    let rep = stdout_json(&o);
     assert_eq!(rep["imported"], 3);
     assert_eq!(rep["errors"][0]["line"], 1);
     assert!(String::from_utf8_lossy(&o.stderr).contains("output.jsonl:1:"));
@@ -139,7 +114,7 @@ async fn export_import_replay_round_trip() {
     ))
     .await;
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(json_out(&o)["summary"]["cache_hits"], 5);
+    assert_eq!(stdout_json(&o)["summary"]["cache_hits"], 5);
     let texts: Vec<String> = std::fs::read_to_string(&results)
         .unwrap()
         .lines()
@@ -161,7 +136,7 @@ async fn export_import_replay_round_trip() {
 
     // Cache stats and clear.
     let o = run(maslens(home, &["--json", "cache", "stats"])).await;
-    let stats = json_out(&o);
+    let stats = stdout_json(&o);
     assert_eq!(
         (stats["entries"].as_u64(), stats["pending"].as_u64()),
         (Some(5), Some(0))
@@ -172,7 +147,7 @@ async fn export_import_replay_round_trip() {
         &["--json", "cache", "clear", "--model", "openai:gpt-4o-mini"],
     ))
     .await;
-    assert_eq!(json_out(&o)["deleted"], 5);
+    assert_eq!(stdout_json(&o)["deleted"], 5);
     let o = run(maslens(home, &["cache", "clear"])).await;
     assert!(!o.status.success(), "clear needs --model or --all");
 }
@@ -207,7 +182,7 @@ async fn budget_stops_a_run_cleanly_and_local_without_feature_is_explained() {
     ))
     .await;
     assert_eq!(o.status.code(), Some(1));
-    let s = &json_out(&o)["summary"];
+    let s = &stdout_json(&o)["summary"];
     assert_eq!(s["ok"], 3);
     assert_eq!(
         s["ok"].as_u64().unwrap()

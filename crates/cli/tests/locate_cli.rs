@@ -3,46 +3,12 @@
 //! replies, **not a model**), or from prediction files; the embedded-model run is in
 //! `locate_e2e.rs`.
 
+mod common;
+use common::*;
+
 use maslens_llm::testing::server::{last_user, FakeServer, Handler, Reply};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Arc;
-
-fn data(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/"
-    ))
-    .join(rel)
-}
-
-fn maslens(home: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_maslens"));
-    c.env("MASLENS_HOME", home)
-        .env("MASLENS_CACHE", home.join("cache.sqlite"))
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("MASLENS_MODEL")
-        .args(args);
-    c
-}
-
-async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn stdout_json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
-}
 
 /// Gold (agent, step) of every Who&When file, read from the raw data.
 fn whowhen_gold() -> Vec<(String, String, usize)> {
