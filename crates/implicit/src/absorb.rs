@@ -325,7 +325,6 @@ pub async fn classify(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::{EvidenceCheck, EvidenceStatus};
     use crate::taxonomy::ErrorType;
     use maslens_llm::testing::ScriptedModel;
     use maslens_trace::{DecisiveLabel, Outcome, Step};
@@ -362,24 +361,10 @@ mod tests {
 
     fn event(step: usize, agent: &str) -> ImplicitFailure {
         ImplicitFailure {
-            step,
-            agent: agent.into(),
-            error_type: ErrorType::ReasoningError,
             description: "wrong product".into(),
             evidence: "17 * 3 = 41".into(),
             severity: Level::Medium,
-            confidence: Level::High,
-            evidence_check: EvidenceCheck {
-                status: EvidenceStatus::Verbatim,
-                coverage: 1.0,
-                agent_matches: true,
-            },
-            flags: vec![],
-            windows: vec![0],
-            absorption: None,
-            group: None,
-            judges: vec![],
-            agreement: None,
+            ..ImplicitFailure::fixture(step, agent, ErrorType::ReasoningError)
         }
     }
 

@@ -52,6 +52,32 @@ pub struct ImplicitFailure {
 }
 
 impl ImplicitFailure {
+    /// Test fixture: a supported (verbatim-evidence) event with empty text, low severity, high
+    /// confidence, seen in window 0; tests override fields with struct-update syntax.
+    #[cfg(test)]
+    pub(crate) fn fixture(step: usize, agent: &str, error_type: ErrorType) -> Self {
+        ImplicitFailure {
+            step,
+            agent: agent.into(),
+            error_type,
+            description: String::new(),
+            evidence: String::new(),
+            severity: Level::Low,
+            confidence: Level::High,
+            evidence_check: crate::evidence::EvidenceCheck {
+                status: crate::evidence::EvidenceStatus::Verbatim,
+                coverage: 1.0,
+                agent_matches: true,
+            },
+            flags: vec![],
+            windows: vec![0],
+            absorption: None,
+            group: None,
+            judges: vec![],
+            agreement: None,
+        }
+    }
+
     /// Whether the event's evidence was found in the trace.
     pub fn supported(&self) -> bool {
         self.evidence_check.status.supported()

@@ -161,29 +161,12 @@ pub fn combine_judges(per_judge: &[(String, Vec<ImplicitFailure>)], k: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::{EvidenceCheck, EvidenceStatus};
-    use crate::taxonomy::{ErrorType, Level};
+    use crate::taxonomy::ErrorType;
 
     fn ev(step: usize, agent: &str, ty: ErrorType, desc: &str) -> ImplicitFailure {
         ImplicitFailure {
-            step,
-            agent: agent.into(),
-            error_type: ty,
             description: desc.into(),
-            evidence: String::new(),
-            severity: Level::Low,
-            confidence: Level::High,
-            evidence_check: EvidenceCheck {
-                status: EvidenceStatus::Verbatim,
-                coverage: 1.0,
-                agent_matches: true,
-            },
-            flags: vec![],
-            windows: vec![0],
-            absorption: None,
-            group: None,
-            judges: vec![],
-            agreement: None,
+            ..ImplicitFailure::fixture(step, agent, ty)
         }
     }
 

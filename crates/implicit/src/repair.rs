@@ -187,7 +187,6 @@ pub async fn repair_event(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::{EvidenceCheck, EvidenceStatus};
     use crate::taxonomy::{ErrorType, Level};
     use maslens_llm::testing::ScriptedModel;
 
@@ -212,24 +211,10 @@ mod tests {
             })
             .collect();
         let e = ImplicitFailure {
-            step: 2,
-            agent: "A0".into(),
-            error_type: ErrorType::ReasoningError,
             description: "wrong product".into(),
             evidence: "message 2".into(),
             severity: Level::High,
-            confidence: Level::High,
-            evidence_check: EvidenceCheck {
-                status: EvidenceStatus::Verbatim,
-                coverage: 1.0,
-                agent_matches: true,
-            },
-            flags: vec![],
-            windows: vec![0],
-            absorption: None,
-            group: None,
-            judges: vec![],
-            agreement: None,
+            ..ImplicitFailure::fixture(2, "A0", ErrorType::ReasoningError)
         };
         let m = ScriptedModel::new("fixture").then("FixedMessage: corrected message 2");
         let (plans, _) = repair_event(&m, &t, 0, &e, &RepairConfig::default())
@@ -274,24 +259,9 @@ mod tests {
             })
             .collect();
         let e = ImplicitFailure {
-            step: 19,
-            agent: "A".into(),
-            error_type: ErrorType::WrongAction,
             description: "d".into(),
-            evidence: String::new(),
-            severity: Level::Low,
             confidence: Level::Low,
-            evidence_check: EvidenceCheck {
-                status: EvidenceStatus::Verbatim,
-                coverage: 1.0,
-                agent_matches: true,
-            },
-            flags: vec![],
-            windows: vec![0],
-            absorption: None,
-            group: None,
-            judges: vec![],
-            agreement: None,
+            ..ImplicitFailure::fixture(19, "A", ErrorType::WrongAction)
         };
         let m = ScriptedModel::new("fixture").then("fixed");
         let cfg = RepairConfig {
