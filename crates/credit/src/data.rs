@@ -281,42 +281,49 @@ fn strip_letter_prefix(option: &str, letter: char) -> String {
     t.trim().to_string()
 }
 
-/// AQuA-RAT JSON lines: `{"question", "options": ["A)..", ..., "E).."], "correct": "A"}`.
-pub fn load_aqua(path: &Path) -> Result<Loaded, DataError> {
+/// Parse each non-blank line of a JSON-lines file with `parse(record, value)`. A line that is not
+/// JSON, or that `parse` rejects with `(field, message)`, becomes a [`LoadProblem`] naming the file,
+/// the 1-based line and the field; loading goes on with the next line.
+fn load_json_lines(
+    path: &Path,
+    mut parse: impl FnMut(usize, &serde_json::Value) -> Result<Mcq, (&'static str, String)>,
+) -> Result<Loaded, DataError> {
     let text = read(path)?;
     let fname = path.display().to_string();
-    let split = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().to_string())
-        .unwrap_or_default();
     let mut out = Loaded::default();
     for (n, line) in text.lines().enumerate() {
         let record = n + 1;
         if line.trim().is_empty() {
             continue;
         }
-        let problem = |field: &str, message: String| LoadProblem {
-            file: fname.clone(),
-            record,
-            field: field.into(),
-            message,
-        };
-        let v: serde_json::Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                out.problems.push(problem("json", e.to_string()));
-                continue;
-            }
-        };
+        let parsed = serde_json::from_str::<serde_json::Value>(line)
+            .map_err(|e| ("json", e.to_string()))
+            .and_then(|v| parse(record, &v));
+        match parsed {
+            Ok(item) => out.items.push(item),
+            Err((field, message)) => out.problems.push(LoadProblem {
+                file: fname.clone(),
+                record,
+                field: field.into(),
+                message,
+            }),
+        }
+    }
+    Ok(out)
+}
+
+/// AQuA-RAT JSON lines: `{"question", "options": ["A)..", ..., "E).."], "correct": "A"}`.
+pub fn load_aqua(path: &Path) -> Result<Loaded, DataError> {
+    let split = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    load_json_lines(path, |record, v| {
         let Some(question) = v.get("question").and_then(|q| q.as_str()) else {
-            out.problems
-                .push(problem("question", "missing or not a string".into()));
-            continue;
+            return Err(("question", "missing or not a string".into()));
         };
         let Some(opts) = v.get("options").and_then(|o| o.as_array()) else {
-            out.problems
-                .push(problem("options", "missing or not a list".into()));
-            continue;
+            return Err(("options", "missing or not a list".into()));
         };
         let mut options = Vec::new();
         let mut bad = false;
@@ -327,11 +334,10 @@ pub fn load_aqua(path: &Path) -> Result<Loaded, DataError> {
             }
         }
         if bad || options.len() < 2 || options.len() > 26 {
-            out.problems.push(problem(
+            return Err((
                 "options",
                 format!("expected 2-26 strings, found {}", opts.len()),
             ));
-            continue;
         }
         let correct = v
             .get("correct")
@@ -348,51 +354,27 @@ pub fn load_aqua(path: &Path) -> Result<Loaded, DataError> {
                 c
             }
             _ => {
-                out.problems.push(problem(
+                return Err((
                     "correct",
                     format!("expected an option letter, found {correct:?}"),
-                ));
-                continue;
+                ))
             }
         };
-        out.items.push(Mcq {
+        Ok(Mcq {
             id: format!("aqua/{split}/{record}"),
             question: question.to_string(),
             options,
             answer,
             subject: None,
-        });
-    }
-    Ok(out)
+        })
+    })
 }
 
 /// Generic MCQ JSONL: `{"id"?, "question", "options": [..] | {"A": .., ...}, "answer": "B" | 1, "subject"?}`.
 pub fn load_jsonl(path: &Path) -> Result<Loaded, DataError> {
-    let text = read(path)?;
-    let fname = path.display().to_string();
-    let mut out = Loaded::default();
-    for (n, line) in text.lines().enumerate() {
-        let record = n + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let problem = |field: &str, message: String| LoadProblem {
-            file: fname.clone(),
-            record,
-            field: field.into(),
-            message,
-        };
-        let v: serde_json::Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                out.problems.push(problem("json", e.to_string()));
-                continue;
-            }
-        };
+    load_json_lines(path, |record, v| {
         let Some(question) = v.get("question").and_then(|q| q.as_str()) else {
-            out.problems
-                .push(problem("question", "missing or not a string".into()));
-            continue;
+            return Err(("question", "missing or not a string".into()));
         };
         let options: Option<Vec<String>> = match v.get("options") {
             Some(serde_json::Value::Array(a)) => {
@@ -408,11 +390,10 @@ pub fn load_jsonl(path: &Path) -> Result<Loaded, DataError> {
             _ => None,
         };
         let Some(options) = options.filter(|o| (2..=26).contains(&o.len())) else {
-            out.problems.push(problem(
+            return Err((
                 "options",
                 "expected a list or letter-keyed map of 2-26 strings".into(),
             ));
-            continue;
         };
         let answer = match v.get("answer") {
             Some(serde_json::Value::String(s)) => {
@@ -427,11 +408,10 @@ pub fn load_jsonl(path: &Path) -> Result<Loaded, DataError> {
             _ => None,
         };
         let Some(answer) = answer.filter(|c| ((*c as u8 - b'A') as usize) < options.len()) else {
-            out.problems.push(problem(
+            return Err((
                 "answer",
                 "expected an option letter or a 0-based index within the options".into(),
             ));
-            continue;
         };
         let id = v
             .get("id")
@@ -445,15 +425,14 @@ pub fn load_jsonl(path: &Path) -> Result<Loaded, DataError> {
             .get("subject")
             .and_then(|s| s.as_str())
             .map(str::to_string);
-        out.items.push(Mcq {
+        Ok(Mcq {
             id,
             question: question.to_string(),
             options,
             answer,
             subject,
-        });
-    }
-    Ok(out)
+        })
+    })
 }
 
 /// A deterministic optimization / held-out split.
