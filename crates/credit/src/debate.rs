@@ -276,38 +276,51 @@ pub async fn run_many(
     questions: &[Mcq],
     seed: u64,
 ) -> Result<Vec<DebateRun>, CreditError> {
-    let sem = Arc::new(tokio::sync::Semaphore::new(cfg.concurrency.max(1)));
     let prompts = Arc::new(prompts.clone());
+    let tasks = questions.iter().map(|q| {
+        let (models, cfg, prompts, q) = (models.clone(), cfg.clone(), prompts.clone(), q.clone());
+        async move { run_debate(&models, &cfg, &prompts, &q, seed).await }
+    });
+    run_ordered(cfg.concurrency, "debate", tasks).await
+}
+
+/// Run `tasks` (lazy futures, one per item) at most `concurrency` at a time and return their
+/// results in item order. The first error aborts the remaining tasks and is returned; `what`
+/// names the task kind in the error for a task that panicked or was cancelled.
+pub(crate) async fn run_ordered<T, Fut>(
+    concurrency: usize,
+    what: &str,
+    tasks: impl IntoIterator<Item = Fut>,
+) -> Result<Vec<T>, CreditError>
+where
+    T: Send + 'static,
+    Fut: std::future::Future<Output = Result<T, CreditError>> + Send + 'static,
+{
+    let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let mut set = tokio::task::JoinSet::new();
-    for (idx, q) in questions.iter().enumerate() {
-        let (models, cfg, prompts, q, sem) = (
-            models.clone(),
-            cfg.clone(),
-            prompts.clone(),
-            q.clone(),
-            sem.clone(),
-        );
+    let mut n_tasks = 0;
+    for (idx, task) in tasks.into_iter().enumerate() {
+        n_tasks += 1;
+        let sem = sem.clone();
         set.spawn(async move {
             let _permit = sem
                 .acquire_owned()
                 .await
                 .map_err(|e| CreditError::Other(e.to_string()))?;
-            run_debate(&models, &cfg, &prompts, &q, seed)
-                .await
-                .map(|r| (idx, r))
+            task.await.map(|r| (idx, r))
         });
     }
-    let mut out: Vec<Option<DebateRun>> = vec![None; questions.len()];
+    let mut out: Vec<Option<T>> = (0..n_tasks).map(|_| None).collect();
     while let Some(joined) = set.join_next().await {
         match joined {
-            Ok(Ok((idx, run))) => out[idx] = Some(run),
+            Ok(Ok((idx, result))) => out[idx] = Some(result),
             Ok(Err(e)) => {
                 set.abort_all();
                 return Err(e);
             }
             Err(e) => {
                 set.abort_all();
-                return Err(CreditError::Other(format!("debate task failed: {e}")));
+                return Err(CreditError::Other(format!("{what} task failed: {e}")));
             }
         }
     }

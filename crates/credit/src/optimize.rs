@@ -181,40 +181,11 @@ impl Optimizer {
         roles: bool,
         aggregators: bool,
     ) -> Result<Vec<RunCritique>, CreditError> {
-        let sem = Arc::new(tokio::sync::Semaphore::new(self.cfg.concurrency.max(1)));
-        let mut set = tokio::task::JoinSet::new();
-        for (idx, run) in runs.iter().enumerate() {
-            let (run, model, cfg, sem) = (
-                run.clone(),
-                self.optimizer_model.clone(),
-                self.cfg.clone(),
-                sem.clone(),
-            );
-            set.spawn(async move {
-                let _permit = sem
-                    .acquire_owned()
-                    .await
-                    .map_err(|e| CreditError::Other(e.to_string()))?;
-                critique_run(model.as_ref(), &cfg, &run, roles, aggregators)
-                    .await
-                    .map(|c| (idx, c))
-            });
-        }
-        let mut out: Vec<Option<RunCritique>> = vec![None; runs.len()];
-        while let Some(j) = set.join_next().await {
-            match j {
-                Ok(Ok((i, c))) => out[i] = Some(c),
-                Ok(Err(e)) => {
-                    set.abort_all();
-                    return Err(e);
-                }
-                Err(e) => {
-                    set.abort_all();
-                    return Err(CreditError::Other(format!("critic task failed: {e}")));
-                }
-            }
-        }
-        Ok(out.into_iter().flatten().collect())
+        let tasks = runs.iter().map(|run| {
+            let (run, model, cfg) = (run.clone(), self.optimizer_model.clone(), self.cfg.clone());
+            async move { critique_run(model.as_ref(), &cfg, &run, roles, aggregators).await }
+        });
+        crate::debate::run_ordered(self.cfg.concurrency, "critic", tasks).await
     }
 
     /// Run credit-guided BCD on the optimization set.
