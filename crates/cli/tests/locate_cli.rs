@@ -456,3 +456,106 @@ async fn prior_method_and_prior_voter() {
         serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
     assert_eq!(v["step"], 4, "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prior_narrowing_replaces_windows_on_long_traces_and_prior_joins_the_baselines() {
+    let dir = tempfile::tempdir().unwrap();
+    // The fixture handler, recording every prompt's last user message.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (inner, log) = (fixture_handler(), seen.clone());
+    let handler: Handler = Arc::new(move |body: &Value, n| {
+        log.lock().unwrap().push(last_user(body));
+        inner(body, n)
+    });
+    let server = FakeServer::start(handler).await.unwrap();
+    let spec = format!("openai:fixture@{}", server.base_url());
+    let trace = data("whowhen/Hand-Crafted/10.json");
+    let judge = |extra: &[&str]| {
+        let mut args = vec![
+            "--json",
+            "locate",
+            trace.to_str().unwrap(),
+            "--model",
+            &spec,
+            "--variant",
+            "judge-only",
+            "--context-size",
+            "3072",
+        ];
+        args.extend_from_slice(extra);
+        args.into_iter().map(String::from).collect::<Vec<String>>()
+    };
+    let go = |args: Vec<String>| {
+        let dir = dir.path().to_path_buf();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = run(maslens(&dir, &args)).await;
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            serde_json::from_str::<Value>(
+                String::from_utf8_lossy(&o.stdout).lines().next().unwrap(),
+            )
+            .unwrap()
+        }
+    };
+    // Without a prior: windows over the trace, several calls.
+    let plain = go(judge(&[])).await;
+    assert_eq!(plain["long_trace"]["judge"]["kind"], "windows", "{plain}");
+    assert!(plain["usage"]["calls"].as_u64().unwrap() > 1);
+    // With prior-guided narrowing: one call that sees every step, the prior's top step in full.
+    let n_steps = {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+        v["history"].as_array().unwrap().len()
+    };
+    let mut probs = vec![0.001; n_steps];
+    probs[7] = 0.9;
+    let pf = dir.path().join("prior.jsonl");
+    std::fs::write(
+        &pf,
+        json!({"trace": "Hand-Crafted/10", "probs": probs}).to_string(),
+    )
+    .unwrap();
+    let guided = go(judge(&[
+        "--prior-narrowing",
+        "--prior",
+        pf.to_str().unwrap(),
+    ]))
+    .await;
+    let s = &guided["long_trace"]["judge"];
+    assert_eq!(s["kind"], "focused", "{guided}");
+    assert!(s["steps_full"].as_u64().unwrap() >= 1);
+    assert_eq!(guided["usage"]["calls"], 1);
+    assert_eq!(guided["step"], 1, "the fixture Judge's answer");
+    let prompt = seen.lock().unwrap().last().cloned().unwrap();
+    assert!(prompt.contains("abridged by maslens"), "{prompt}");
+    assert!(
+        !prompt.contains("characters of step 7 abridged"),
+        "{prompt}"
+    );
+
+    // `eval locate --prior` shows the prior next to the trivial baselines.
+    let ds = format!("whowhen:{}", data("whowhen/Algorithm-Generated").display());
+    let pred = dir.path().join("preds.jsonl");
+    std::fs::write(
+        &pred,
+        json!({"trace": "Algorithm-Generated/1", "agent": "x", "step": 0}).to_string(),
+    )
+    .unwrap();
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "eval",
+            "locate",
+            &ds,
+            "--predictions",
+            pred.to_str().unwrap(),
+            "--prior",
+            pf.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    let r = stdout_json(&o);
+    let b = &r["baselines"]["prior"];
+    assert_eq!(b["agent_accuracy"]["n"], r["cases"], "{r}");
+    assert!(r["baselines"]["random"].is_object());
+}

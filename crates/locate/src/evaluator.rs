@@ -85,12 +85,14 @@ pub struct SharedView {
 
 impl SharedView {
     /// Build the shared context for a trace; `focus` is the step to centre a window on when the
-    /// whole trace cannot fit.
+    /// whole trace cannot fit; `prior` (one probability per step position) turns on prior-guided
+    /// narrowing for that case (see [`render::focused`]).
     pub fn build(
         model: &dyn ChatModel,
         trace: &Trace,
         settings: &Settings,
         focus: Option<usize>,
+        prior: Option<&[f64]>,
     ) -> Result<SharedView, LocateError> {
         let n = trace.steps.len();
         let overhead = prompts::overhead_tokens(
@@ -100,8 +102,11 @@ impl SharedView {
             &settings.error_modes,
         );
         let budget = render::trace_budget(model, overhead, settings.max_answer_tokens as usize);
-        if let Some(f) = render::fit(model, trace, 0..n, budget, MIN_STEP_CHARS) {
-            let context = prompts::context(trace, &f.text, None, settings.with_ground_truth)?;
+        let guide = prior.map(|p| (p, None));
+        if let Some(f) = render::fit_guided(model, trace, 0..n, budget, MIN_STEP_CHARS, guide) {
+            let note = render::view_note(&f.strategy);
+            let context =
+                prompts::context(trace, &f.text, note.as_deref(), settings.with_ground_truth)?;
             return Ok(SharedView {
                 context,
                 strategy: f.strategy,
@@ -201,7 +206,7 @@ mod tests {
         let s = Settings::default();
         let m = ScriptedModel::new("fixture")
             .then(r#"{"reason":"earlier","agent":"A1","step":1,"confidence":0.9}"#);
-        let view = SharedView::build(&m, &t, &s, None).unwrap();
+        let view = SharedView::build(&m, &t, &s, None, None).unwrap();
         let r = evaluate(&m, &t, &view, Style::Evidence, Some(("A1", 3)), true, &s)
             .await
             .unwrap();
@@ -219,7 +224,7 @@ mod tests {
         let s = Settings::default();
         let m = ScriptedModel::new("fixture")
             .then(r#"{"reason":"r","agent":"A0","step":0,"confidence":0.2}"#);
-        let view = SharedView::build(&m, &t, &s, None).unwrap();
+        let view = SharedView::build(&m, &t, &s, None, None).unwrap();
         evaluate(&m, &t, &view, Style::Concise, None, false, &s)
             .await
             .unwrap();

@@ -181,13 +181,26 @@ pub async fn judge(
     protocol: Protocol,
     settings: &Settings,
 ) -> Result<JudgeResult, LocateError> {
+    judge_guided(model, trace, protocol, settings, None).await
+}
+
+/// [`judge`] with prior-guided narrowing: when the trace (or a protocol's range or prefix) does
+/// not fit the model's window, `prior` (one probability per position in `trace.steps`) picks the
+/// steps shown in full; the others are abridged (see [`render::focused`]).
+pub async fn judge_guided(
+    model: &dyn ChatModel,
+    trace: &Trace,
+    protocol: Protocol,
+    settings: &Settings,
+    prior: Option<&[f64]>,
+) -> Result<JudgeResult, LocateError> {
     if trace.steps.is_empty() {
         return Err(LocateError::EmptyTrace(trace.id.clone()));
     }
     match protocol {
-        Protocol::AllAtOnce => all_at_once(model, trace, settings).await,
-        Protocol::StepByStep => step_by_step(model, trace, settings).await,
-        Protocol::BinarySearch => binary_search(model, trace, settings).await,
+        Protocol::AllAtOnce => all_at_once(model, trace, settings, prior).await,
+        Protocol::StepByStep => step_by_step(model, trace, settings, prior).await,
+        Protocol::BinarySearch => binary_search(model, trace, settings, prior).await,
     }
 }
 
@@ -205,13 +218,21 @@ async fn all_at_once(
     model: &dyn ChatModel,
     trace: &Trace,
     settings: &Settings,
+    prior: Option<&[f64]>,
 ) -> Result<JudgeResult, LocateError> {
     let mut stats = CallStats::default();
     let n = trace.steps.len();
     let budget = budget(model, trace, settings);
     let criterion = prompts::criterion()?;
-    if let Some(fitted) = render::fit(model, trace, 0..n, budget, MIN_STEP_CHARS) {
-        let ctx = prompts::context(trace, &fitted.text, None, settings.with_ground_truth)?;
+    let guide = prior.map(|p| (p, None));
+    if let Some(fitted) = render::fit_guided(model, trace, 0..n, budget, MIN_STEP_CHARS, guide) {
+        let note = render::view_note(&fitted.strategy);
+        let ctx = prompts::context(
+            trace,
+            &fitted.text,
+            note.as_deref(),
+            settings.with_ground_truth,
+        )?;
         let instr = prompts::JUDGE_ALL_AT_ONCE.render(json!({"criterion": criterion, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
         let schema = location_schema(&settings.error_modes);
         let out = call(
@@ -335,9 +356,12 @@ fn prefix_view(
     trace: &Trace,
     pos: usize,
     budget: Option<usize>,
+    prior: Option<&[f64]>,
 ) -> (String, Option<String>, Strategy) {
-    if let Some(f) = render::fit(model, trace, 0..pos + 1, budget, MIN_STEP_CHARS) {
-        return (f.text, None, f.strategy);
+    let guide = prior.map(|p| (p, Some(pos)));
+    if let Some(f) = render::fit_guided(model, trace, 0..pos + 1, budget, MIN_STEP_CHARS, guide) {
+        let note = render::view_note(&f.strategy);
+        return (f.text, note, f.strategy);
     }
     let budget = budget.unwrap_or(usize::MAX);
     // Largest suffix of the prefix that fits at the minimum cap (at least the step under review).
@@ -371,6 +395,7 @@ async fn step_by_step(
     model: &dyn ChatModel,
     trace: &Trace,
     settings: &Settings,
+    prior: Option<&[f64]>,
 ) -> Result<JudgeResult, LocateError> {
     let mut stats = CallStats::default();
     let budget = budget(model, trace, settings);
@@ -380,7 +405,7 @@ async fn step_by_step(
     let mut trail = Vec::new();
     for pos in 0..trace.steps.len() {
         let step = &trace.steps[pos];
-        let (text, note, s) = prefix_view(model, trace, pos, budget);
+        let (text, note, s) = prefix_view(model, trace, pos, budget, prior);
         strategy = strongest(strategy, s);
         let ctx = prompts::context(trace, &text, note.as_deref(), settings.with_ground_truth)?;
         let instr = prompts::JUDGE_STEP
@@ -441,6 +466,7 @@ async fn binary_search(
     model: &dyn ChatModel,
     trace: &Trace,
     settings: &Settings,
+    prior: Option<&[f64]>,
 ) -> Result<JudgeResult, LocateError> {
     let mut stats = CallStats::default();
     let budget = budget(model, trace, settings);
@@ -457,7 +483,8 @@ async fn binary_search(
         // (explicit markers; reported as truncation with the cap used).
         let mut cap = MIN_STEP_CHARS;
         let fitted = loop {
-            if let Some(f) = render::fit(model, trace, lo..hi + 1, budget, cap) {
+            let guide = prior.map(|p| (p, None));
+            if let Some(f) = render::fit_guided(model, trace, lo..hi + 1, budget, cap, guide) {
                 break f;
             }
             if cap <= 16 {
@@ -480,7 +507,13 @@ async fn binary_search(
             trace.steps[mid + 1].index,
             trace.steps[hi].index,
         );
-        let ctx = prompts::context(trace, &fitted.text, None, settings.with_ground_truth)?;
+        let note = render::view_note(&fitted.strategy);
+        let ctx = prompts::context(
+            trace,
+            &fitted.text,
+            note.as_deref(),
+            settings.with_ground_truth,
+        )?;
         let instr = prompts::JUDGE_BINARY.render(
             json!({"criterion": criterion, "lo": ilo, "mid": imid, "mid_next": inext, "hi": ihi}),
         )?;
@@ -745,5 +778,123 @@ mod tests {
                 "prompt of {toks} tokens exceeds the window"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn prior_guided_narrowing_replaces_windows_with_one_focused_call() {
+        // 40 steps of 3000 chars and a window of 2200 tokens: without a prior, several windows.
+        let t = crate::test_support::long_trace(40, 3000);
+        let mut prior = vec![0.001; 40];
+        prior[17] = 0.9;
+        prior[3] = 0.05;
+        let m = ContextFixture::new(
+            ScriptedModel::new("fixture")
+                .then(r#"{"reason":"r","agent":"A1","step":17,"confidence":0.7}"#),
+            2200,
+        );
+        let r = judge_guided(
+            &m,
+            &t,
+            Protocol::AllAtOnce,
+            &Settings::default(),
+            Some(&prior),
+        )
+        .await
+        .unwrap();
+        let Strategy::Focused {
+            steps_full,
+            steps_abridged,
+            ..
+        } = r.strategy
+        else {
+            panic!("unexpected {:?}", r.strategy)
+        };
+        assert!(steps_full >= 1 && steps_full + steps_abridged == 40);
+        assert_eq!(m.inner.n_calls(), 1, "one call instead of windows");
+        assert_eq!(r.finding.location(), Some(("A1", 17)));
+        let user = m.inner.calls.lock().unwrap()[0].messages[1].content.clone();
+        assert!(user.contains("a learned prior ranks most likely to be decisive"));
+        assert!(user.contains("characters of step 0 abridged by maslens"));
+        assert!(
+            !user.contains("characters of step 17 abridged"),
+            "top step in full"
+        );
+        // Every step is still in the prompt.
+        for i in 0..40 {
+            assert!(
+                user.contains(&format!("Step {i} | agent:")),
+                "step {i} missing"
+            );
+        }
+        let toks: usize = m.inner.calls.lock().unwrap()[0]
+            .messages
+            .iter()
+            .map(|x| m.count_tokens(&x.content))
+            .sum();
+        assert!(
+            toks + 256 <= 2200,
+            "prompt of {toks} tokens exceeds the window"
+        );
+    }
+
+    #[tokio::test]
+    async fn prior_is_ignored_when_the_trace_fits() {
+        let t = trace(6);
+        let m = ScriptedModel::new("fixture")
+            .then(r#"{"reason":"r","agent":"A1","step":3,"confidence":0.8}"#);
+        let prior = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0];
+        let r = judge_guided(
+            &m,
+            &t,
+            Protocol::AllAtOnce,
+            &Settings::default(),
+            Some(&prior),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.strategy, Strategy::Full);
+        assert!(!m.calls.lock().unwrap()[0].messages[1]
+            .content
+            .contains("abridged"));
+    }
+
+    #[tokio::test]
+    async fn step_by_step_narrowing_keeps_the_step_under_review_in_full() {
+        let t = crate::test_support::long_trace(30, 3000);
+        // The prior favours step 0; the step under review must still be shown in full.
+        let mut prior = vec![0.0; 30];
+        prior[0] = 1.0;
+        let m = ContextFixture::new(
+            ScriptedModel::new("fixture")
+                .rule(
+                    "Step 29 |",
+                    r#"{"reason":"r","decisive":true,"confidence":0.6}"#,
+                )
+                .rule(
+                    "Step ",
+                    r#"{"reason":"r","decisive":false,"confidence":0.6}"#,
+                ),
+            2200,
+        );
+        let r = judge_guided(
+            &m,
+            &t,
+            Protocol::StepByStep,
+            &Settings::default(),
+            Some(&prior),
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(r.strategy, Strategy::Focused { .. }),
+            "{:?}",
+            r.strategy
+        );
+        let calls = m.inner.calls.lock().unwrap();
+        let last = &calls[calls.len() - 1].messages[1].content;
+        assert!(
+            !last.contains("characters of step 29 abridged"),
+            "step under review in full"
+        );
     }
 }

@@ -14,7 +14,7 @@
 //! so in `note`.
 
 use crate::evaluator::{evaluate, EvaluatorResult, SharedView, Style};
-use crate::judge::{judge, JudgeResult, Protocol, Settings};
+use crate::judge::{judge_guided, JudgeResult, Protocol, Settings};
 use crate::render::Strategy;
 use crate::vote::{prior_ballots, vote, Ballot, VoteOutcome};
 use crate::{prompts, CallStats, LocateError};
@@ -64,6 +64,10 @@ pub struct LocateConfig {
     pub settings: Settings,
     /// Weight of the external prior voter (0 = off).
     pub prior_weight: f64,
+    /// Prior-guided narrowing: for traces longer than the window, the prior given to
+    /// [`Locator::locate`] picks the steps shown in full (see `render::focused`).
+    #[serde(default)]
+    pub narrow_with_prior: bool,
 }
 
 impl Default for LocateConfig {
@@ -73,6 +77,7 @@ impl Default for LocateConfig {
             variant: Variant::Full,
             settings: Settings::default(),
             prior_weight: 0.0,
+            narrow_with_prior: false,
         }
     }
 }
@@ -199,6 +204,11 @@ impl<'a> Locator<'a> {
             return Err(LocateError::EmptyTrace(trace.id.clone()));
         }
         let settings = &self.config.settings;
+        let guide = if self.config.narrow_with_prior {
+            prior.filter(|p| p.len() == trace.steps.len())
+        } else {
+            None
+        };
         let mut stats = CallStats::default();
         let mut templates = Vec::new();
 
@@ -210,7 +220,7 @@ impl<'a> Locator<'a> {
                 Protocol::StepByStep => prompts::JUDGE_STEP,
                 Protocol::BinarySearch => prompts::JUDGE_BINARY,
             });
-            let r = judge(self.judge, trace, self.config.protocol, settings).await?;
+            let r = judge_guided(self.judge, trace, self.config.protocol, settings, guide).await?;
             if matches!(r.strategy, Strategy::Windows { .. }) {
                 templates.push(prompts::JUDGE_WINDOW);
             }
@@ -229,8 +239,13 @@ impl<'a> Locator<'a> {
                 templates.push(spec.style.template());
                 let id = spec.model.id().to_string();
                 if !views.iter().any(|(m, _)| *m == id) {
-                    let v =
-                        SharedView::build(spec.model, trace, settings, hypothesis.map(|h| h.1))?;
+                    let v = SharedView::build(
+                        spec.model,
+                        trace,
+                        settings,
+                        hypothesis.map(|h| h.1),
+                        guide,
+                    )?;
                     views.push((id.clone(), v));
                 }
                 let Some((_, view)) = views.iter().find(|(m, _)| *m == id) else {

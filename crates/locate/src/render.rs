@@ -11,6 +11,16 @@
 //! 3. windows (protocol-specific, see `judge.rs`): when even the minimum cap does not fit,
 //!    the steps are cut into consecutive windows that fit, and the protocol carries the task and
 //!    a running summary from window to window.
+//!
+//! **Prior-guided narrowing** (opt-in, `LocateConfig::narrow_with_prior`, CLI `--prior-narrowing`):
+//! when a per-step prior (maslens-prior's distribution, or any external one) is given and the
+//! full trace does not fit, [`focused`] replaces 2 and 3: every step stays in the prompt, the
+//! steps the prior ranks most likely decisive are shown in full (each at most
+//! [`FOCUS_MAX_CHARS`]), as many as fit, and every other step is abridged to
+//! their first [`ABRIDGED_CHARS`] characters (fewer, down to none, on very long traces) and the
+//! marker `[... N more characters of step K abridged by maslens ...]`. One call sees
+//! the whole trace instead of several windows. When even the all-abridged rendering does not
+//! fit, the protocol falls back to 2 and 3. The verdict reports [`Strategy::Focused`].
 
 use maslens_llm::ChatModel;
 use maslens_trace::{Step, Trace};
@@ -19,6 +29,13 @@ use std::ops::Range;
 
 /// Smallest per-step character cap the truncation strategy may use before switching to windows.
 pub const MIN_STEP_CHARS: usize = 240;
+
+/// Characters a step keeps when prior-guided narrowing abridges it (at most; see [`focused`]).
+pub const ABRIDGED_CHARS: usize = 160;
+
+/// Largest size of one step shown in full under prior-guided narrowing (a single web page must
+/// not take the whole window from the other likely steps).
+pub const FOCUS_MAX_CHARS: usize = 6000;
 
 /// Which long-trace strategy produced a rendering.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +59,15 @@ pub enum Strategy {
         steps_shown: usize,
         max_chars_per_step: usize,
     },
+    /// Prior-guided narrowing: the `steps_full` steps the prior ranks highest were shown in full
+    /// (each cut to `max_chars_per_step` at most), the other `steps_abridged` abridged to their
+    /// first `abridged_chars` characters.
+    Focused {
+        steps_full: usize,
+        steps_abridged: usize,
+        max_chars_per_step: usize,
+        abridged_chars: usize,
+    },
 }
 
 impl Strategy {
@@ -50,8 +76,9 @@ impl Strategy {
         match self {
             Strategy::Full => 0,
             Strategy::TruncateSteps { .. } => 1,
-            Strategy::SlidingWindow { .. } => 2,
-            Strategy::Windows { .. } => 3,
+            Strategy::Focused { .. } => 2,
+            Strategy::SlidingWindow { .. } => 3,
+            Strategy::Windows { .. } => 4,
         }
     }
 
@@ -79,12 +106,25 @@ impl Strategy {
                     "sliding window of {steps_shown} steps, capped at {max_chars_per_step} chars"
                 )
             }
+            Strategy::Focused {
+                steps_full,
+                steps_abridged,
+                max_chars_per_step,
+                abridged_chars,
+            } => format!(
+                "prior-guided: {steps_full} steps in full (<= {max_chars_per_step} chars), {steps_abridged} abridged to {abridged_chars} chars"
+            ),
         }
     }
 }
 
 /// Cut `text` to at most about `cap` characters, keeping head and tail around a marker.
 pub fn truncate_step(text: &str, cap: usize, step: usize) -> (String, bool) {
+    cut_step(text, cap, step, "omitted by maslens: long-trace truncation")
+}
+
+/// [`truncate_step`] with the marker's wording (`why`) given.
+fn cut_step(text: &str, cap: usize, step: usize, why: &str) -> (String, bool) {
     let n = text.chars().count();
     if n <= cap {
         return (text.to_string(), false);
@@ -95,9 +135,7 @@ pub fn truncate_step(text: &str, cap: usize, step: usize) -> (String, bool) {
     let tail: String = text.chars().skip(n - tail_n).collect();
     let omitted = n - head_n - tail_n;
     (
-        format!(
-            "{head}\n[... {omitted} characters of step {step} omitted by maslens: long-trace truncation ...]\n{tail}"
-        ),
+        format!("{head}\n[... {omitted} characters of step {step} {why} ...]\n{tail}"),
         true,
     )
 }
@@ -146,6 +184,188 @@ pub fn render_steps(trace: &Trace, range: Range<usize>, cap: Option<usize>) -> (
         out.push_str(&body);
     }
     (out, truncated)
+}
+
+/// Abridge a step for prior-guided narrowing: its first `cap` characters and a marker.
+fn abridge_step(text: &str, cap: usize, step: usize) -> String {
+    let n = text.chars().count();
+    if n <= cap {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(cap).collect();
+    let sep = if head.is_empty() { "" } else { " " };
+    format!(
+        "{head}{sep}[... {} more characters of step {step} abridged by maslens ...]",
+        n - cap
+    )
+}
+
+/// Render steps `range`: those with `full[position]` capped at `full_cap`, the others abridged to
+/// `abridged_cap` characters with the prior-guided narrowing marker.
+fn render_mixed(
+    trace: &Trace,
+    range: Range<usize>,
+    full: &[bool],
+    full_cap: usize,
+    abridged_cap: usize,
+) -> String {
+    let mut out = String::new();
+    let end = range.end.min(trace.steps.len());
+    for (pos, step) in trace.steps[range.start.min(end)..end]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (range.start + i, s))
+    {
+        let body = step_body(step);
+        let body = if full.get(pos).copied().unwrap_or(false) {
+            truncate_step(&body, full_cap, step.index).0
+        } else {
+            abridge_step(&body, abridged_cap, step.index)
+        };
+        if !out.is_empty() {
+            out.push_str("\n\n");
+        }
+        out.push_str(&step_header(step));
+        out.push('\n');
+        out.push_str(&body);
+    }
+    out
+}
+
+/// Prior-guided narrowing of `range` within `budget` tokens (see the module docs). `prior` holds
+/// one probability per position in `trace.steps` (missing entries count as 0); `must` is a
+/// position shown in full before any other (the step under review in step-by-step).
+///
+/// The abridged size is the first of [`ABRIDGED_CHARS`], 80, 30, 0 characters whose
+/// all-abridged rendering takes at most 60% of the budget (else the smallest that fits at all),
+/// so that long traces keep room for steps in full. The steps in full are the top of the prior's
+/// ranking (earlier first on ties), as many as fit at [`FOCUS_MAX_CHARS`] each; when not even the
+/// first fits, it gets the largest cap that fits. `None` when no all-abridged rendering fits.
+pub fn focused(
+    model: &dyn ChatModel,
+    trace: &Trace,
+    range: Range<usize>,
+    budget: usize,
+    prior: &[f64],
+    must: Option<usize>,
+) -> Option<Fitted> {
+    let end = range.end.min(trace.steps.len());
+    let range = range.start.min(end)..end;
+    let p = |i: usize| {
+        prior
+            .get(i)
+            .copied()
+            .filter(|x| x.is_finite())
+            .unwrap_or(0.0)
+    };
+    let mut order: Vec<usize> = range.clone().collect();
+    order.sort_by(|&a, &b| {
+        (Some(b) == must)
+            .cmp(&(Some(a) == must))
+            .then(p(b).total_cmp(&p(a)))
+            .then(a.cmp(&b))
+    });
+    let render_top = |k: usize, cap: usize, abridged: usize| {
+        let mut full = vec![false; trace.steps.len()];
+        for &i in &order[..k] {
+            full[i] = true;
+        }
+        let text = render_mixed(trace, range.clone(), &full, cap, abridged);
+        let tokens = model.count_tokens(&text);
+        (text, tokens)
+    };
+    let mut chosen = None;
+    for abridged in [ABRIDGED_CHARS, 80, 30, 0] {
+        let (text, tokens) = render_top(0, FOCUS_MAX_CHARS, abridged);
+        if tokens <= budget {
+            let roomy = tokens * 10 <= budget * 6;
+            chosen = Some((abridged, text, tokens));
+            if roomy {
+                break;
+            }
+        }
+    }
+    let (abridged, text, tokens) = chosen?;
+    // Largest k whose rendering fits (tokens grow with k).
+    let mut best = (0, FOCUS_MAX_CHARS, text, tokens);
+    let (mut lo, mut hi) = (1, order.len());
+    while lo <= hi {
+        let mid = lo + (hi - lo) / 2;
+        let (text, tokens) = render_top(mid, FOCUS_MAX_CHARS, abridged);
+        if tokens <= budget {
+            best = (mid, FOCUS_MAX_CHARS, text, tokens);
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    if best.0 == 0 && !order.is_empty() {
+        // Not even the top step fits at the full cap: the largest cap that fits for it.
+        let (mut lo, mut hi) = (abridged + 1, FOCUS_MAX_CHARS - 1);
+        while lo <= hi {
+            let mid = lo + (hi - lo) / 2;
+            let (text, tokens) = render_top(1, mid, abridged);
+            if tokens <= budget {
+                best = (1, mid, text, tokens);
+                lo = mid + 1;
+            } else {
+                hi = mid - 1;
+            }
+        }
+    }
+    let (k, cap, text, tokens) = best;
+    Some(Fitted {
+        text,
+        strategy: Strategy::Focused {
+            steps_full: k,
+            steps_abridged: order.len() - k,
+            max_chars_per_step: cap,
+            abridged_chars: abridged,
+        },
+        tokens,
+    })
+}
+
+/// The note a prompt carries about a rendering (only prior-guided narrowing needs one: the
+/// other strategies' markers speak for themselves).
+pub fn view_note(strategy: &Strategy) -> Option<String> {
+    match strategy {
+        Strategy::Focused {
+            steps_full,
+            steps_abridged,
+            ..
+        } => Some(format!(
+            "The trace is too long for the context window: the {steps_full} steps that a learned prior ranks most likely to be decisive are shown in full; the other {steps_abridged} steps are abridged to their first characters (marked \"abridged by maslens\"). Any step may still be the decisive one."
+        )),
+        _ => None,
+    }
+}
+
+/// [`fit`], with prior-guided narrowing first when `prior` is given and the range does not fit
+/// in full.
+pub fn fit_guided(
+    model: &dyn ChatModel,
+    trace: &Trace,
+    range: Range<usize>,
+    budget: Option<usize>,
+    min_cap: usize,
+    prior: Option<(&[f64], Option<usize>)>,
+) -> Option<Fitted> {
+    if let (Some(b), Some((probs, must))) = (budget, prior) {
+        let (full, _) = render_steps(trace, range.clone(), None);
+        let full_tokens = model.count_tokens(&full);
+        if full_tokens <= b {
+            return Some(Fitted {
+                text: full,
+                strategy: Strategy::Full,
+                tokens: full_tokens,
+            });
+        }
+        if let Some(f) = focused(model, trace, range.clone(), b, probs, must) {
+            return Some(f);
+        }
+    }
+    fit(model, trace, range, budget, min_cap)
 }
 
 /// A rendering of a range of steps that fits a budget.
@@ -335,5 +555,105 @@ mod tests {
         for (_, text) in &ws {
             assert!(m.count_tokens(text) <= 300);
         }
+    }
+
+    #[test]
+    fn focused_shows_the_prior_top_steps_in_full_and_abridges_the_rest() {
+        let t = trace(10, 2000);
+        let m = ScriptedModel::new("fixture");
+        let mut prior = vec![0.01; 10];
+        prior[6] = 0.5;
+        prior[2] = 0.3;
+        let all = render_steps(&t, 0..10, None).0;
+        let budget = m.count_tokens(&all) / 2;
+        let f = focused(&m, &t, 0..10, budget, &prior, None).unwrap();
+        assert!(f.tokens <= budget);
+        let Strategy::Focused {
+            steps_full,
+            steps_abridged,
+            max_chars_per_step,
+            ..
+        } = f.strategy
+        else {
+            panic!("unexpected {:?}", f.strategy)
+        };
+        assert_eq!(steps_full + steps_abridged, 10);
+        assert!(steps_full >= 2, "room for the two top steps: {steps_full}");
+        assert_eq!(max_chars_per_step, FOCUS_MAX_CHARS);
+        for i in [2, 6] {
+            assert!(!f.text.contains(&format!("characters of step {i} abridged")));
+        }
+        assert!(f.text.contains("characters of step 9 abridged by maslens"));
+        // A larger budget never shows fewer steps in full.
+        let g = focused(&m, &t, 0..10, budget * 2, &prior, None).unwrap();
+        let Strategy::Focused {
+            steps_full: more, ..
+        } = g.strategy
+        else {
+            panic!("unexpected {:?}", g.strategy)
+        };
+        assert!(more >= steps_full);
+        // A tight budget abridges harder before giving up.
+        let h = focused(&m, &t, 0..10, 320, &prior, None).unwrap();
+        assert!(
+            matches!(h.strategy, Strategy::Focused { abridged_chars, .. } if abridged_chars < ABRIDGED_CHARS),
+            "{:?}",
+            h.strategy
+        );
+        // Not even the barest rendering fits: None (the caller falls back to windows).
+        assert!(focused(&m, &t, 0..10, 20, &prior, None).is_none());
+    }
+
+    #[test]
+    fn focused_puts_the_must_step_first_and_shrinks_a_huge_top_step() {
+        let t = trace(6, 20_000);
+        let m = ScriptedModel::new("fixture");
+        let prior = [0.9, 0.0, 0.0, 0.0, 0.0, 0.0];
+        let abridged = render_mixed(&t, 0..6, &[false; 6], FOCUS_MAX_CHARS, ABRIDGED_CHARS);
+        let budget = m.count_tokens(&abridged) + 300;
+        let f = focused(&m, &t, 0..6, budget, &prior, Some(4)).unwrap();
+        let Strategy::Focused {
+            steps_full,
+            max_chars_per_step,
+            ..
+        } = f.strategy
+        else {
+            panic!("unexpected {:?}", f.strategy)
+        };
+        assert_eq!(steps_full, 1);
+        assert!(max_chars_per_step < FOCUS_MAX_CHARS && max_chars_per_step > ABRIDGED_CHARS);
+        assert!(
+            f.text.contains("characters of step 0 abridged"),
+            "prior top yields to must"
+        );
+        assert!(f.text.contains("characters of step 4 omitted by maslens"));
+        assert!(f.tokens <= budget);
+    }
+
+    #[test]
+    fn fit_guided_uses_full_when_it_fits_and_plain_fit_without_prior() {
+        let t = trace(4, 2000);
+        let m = ScriptedModel::new("fixture");
+        let prior = [0.25; 4];
+        let f = fit_guided(
+            &m,
+            &t,
+            0..4,
+            Some(10_000),
+            MIN_STEP_CHARS,
+            Some((&prior, None)),
+        );
+        assert_eq!(f.unwrap().strategy, Strategy::Full);
+        let f = fit_guided(&m, &t, 0..4, Some(1000), MIN_STEP_CHARS, None).unwrap();
+        assert!(matches!(f.strategy, Strategy::TruncateSteps { .. }));
+        let f = fit_guided(
+            &m,
+            &t,
+            0..4,
+            Some(1000),
+            MIN_STEP_CHARS,
+            Some((&prior, None)),
+        );
+        assert!(matches!(f.unwrap().strategy, Strategy::Focused { .. }));
     }
 }

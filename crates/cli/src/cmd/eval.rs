@@ -315,8 +315,7 @@ fn run_locate(args: LocateArgs, global: &Global) -> anyhow::Result<ExitCode> {
         || args.export_refinement.is_some();
     let prior = args
         .method
-        .prior
-        .as_deref()
+        .prior_spec()
         .map(PriorSource::load)
         .transpose()?;
 
@@ -457,7 +456,7 @@ fn run_locate(args: LocateArgs, global: &Global) -> anyhow::Result<ExitCode> {
 
     // Baselines on exactly the cases scored.
     let scored: std::collections::HashSet<String> = cases.iter().map(|c| c.id.clone()).collect();
-    let baseline_cases: Vec<(String, Vec<Case>)> = baselines::NAMES
+    let mut baseline_cases: Vec<(String, Vec<Case>)> = baselines::NAMES
         .iter()
         .map(|&name| {
             let bc = test
@@ -475,6 +474,28 @@ fn run_locate(args: LocateArgs, global: &Global) -> anyhow::Result<ExitCode> {
             (name.to_string(), bc)
         })
         .collect();
+    // The learned prior (no LLM) next to the trivial baselines, on the same cases.
+    if let (Some(p), false) = (&prior, args.method.method == "prior") {
+        let bc = test
+            .iter()
+            .filter(|(t, _)| scored.contains(&t.id))
+            .map(|(t, g)| {
+                let pred = match p.predict(t) {
+                    Some((a, s)) => Prediction {
+                        agent: Some(a),
+                        step: Some(s),
+                        ..Default::default()
+                    },
+                    None => Prediction {
+                        abstained: true,
+                        ..Default::default()
+                    },
+                };
+                case(t, g, pred, CaseUsage::default())
+            })
+            .collect();
+        baseline_cases.push(("prior".to_string(), bc));
+    }
     let opts = ReportOptions {
         title: format!("maslens eval locate: {}", args.dataset),
         method: method_label,
@@ -498,6 +519,7 @@ fn run_locate(args: LocateArgs, global: &Global) -> anyhow::Result<ExitCode> {
         "max_answer_tokens": cfg.settings.max_answer_tokens,
         "prior": args.method.prior,
         "prior_weight": cfg.prior_weight,
+        "prior_narrowing": cfg.narrow_with_prior,
         "limit": args.limit,
         "subset": args.subset,
         "stopped_early": stopped_early,

@@ -48,6 +48,21 @@ pub struct MethodArgs {
     /// Weight of the prior voter in the vote.
     #[arg(long, default_value_t = 1.0)]
     pub prior_weight: f64,
+    /// Prior-guided narrowing: for traces longer than the model's window, show the steps the
+    /// prior ranks most likely decisive in full and abridge the others (one call sees every step
+    /// instead of several windows). Uses `--prior` (default `builtin`); with `--prior-narrowing`
+    /// alone the prior does not vote.
+    #[arg(long)]
+    pub prior_narrowing: bool,
+}
+
+impl MethodArgs {
+    /// The prior to load: `--prior`, else `builtin` when `--prior-narrowing` needs one.
+    pub fn prior_spec(&self) -> Option<&str> {
+        self.prior
+            .as_deref()
+            .or(self.prior_narrowing.then_some("builtin"))
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -218,6 +233,7 @@ pub fn config(method: &MethodArgs, error_modes: bool) -> LocateConfig {
         } else {
             0.0
         },
+        narrow_with_prior: method.prior_narrowing,
     }
 }
 
@@ -299,8 +315,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     }
     let prior = args
         .method
-        .prior
-        .as_deref()
+        .prior_spec()
         .map(PriorSource::load)
         .transpose()?;
     let any_aegis = traces.iter().any(|t| t.source.format == "aegis");

@@ -64,6 +64,11 @@ pub struct TrainArgs {
     /// Write the full evaluation report (JSON) here.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Write the out-of-fold step distributions of the pooled cross-validation here, as the
+    /// JSONL that `--prior FILE` of `maslens locate` / `maslens eval locate` reads
+    /// (`{"trace", "probs"}`): LLM + prior experiments on the training traces stay honest.
+    #[arg(long)]
+    pub oof_probs: Option<PathBuf>,
     #[command(flatten)]
     pub common: Common,
 }
@@ -269,6 +274,13 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
             methods,
         });
     }
+    if let Some(path) = &args.oof_probs {
+        let n = write_oof_probs(&refs, args.folds.max(2), &cfg, path)?;
+        eprintln!(
+            "out-of-fold step distributions of {n} traces written to {}",
+            path.display()
+        );
+    }
     let mut model = PriorModel::train(&refs, &cfg)?;
     let fit: Vec<Prediction> = refs.iter().map(|t| model_prediction(&model, t)).collect();
     protocols.push(Protocol {
@@ -320,6 +332,57 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
     } else {
         EXIT_OK
     }))
+}
+
+/// Out-of-fold step distributions (same folds and training sets as the pooled
+/// cross-validation) as `{"trace", "probs"}` lines; returns how many traces were written.
+fn write_oof_probs(
+    traces: &[&Trace],
+    k: usize,
+    cfg: &TrainConfig,
+    path: &std::path::Path,
+) -> anyhow::Result<usize> {
+    use std::io::Write;
+    let labelled: Vec<&Trace> = traces
+        .iter()
+        .copied()
+        .filter(|t| t.labels.decisive.is_some())
+        .collect();
+    let agent_only: Vec<&Trace> = traces
+        .iter()
+        .copied()
+        .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
+        .collect();
+    let folds = maslens_prior::eval::fold_assignment(&labelled, k, cfg.seed);
+    let mut lines: Vec<(usize, String)> = Vec::new();
+    for fold in 0..k {
+        let train: Vec<&Trace> = labelled
+            .iter()
+            .zip(&folds)
+            .filter(|(_, f)| **f != fold)
+            .map(|(t, _)| *t)
+            .chain(agent_only.iter().copied())
+            .collect();
+        let test: Vec<usize> = (0..labelled.len()).filter(|&i| folds[i] == fold).collect();
+        if test.is_empty() {
+            continue;
+        }
+        let model = PriorModel::train(&train, cfg)?;
+        for i in test {
+            let t = labelled[i];
+            let line = serde_json::json!({"trace": t.id, "probs": model.step_distribution(t)});
+            lines.push((i, line.to_string()));
+        }
+    }
+    lines.sort();
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+    );
+    for (_, l) in &lines {
+        writeln!(out, "{l}")?;
+    }
+    out.flush()?;
+    Ok(lines.len())
 }
 
 fn eval(args: EvalArgs, global: &Global) -> anyhow::Result<ExitCode> {
