@@ -10,6 +10,8 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaLoraAdapter, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::token::LlamaToken;
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -413,7 +415,7 @@ impl Inner {
         seq: usize,
         tokens: &[LlamaToken],
         common: usize,
-        sampler: &mut LlamaSampler,
+        sampler: &mut Sampler,
         request: &ChatRequest,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<(String, String, u64), LlmError> {
@@ -459,8 +461,10 @@ impl Inner {
             if pos >= self.n_ctx as usize {
                 break; // context full: "length"
             }
-            // The grammar sampler comes first in the chain and `sample` accepts the token.
-            let token = sampler.sample(&state.ctx, last_idx);
+            let Some(token) = sampler.sample(&state.ctx, last_idx) else {
+                finish = "stop";
+                break;
+            };
             if vocab.is_eog(token) {
                 finish = "stop";
                 break;
@@ -513,19 +517,19 @@ impl Inner {
         Ok((text, finish.to_string(), generated))
     }
 
-    fn sampler(&self, request: &ChatRequest) -> Result<LlamaSampler, LlmError> {
-        let mut chain = Vec::new();
+    fn sampler(&self, request: &ChatRequest) -> Result<Sampler, LlmError> {
         let grammar = match (&request.grammar, &request.json_schema) {
             (Some(g), _) => Some(g.clone()),
             (None, Some(schema)) => Some(schema_to_grammar(schema)?),
             (None, None) => None,
         };
-        if let Some(grammar) = grammar {
-            chain.push(
-                LlamaSampler::grammar(self.model, &grammar, "root")
-                    .map_err(|e| LlmError::Local(format!("llama.cpp rejected the grammar: {e}")))?,
-            );
-        }
+        let grammar = grammar
+            .map(|g| {
+                LlamaSampler::grammar(self.model, &g, "root")
+                    .map_err(|e| LlmError::Local(format!("llama.cpp rejected the grammar: {e}")))
+            })
+            .transpose()?;
+        let mut chain = Vec::new();
         if request.temperature <= 0.0 {
             chain.push(LlamaSampler::greedy());
         } else {
@@ -536,7 +540,62 @@ impl Inner {
             let seed = request.seed.unwrap_or(0);
             chain.push(LlamaSampler::dist((seed ^ (seed >> 32)) as u32));
         }
-        Ok(LlamaSampler::chain_simple(chain))
+        Ok(Sampler {
+            grammar,
+            rest: LlamaSampler::chain_simple(chain),
+        })
+    }
+}
+
+/// Grammar-constrained sampling without masking the whole vocabulary at every token (the
+/// technique of llama.cpp's `common_sampler`): the token is drawn from the raw logits first and
+/// only checked against the grammar; only when the grammar rejects it are all logits masked by
+/// the grammar and the token drawn again. Masking a 49K-token vocabulary with a JSON grammar
+/// costs more than the forward pass of a small model, and the check almost always passes. With
+/// greedy decoding the result is identical to masking first (the argmax of the raw logits, when
+/// allowed, is the argmax of the masked ones).
+struct Sampler {
+    grammar: Option<LlamaSampler>,
+    rest: LlamaSampler,
+}
+
+impl Sampler {
+    fn candidates(ctx: &LlamaContext<'_>, idx: i32) -> LlamaTokenDataArray {
+        let logits = ctx.get_logits_ith(idx);
+        LlamaTokenDataArray::new(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0))
+                .collect(),
+            false,
+        )
+    }
+
+    /// Sample the next token from output `idx` of the last evaluation and accept it.
+    fn sample(&mut self, ctx: &LlamaContext<'_>, idx: i32) -> Option<LlamaToken> {
+        let Some(grammar) = self.grammar.as_mut() else {
+            return Some(self.rest.sample(ctx, idx));
+        };
+        let mut all = Self::candidates(ctx, idx);
+        all.apply_sampler(&mut self.rest);
+        let mut token = all.selected_token();
+        let allowed = token.is_some_and(|t| {
+            let mut one = LlamaTokenDataArray::new(vec![LlamaTokenData::new(t, 1.0, 0.0)], false);
+            one.apply_sampler(grammar);
+            one.data.first().is_some_and(|d| d.logit().is_finite())
+        });
+        if !allowed {
+            let mut all = Self::candidates(ctx, idx);
+            all.apply_sampler(grammar);
+            all.apply_sampler(&mut self.rest);
+            token = all.selected_token();
+        }
+        // `None` only when the grammar allows no token at all: the caller ends the answer.
+        let token = token?;
+        grammar.accept(token);
+        self.rest.accept(token);
+        Some(token)
     }
 }
 
