@@ -191,4 +191,33 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
     )
     .unwrap();
     assert_eq!(t["labels"]["verdicts"][0]["model"], "local:smollm2-135m");
+
+    // Prior-guided narrowing on a trace far longer than a 2,048-token window (54K characters):
+    // one Judge call that sees every step, the built-in prior's top steps in full.
+    let o = maslens(
+        dir.path(),
+        &[
+            "--json",
+            "locate",
+            data("whowhen/Algorithm-Generated/35.json")
+                .to_str()
+                .unwrap(),
+            "--variant",
+            "judge-only",
+            "--context-size",
+            "2048",
+            "--prior-narrowing",
+        ],
+    );
+    ok(&o);
+    let v: Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
+    let s = &v["long_trace"]["judge"];
+    assert_eq!(s["kind"], "focused", "{v}");
+    assert!(s["steps_full"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(
+        v["usage"]["calls"].as_u64().unwrap() - v["usage"]["repairs"].as_u64().unwrap(),
+        1
+    );
+    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() <= 2048 * 2);
 }
