@@ -64,6 +64,23 @@ features! {
     NovelWords = "novel_words",
     TaskOverlap = "task_overlap",
     Url = "url",
+    // order among non-terminal steps and the trace's length (subset-aware, no source names)
+    NtOrd2 = "nt_ord_2",
+    NtOrd3 = "nt_ord_3",
+    NtOrdLog = "nt_ord_log",
+    PosRelXLen = "pos_rel_x_len",
+    LogIndexXLen = "log_index_x_len",
+    AgentFirstTurnXLen = "agent_first_turn_x_len",
+    OrchestratorXLen = "orchestrator_x_len",
+    // interactions and the neighbourhood of errors
+    FirstStepCode = "first_step_code",
+    CauseOfFirstError = "cause_of_first_error",
+    PrevToolError = "prev_tool_error",
+    ErrorsBefore = "errors_before",
+    NextOtherCritique = "next_other_critique",
+    NextToolShort = "next_tool_short",
+    AgentTurn2 = "agent_turn_2",
+    AgentTurn3 = "agent_turn_3",
 }
 
 /// Number of features.
@@ -176,6 +193,30 @@ const PLAN_CHANGE_TERMS: &[&str] = &[
 
 const DELEGATION_TERMS: &[&str] = &["please", "next speaker", "your task", "could you"];
 
+/// What another agent says when it doubts or corrects the previous step, or notes a lack of
+/// progress.
+const CRITIQUE_TERMS: &[&str] = &[
+    "however",
+    "mistake",
+    "not correct",
+    "incorrect",
+    "wrong",
+    "issue",
+    "discrepanc",
+    "inconsisten",
+    "actually",
+    "did not",
+    "didn't",
+    "not yet",
+    "still need",
+    "no progress",
+    "not making progress",
+    "stall",
+    "loop",
+    "unable",
+    "instead",
+];
+
 const ROLE_VERIFIER: &[&str] = &["verif", "valid", "check", "review", "critic", "test", "qa"];
 const ROLE_PLANNER: &[&str] = &["plan", "manag", "orchestr", "coordinat", "lead", "supervis"];
 const ROLE_CODER: &[&str] = &[
@@ -194,6 +235,7 @@ const VOCAB: &[&[&str]] = &[
     FINAL_TERMS,
     PLAN_CHANGE_TERMS,
     DELEGATION_TERMS,
+    CRITIQUE_TERMS,
 ];
 const V_ERROR: usize = 0;
 const V_ASSUME: usize = 1;
@@ -202,6 +244,7 @@ const V_SUCCESS: usize = 3;
 const V_FINAL: usize = 4;
 const V_PLAN: usize = 5;
 const V_DELEGATION: usize = 6;
+const V_CRITIQUE: usize = 7;
 
 fn vocab() -> &'static TermSet {
     static SET: OnceLock<TermSet> = OnceLock::new();
@@ -282,12 +325,30 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
         .collect();
     let mean_chars = (chars.iter().sum::<f64>() / n as f64).max(1.0);
 
+    // Order of each step among the non-terminal steps (1-based; 0 for terminal steps).
+    let mut nt_ord = vec![0usize; n];
+    let mut k = 0;
+    for (i, kind) in kinds.iter().enumerate() {
+        if nonterminal(*kind) {
+            k += 1;
+            nt_ord[i] = k;
+        }
+    }
+    let len_factor = ln1p(n as f64);
+    let tool_error = |i: usize| kinds[i] == AgentKind::Tool && errors[i] > 0;
+    // The last non-terminal step before the first failing tool output: the step whose code or
+    // call failed first.
+    let cause_of_first_error = (0..n)
+        .find(|i| tool_error(*i))
+        .and_then(|e| (0..e).rev().find(|i| nonterminal(kinds[*i])));
+
     let task_words: HashSet64 = content_word_hashes(&trace.task, 4).into_iter().collect();
     let mut seen_numbers: HashSet64 = number_hashes(&trace.task).into_iter().collect();
     let mut seen_trigrams = HashSet64::default();
     let mut seen_words: HashSet64 = task_words.clone();
 
     let mut agent_turns_so_far: HashMap<&str, usize> = HashMap::new();
+    let mut errors_before = 0usize;
     let mut rows = Vec::with_capacity(n);
     for (i, step) in trace.steps.iter().enumerate() {
         let mut f = [0.0; N_FEATURES];
@@ -315,6 +376,8 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
         set!(AgentFirstTurn, f64::from(u8::from(first == i)));
         set!(AgentLastTurn, f64::from(u8::from(last == i)));
         set!(AgentTurnLog, ln1p(*so_far as f64));
+        set!(AgentTurn2, f64::from(u8::from(*so_far == 1)));
+        set!(AgentTurn3, f64::from(u8::from(*so_far == 2)));
         set!(AgentShare, count as f64 / n as f64);
         set!(FirstNonterminal, f64::from(u8::from(first_nt == Some(i))));
         set!(LastNonterminal, f64::from(u8::from(last_nt == Some(i))));
@@ -429,6 +492,51 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
         };
         set!(TaskOverlap, overlap);
         set!(Url, f64::from(u8::from(lower.contains("http"))));
+
+        // order among non-terminal steps, and position scaled by the trace's length
+        set!(NtOrd2, f64::from(u8::from(nt_ord[i] == 2)));
+        set!(NtOrd3, f64::from(u8::from(nt_ord[i] == 3)));
+        set!(NtOrdLog, ln1p(nt_ord[i] as f64));
+        set!(PosRelXLen, f[F::PosRel as usize] * len_factor);
+        set!(LogIndexXLen, f[F::LogIndex as usize] * len_factor);
+        set!(
+            AgentFirstTurnXLen,
+            f[F::AgentFirstTurn as usize] * len_factor
+        );
+        set!(
+            OrchestratorXLen,
+            f[F::KindOrchestrator as usize] * len_factor
+        );
+
+        // interactions and error neighbourhood
+        set!(
+            FirstStepCode,
+            f64::from(u8::from(i == 0 && lower.contains("```")))
+        );
+        set!(
+            CauseOfFirstError,
+            f64::from(u8::from(cause_of_first_error == Some(i)))
+        );
+        set!(
+            PrevToolError,
+            f64::from(u8::from(i > 0 && tool_error(i - 1)))
+        );
+        set!(ErrorsBefore, ln1p(errors_before as f64));
+        // critique by another agent in the next non-tool step (within two steps)
+        let critique = (i + 1..(i + 3).min(n))
+            .find(|j| kinds[*j] != AgentKind::Tool)
+            .filter(|j| trace.steps[*j].agent != step.agent)
+            .map_or(0, |j| counts[j][V_CRITIQUE]);
+        set!(NextOtherCritique, ln1p(critique as f64));
+        set!(
+            NextToolShort,
+            f64::from(u8::from(
+                next < n && kinds[next] == AgentKind::Tool && chars[next] < 80.0
+            ))
+        );
+        if errors[i] > 0 {
+            errors_before += 1;
+        }
 
         rows.push(f);
         seen_numbers.extend(nums);
@@ -632,6 +740,84 @@ mod tests {
         assert_eq!(get(&r, 0, "task_overlap"), 1.0);
         assert_eq!(get(&r, 3, "task_overlap"), 0.0);
         assert!(get(&r, 1, "task_overlap") > 0.5);
+    }
+
+    #[test]
+    fn order_and_length_features() {
+        let r = extract(&fixture());
+        let len = 8f64.ln(); // ln(1 + 7 steps)
+                             // non-terminal order: Lead 1st, Data_Expert 2nd (step 2) and 3rd (step 4)
+        assert_eq!(get(&r, 2, "nt_ord_2"), 1.0);
+        assert_eq!(get(&r, 1, "nt_ord_2"), 0.0);
+        assert_eq!(get(&r, 3, "nt_ord_2"), 0.0, "terminal steps have no order");
+        assert_eq!(get(&r, 4, "nt_ord_3"), 1.0);
+        assert_eq!(get(&r, 2, "nt_ord_3"), 0.0);
+        assert_eq!(get(&r, 0, "nt_ord_log"), 0.0);
+        assert!((get(&r, 4, "nt_ord_log") - 4f64.ln()).abs() < 1e-12);
+        assert!((get(&r, 3, "pos_rel_x_len") - 0.5 * len).abs() < 1e-12);
+        assert!((get(&r, 3, "log_index_x_len") - 4f64.ln() * len).abs() < 1e-12);
+        assert!((get(&r, 2, "agent_first_turn_x_len") - len).abs() < 1e-12);
+        assert_eq!(get(&r, 4, "agent_first_turn_x_len"), 0.0);
+        assert!((get(&r, 1, "orchestrator_x_len") - len).abs() < 1e-12);
+        assert_eq!(get(&r, 2, "orchestrator_x_len"), 0.0);
+        // the acting agent's second and third turns
+        assert_eq!(get(&r, 4, "agent_turn_2"), 1.0);
+        assert_eq!(get(&r, 6, "agent_turn_2"), 1.0);
+        assert_eq!(get(&r, 2, "agent_turn_2"), 0.0);
+        assert_eq!(get(&r, 4, "agent_turn_3"), 0.0);
+        let mut t = fixture();
+        t.steps[6].agent = "Data_Expert".into();
+        let r = extract(&t);
+        assert_eq!(get(&r, 6, "agent_turn_3"), 1.0);
+        assert_eq!(get(&r, 6, "agent_turn_2"), 0.0);
+    }
+
+    #[test]
+    fn error_neighbourhood_features() {
+        let r = extract(&fixture());
+        // step 2's code made the first failing terminal output (step 3)
+        assert_eq!(get(&r, 2, "cause_of_first_error"), 1.0);
+        assert_eq!(get(&r, 1, "cause_of_first_error"), 0.0);
+        assert_eq!(get(&r, 4, "cause_of_first_error"), 0.0);
+        assert_eq!(get(&r, 4, "prev_tool_error"), 1.0);
+        assert_eq!(get(&r, 3, "prev_tool_error"), 0.0);
+        // one step with error vocabulary (3) before steps 4..6, none before 3
+        assert_eq!(get(&r, 3, "errors_before"), 0.0);
+        assert!((get(&r, 4, "errors_before") - 2f64.ln()).abs() < 1e-12);
+        assert!((get(&r, 6, "errors_before") - 2f64.ln()).abs() < 1e-12);
+        // the terminal output after step 2 is short (51 chars); step 4 is followed by a worker
+        assert_eq!(get(&r, 2, "next_tool_short"), 1.0);
+        assert_eq!(get(&r, 4, "next_tool_short"), 0.0);
+        // no code in the first step here; a first step with code is flagged
+        assert_eq!(get(&r, 0, "first_step_code"), 0.0);
+        assert_eq!(
+            get(&r, 2, "first_step_code"),
+            0.0,
+            "code, but not the first step"
+        );
+        let mut t = fixture();
+        t.steps[0].content = "Plan:\n```python\nx = 1\n```".into();
+        assert_eq!(get(&extract(&t), 0, "first_step_code"), 1.0);
+        // no failing tool output at all: no cause
+        let mut t = fixture();
+        t.steps[3].content = "exitcode: 0 ok".into();
+        let r = extract(&t);
+        assert!((0..7).all(|i| get(&r, i, "cause_of_first_error") == 0.0));
+    }
+
+    #[test]
+    fn critique_by_the_next_other_agent() {
+        let r = extract(&fixture());
+        assert_eq!(get(&r, 4, "next_other_critique"), 0.0, "Checker agrees");
+        let mut t = fixture();
+        t.steps[5].content = "However, this is wrong: the value is incorrect.".into();
+        let r = extract(&t);
+        // however, wrong, incorrect
+        assert!((get(&r, 4, "next_other_critique") - 4f64.ln()).abs() < 1e-12);
+        // step 2's next non-tool step is its own agent's: not a critique by another agent
+        t.steps[4].content = "However, that was wrong.".into();
+        let r = extract(&t);
+        assert_eq!(get(&r, 2, "next_other_critique"), 0.0);
     }
 
     #[test]

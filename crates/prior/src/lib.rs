@@ -15,7 +15,9 @@ pub mod text;
 pub use eval::{EvalConfig, LocateMetrics, Metric, Prediction};
 pub use features::{extract, FEATURE_NAMES, N_FEATURES};
 pub use model::AGENT_FEATURE_NAMES;
-pub use model::{AgentAggregation, Candidate, PriorModel, TrainConfig, MODEL_FORMAT};
+pub use model::{
+    AgentAggregation, Candidate, Objective, PairRule, PriorModel, TrainConfig, MODEL_FORMAT,
+};
 
 /// The default model shipped with maslens (trained on the Who&When dev traces; provenance in
 /// `crates/prior/models/README.md`).

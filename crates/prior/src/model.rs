@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use smartcore::linalg::basic::arrays::Array;
 use smartcore::linalg::basic::matrix::DenseMatrix;
 use smartcore::linear::logistic_regression::{LogisticRegression, LogisticRegressionParameters};
+use smartcore::optimization::first_order::lbfgs::LBFGS;
+use smartcore::optimization::first_order::FirstOrderOptimizer;
+use smartcore::optimization::line_search::Backtracking;
+use smartcore::optimization::FunctionOrder;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -26,30 +30,77 @@ pub enum AgentAggregation {
     Max,
 }
 
+/// How [`PriorModel::predict`] turns the two heads into one (agent, step) answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PairRule {
+    /// The most probable agent, then that agent's most probable step: the agent always acts
+    /// at the step, but a wrong agent drags the step answer with it.
+    #[default]
+    AgentFirst,
+    /// Each question answered by its own head: the agent head's most probable agent and the
+    /// step head's most probable step. Who&When scores agent and step accuracy separately, and
+    /// each head is better at its own question; the agent need not act at the step.
+    Independent,
+}
+
+/// How a head's weights are fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Objective {
+    /// Binary logistic regression over all rows (smartcore `LogisticRegression`): every row is
+    /// an independent positive/negative example.
+    #[default]
+    Pointwise,
+    /// Conditional logit: a softmax over the rows of one trace (its steps, or its agents), the
+    /// likelihood of the labelled row(s) maximized, so each trace weighs the same whatever its
+    /// length and the model learns what sets the decisive row apart *within* its trace. The
+    /// loss is written here, the optimizer is smartcore's LBFGS.
+    Listwise,
+}
+
 /// Training options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainConfig {
-    /// L2 penalty on the (standardized) weights: `0.5 * alpha * |w|^2` added to the summed log-loss.
+    /// L2 penalty on the (standardized) weights: `0.5 * alpha * |w|^2` added to the summed
+    /// loss (log-loss over rows for [`Objective::Pointwise`], over traces for
+    /// [`Objective::Listwise`]).
     pub alpha: f64,
+    /// L2 penalty of the agent head (default: `alpha`).
+    pub agent_alpha: Option<f64>,
+    /// Objective of the step head.
+    pub objective: Objective,
+    /// Objective of the agent head.
+    pub agent_objective: Objective,
     /// Agent-level aggregation stored in the model.
     pub agent_aggregation: AgentAggregation,
     /// Seed of the inner fold split (agent head) and of the cross-validation folds; the
     /// learner itself (LBFGS) is deterministic.
     pub seed: u64,
+    /// How `predict` combines the heads.
+    pub pair_rule: PairRule,
     /// Fit the agent head (else agents are ranked by `agent_aggregation`).
     pub agent_head: bool,
     /// Inner folds used to cross-fit step probabilities for the agent head.
     pub inner_folds: usize,
+    /// Step features held at zero during training (ablations): their weights come out 0, so
+    /// the model ignores them when scoring.
+    pub exclude_features: Vec<String>,
 }
 
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
-            alpha: 50.0,
+            alpha: 150.0,
+            agent_alpha: Some(50.0),
+            objective: Objective::Pointwise,
+            agent_objective: Objective::Pointwise,
             agent_aggregation: AgentAggregation::Sum,
+            pair_rule: PairRule::Independent,
             seed: 7,
             agent_head: true,
             inner_folds: 5,
+            exclude_features: Vec::new(),
         }
     }
 }
@@ -67,6 +118,14 @@ pub struct TrainingInfo {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub agent_only_traces: usize,
     pub alpha: f64,
+    /// L2 weight of the agent head (absent: `alpha`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_alpha: Option<f64>,
+    /// Objectives of the step and agent heads (absent in older files: pointwise).
+    #[serde(default)]
+    pub objective: Objective,
+    #[serde(default)]
+    pub agent_objective: Objective,
     pub seed: u64,
     /// Free text: data, command, metrics (written by the CLI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,26 +168,7 @@ impl LinearHead {
                 "alpha must be a finite number >= 0, got {alpha}"
             )));
         }
-        let rows = xs.len() as f64;
-        let mut mean = vec![0.0; width];
-        for x in xs {
-            for (m, v) in mean.iter_mut().zip(x) {
-                *m += v / rows;
-            }
-        }
-        let mut scale = vec![0.0; width];
-        for x in xs {
-            for j in 0..width {
-                scale[j] += (x[j] - mean[j]).powi(2) / rows;
-            }
-        }
-        for s in &mut scale {
-            *s = if s.sqrt() > 1e-9 { s.sqrt() } else { 1.0 };
-        }
-        let standardized: Vec<Vec<f64>> = xs
-            .iter()
-            .map(|x| (0..width).map(|j| (x[j] - mean[j]) / scale[j]).collect())
-            .collect();
+        let (mean, scale, standardized) = standardize(width, xs);
         let matrix = DenseMatrix::from_2d_vec(&standardized)
             .map_err(|e| PriorError::Train(format!("feature matrix: {e}")))?;
         let params = LogisticRegressionParameters::default().with_alpha(alpha);
@@ -151,6 +191,101 @@ impl LinearHead {
             scale,
             weights,
             intercept,
+        })
+    }
+
+    /// Fit a conditional logit on standardized rows: each group is the rows of one trace with
+    /// the positions of its positive rows; the loss is, summed over groups,
+    /// `-ln(sum_{pos} softmax(X w)_pos)`, plus `0.5 * alpha * |w|^2`. Minimized with smartcore's
+    /// LBFGS (deterministic). There is no intercept: a constant shifts every row of a trace alike.
+    pub fn fit_listwise(
+        names: &[&str],
+        groups: &[(Vec<Vec<f64>>, Vec<usize>)],
+        alpha: f64,
+    ) -> Result<LinearHead, PriorError> {
+        let width = names.len();
+        let usable: Vec<&(Vec<Vec<f64>>, Vec<usize>)> = groups
+            .iter()
+            .filter(|(rows, pos)| {
+                rows.len() >= 2 && !pos.is_empty() && pos.iter().all(|p| *p < rows.len())
+            })
+            .filter(|(rows, pos)| pos.len() < rows.len())
+            .collect();
+        if usable.is_empty() {
+            return Err(PriorError::Train(format!(
+                "need at least one trace with two or more rows and a labelled row ({} given)",
+                groups.len()
+            )));
+        }
+        if !(alpha.is_finite() && alpha >= 0.0) {
+            return Err(PriorError::Train(format!(
+                "alpha must be a finite number >= 0, got {alpha}"
+            )));
+        }
+        let all: Vec<Vec<f64>> = usable.iter().flat_map(|(r, _)| r.iter().cloned()).collect();
+        let (mean, scale, standardized) = standardize(width, &all);
+        let mut data: Vec<(Vec<Vec<f64>>, Vec<bool>)> = Vec::with_capacity(usable.len());
+        let mut at = 0;
+        for (rows, pos) in &usable {
+            let xs = standardized[at..at + rows.len()].to_vec();
+            at += rows.len();
+            let mut is_pos = vec![false; rows.len()];
+            for p in pos {
+                is_pos[*p] = true;
+            }
+            data.push((xs, is_pos));
+        }
+        let loss = |w: &Vec<f64>| -> f64 {
+            let mut total = 0.5 * alpha * w.iter().map(|x| x * x).sum::<f64>();
+            for (xs, is_pos) in &data {
+                let z: Vec<f64> = xs.iter().map(|x| dot(w, x)).collect();
+                let all = log_sum_exp(z.iter().copied());
+                let pos = log_sum_exp(z.iter().zip(is_pos).filter(|(_, p)| **p).map(|(z, _)| *z));
+                total += all - pos;
+            }
+            total
+        };
+        let grad = |g: &mut Vec<f64>, w: &Vec<f64>| {
+            for (gj, wj) in g.iter_mut().zip(w) {
+                *gj = alpha * wj;
+            }
+            for (xs, is_pos) in &data {
+                let z: Vec<f64> = xs.iter().map(|x| dot(w, x)).collect();
+                let all = softmax(&z);
+                let masked: Vec<f64> = z
+                    .iter()
+                    .zip(is_pos)
+                    .map(|(z, p)| if *p { *z } else { f64::NEG_INFINITY })
+                    .collect();
+                let pos = softmax(&masked);
+                for ((x, a), p) in xs.iter().zip(&all).zip(&pos) {
+                    let c = a - p;
+                    if c != 0.0 {
+                        for (gj, xj) in g.iter_mut().zip(x) {
+                            *gj += c * xj;
+                        }
+                    }
+                }
+            }
+        };
+        let ls: Backtracking<f64> = Backtracking {
+            order: FunctionOrder::THIRD,
+            ..Default::default()
+        };
+        let optimizer = LBFGS::default();
+        let result = optimizer.optimize(&loss, &grad, &vec![0.0; width], &ls);
+        let weights = result.x;
+        if weights.iter().any(|w| !w.is_finite()) {
+            return Err(PriorError::Train(
+                "conditional logit produced non-finite weights".into(),
+            ));
+        }
+        Ok(LinearHead {
+            features: names.iter().map(|s| s.to_string()).collect(),
+            mean,
+            scale,
+            weights,
+            intercept: 0.0,
         })
     }
 
@@ -210,6 +345,9 @@ pub struct PriorModel {
     pub agent: Option<LinearHead>,
     #[serde(default)]
     pub agent_aggregation: AgentAggregation,
+    /// How `predict` combines the heads (files without it: agent first).
+    #[serde(default)]
+    pub pair_rule: PairRule,
     pub training: TrainingInfo,
 }
 
@@ -248,6 +386,11 @@ pub const AGENT_FEATURE_NAMES: &[&str] = &[
     "mean_assume_words",
     "mean_novel_numbers",
     "mean_hedge_words",
+    "log_max_step_prob",
+    "first_actor_x_len",
+    "last_actor_x_len",
+    "orchestrator_x_len",
+    "share_x_len",
 ];
 
 /// Agent-head rows of one trace: one row per acting agent (first appearance order), built
@@ -266,6 +409,7 @@ pub fn agent_rows(trace: &Trace, rows: &[StepFeatures], probs: &[f64]) -> Vec<(S
             .push(i);
     }
     let n = trace.steps.len().max(1) as f64;
+    let len_factor = n.ln_1p();
     let col = |f: F| f as usize;
     order
         .iter()
@@ -303,6 +447,14 @@ pub fn agent_rows(trace: &Trace, rows: &[StepFeatures], probs: &[f64]) -> Vec<(S
                 mean_of(F::AssumeWords),
                 mean_of(F::NovelNumbers),
                 mean_of(F::HedgeWords),
+                idx.iter()
+                    .map(|&i| probs.get(i).copied().unwrap_or(0.0))
+                    .fold(1e-6, f64::max)
+                    .ln(),
+                r[col(F::AgentIsFirstActor)] * len_factor,
+                r[col(F::AgentIsLastActor)] * len_factor,
+                r[col(F::KindOrchestrator)] * len_factor,
+                idx.len() as f64 / n * len_factor,
             ];
             (a.to_string(), row)
         })
@@ -317,7 +469,13 @@ struct Prepared<'a> {
     agent: &'a str,
 }
 
-fn prepare<'a>(traces: &[&'a Trace]) -> (Vec<Prepared<'a>>, usize) {
+fn prepare<'a>(traces: &[&'a Trace], exclude: &[String]) -> (Vec<Prepared<'a>>, usize) {
+    let drop: Vec<usize> = FEATURE_NAMES
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| exclude.iter().any(|e| e == *n))
+        .map(|(i, _)| i)
+        .collect();
     let mut out = Vec::new();
     let mut skipped = 0;
     for t in traces {
@@ -335,9 +493,15 @@ fn prepare<'a>(traces: &[&'a Trace]) -> (Vec<Prepared<'a>>, usize) {
             skipped += 1;
             continue;
         }
+        let mut rows = extract(t);
+        for r in &mut rows {
+            for j in &drop {
+                r[*j] = 0.0;
+            }
+        }
         out.push(Prepared {
             trace: t,
-            rows: extract(t),
+            rows,
             step: label.step,
             agent: label.agent.as_str(),
         });
@@ -345,16 +509,36 @@ fn prepare<'a>(traces: &[&'a Trace]) -> (Vec<Prepared<'a>>, usize) {
     (out, skipped)
 }
 
-fn fit_step_head(data: &[&Prepared], alpha: f64) -> Result<LinearHead, PriorError> {
-    let mut xs = Vec::new();
-    let mut ys = Vec::new();
-    for p in data {
-        for (i, row) in p.rows.iter().enumerate() {
-            xs.push(row.to_vec());
-            ys.push(u32::from(i == p.step));
+fn fit_step_head(data: &[&Prepared], cfg: &TrainConfig) -> Result<LinearHead, PriorError> {
+    let groups: Vec<(Vec<Vec<f64>>, Vec<usize>)> = data
+        .iter()
+        .map(|p| (p.rows.iter().map(|r| r.to_vec()).collect(), vec![p.step]))
+        .collect();
+    fit_head(FEATURE_NAMES, &groups, cfg.alpha, cfg.objective)
+}
+
+/// Fit a head on per-trace groups of rows (with the positions of the positive rows) under
+/// `objective`.
+fn fit_head(
+    names: &[&str],
+    groups: &[(Vec<Vec<f64>>, Vec<usize>)],
+    alpha: f64,
+    objective: Objective,
+) -> Result<LinearHead, PriorError> {
+    match objective {
+        Objective::Listwise => LinearHead::fit_listwise(names, groups, alpha),
+        Objective::Pointwise => {
+            let mut xs = Vec::new();
+            let mut ys = Vec::new();
+            for (rows, pos) in groups {
+                for (i, row) in rows.iter().enumerate() {
+                    xs.push(row.clone());
+                    ys.push(u32::from(pos.contains(&i)));
+                }
+            }
+            LinearHead::fit(names, &xs, &ys, alpha)
         }
     }
-    LinearHead::fit(FEATURE_NAMES, &xs, &ys, alpha)
 }
 
 fn head_distribution(head: &LinearHead, rows: &[StepFeatures]) -> Vec<f64> {
@@ -368,14 +552,14 @@ impl PriorModel {
     /// agent rows whose step-probability features come from step heads cross-fitted over
     /// `inner_folds` folds, so it learns how much to trust out-of-sample step scores.
     pub fn train(traces: &[&Trace], cfg: &TrainConfig) -> Result<PriorModel, PriorError> {
-        let (data, skipped) = prepare(traces);
+        let (data, skipped) = prepare(traces, &cfg.exclude_features);
         if data.is_empty() {
             return Err(PriorError::Train(format!(
                 "no usable labelled traces ({skipped} skipped: no decisive label or step out of range)"
             )));
         }
         let all: Vec<&Prepared> = data.iter().collect();
-        let step = fit_step_head(&all, cfg.alpha)?;
+        let step = fit_step_head(&all, cfg)?;
         let agent_only: Vec<&Trace> = if cfg.agent_head {
             traces
                 .iter()
@@ -401,52 +585,69 @@ impl PriorModel {
                     .filter(|(_, f)| **f != fold)
                     .map(|(p, _)| p)
                     .collect();
-                let head = fit_step_head(&train, cfg.alpha)?;
+                let head = fit_step_head(&train, cfg)?;
                 for (i, p) in data.iter().enumerate() {
                     if folds[i] == fold {
                         probs[i] = head_distribution(&head, &p.rows);
                     }
                 }
             }
-            let mut xs = Vec::new();
-            let mut ys = Vec::new();
+            let mut groups: Vec<(Vec<Vec<f64>>, Vec<usize>)> = Vec::new();
             for (p, pr) in data.iter().zip(&probs) {
-                for (name, row) in agent_rows(p.trace, &p.rows, pr) {
-                    ys.push(u32::from(name == p.agent));
-                    xs.push(row);
-                }
+                let ar = agent_rows(p.trace, &p.rows, pr);
+                let pos: Vec<usize> = ar
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (name, _))| name == p.agent)
+                    .map(|(i, _)| i)
+                    .collect();
+                groups.push((ar.into_iter().map(|(_, r)| r).collect(), pos));
             }
             // Agent-level labels only (Aegis faulty agents): the step head above never saw
             // these traces, so its probabilities are out of sample for them too.
             for t in &agent_only {
                 let rows = extract(t);
                 let pr = head_distribution(&step, &rows);
-                for (name, row) in agent_rows(t, &rows, &pr) {
-                    let faulty = t
-                        .labels
-                        .faulty_agents
-                        .iter()
-                        .any(|f| f.agent.eq_ignore_ascii_case(&name));
-                    ys.push(u32::from(faulty));
-                    xs.push(row);
-                }
+                let ar = agent_rows(t, &rows, &pr);
+                let pos: Vec<usize> = ar
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (name, _))| {
+                        t.labels
+                            .faulty_agents
+                            .iter()
+                            .any(|f| f.agent.eq_ignore_ascii_case(name))
+                    })
+                    .map(|(i, _)| i)
+                    .collect();
+                groups.push((ar.into_iter().map(|(_, r)| r).collect(), pos));
             }
-            Some(LinearHead::fit(AGENT_FEATURE_NAMES, &xs, &ys, cfg.alpha)?)
+            Some(fit_head(
+                AGENT_FEATURE_NAMES,
+                &groups,
+                cfg.agent_alpha.unwrap_or(cfg.alpha),
+                cfg.agent_objective,
+            )?)
         } else {
             None
         };
         let agent_used = if agent.is_some() { agent_only.len() } else { 0 };
+        let agent_alpha = agent.as_ref().map(|_| cfg.agent_alpha.unwrap_or(cfg.alpha));
         Ok(PriorModel {
             format: MODEL_FORMAT.to_string(),
             step,
             agent,
             agent_aggregation: cfg.agent_aggregation,
+            pair_rule: cfg.pair_rule,
             training: TrainingInfo {
                 traces: data.len(),
                 steps: data.iter().map(|p| p.rows.len()).sum(),
                 skipped: skipped - agent_used,
                 agent_only_traces: agent_used,
                 alpha: cfg.alpha,
+                agent_alpha,
+                objective: cfg.objective,
+                agent_objective: cfg.agent_objective,
                 seed: cfg.seed,
                 note: None,
             },
@@ -584,13 +785,23 @@ impl PriorModel {
         (0..n).filter(|i| keep[*i]).collect()
     }
 
-    /// The predicted (agent, step), agent first: the most probable agent of the agent
-    /// distribution, then that agent's most probable step, so the pair is consistent (the
-    /// agent acts at the step). `None` for a trace without steps.
+    /// The predicted (agent, step) under the model's [`PairRule`]: agent first (the most
+    /// probable agent, then its most probable step; the agent acts at the step) or
+    /// independent (the agent head's best agent and the step head's best step; the agent need
+    /// not act at the step). `None` for a trace without steps.
     pub fn predict(&self, trace: &Trace) -> Option<(String, usize)> {
+        self.predict_with(trace, self.pair_rule)
+    }
+
+    /// [`PriorModel::predict`] under a given pair rule.
+    pub fn predict_with(&self, trace: &Trace, rule: PairRule) -> Option<(String, usize)> {
         let rows = extract(trace);
         let probs = head_distribution(&self.step, &rows);
         let agent = self.agents_from(trace, &rows, &probs).into_iter().next()?.0;
+        if rule == PairRule::Independent {
+            let step = argmax(&probs)?;
+            return Some((agent, trace.steps[step].index));
+        }
         let own: Vec<f64> = probs
             .iter()
             .zip(&trace.steps)
@@ -599,6 +810,45 @@ impl PriorModel {
         let step = argmax(&own)?;
         Some((agent, trace.steps[step].index))
     }
+}
+
+/// Column means and standard deviations of `xs` (a constant column gets scale 1) and the
+/// standardized rows.
+fn standardize(width: usize, xs: &[Vec<f64>]) -> (Vec<f64>, Vec<f64>, Vec<Vec<f64>>) {
+    let rows = xs.len().max(1) as f64;
+    let mut mean = vec![0.0; width];
+    for x in xs {
+        for (m, v) in mean.iter_mut().zip(x) {
+            *m += v / rows;
+        }
+    }
+    let mut scale = vec![0.0; width];
+    for x in xs {
+        for j in 0..width {
+            scale[j] += (x[j] - mean[j]).powi(2) / rows;
+        }
+    }
+    for s in &mut scale {
+        *s = if s.sqrt() > 1e-9 { s.sqrt() } else { 1.0 };
+    }
+    let standardized = xs
+        .iter()
+        .map(|x| (0..width).map(|j| (x[j] - mean[j]) / scale[j]).collect())
+        .collect();
+    (mean, scale, standardized)
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// `ln(sum(exp(z)))`, stable; `-inf` for no values.
+fn log_sum_exp(z: impl Iterator<Item = f64> + Clone) -> f64 {
+    let max = z.clone().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::NEG_INFINITY {
+        return max;
+    }
+    max + z.map(|v| (v - max).exp()).sum::<f64>().ln()
 }
 
 /// Index of the largest value (first one on ties).
@@ -731,6 +981,105 @@ pub(crate) mod tests {
         }
         assert!(step_ok >= 36, "step {step_ok}/40");
         assert!(agent_ok >= 36, "agent {agent_ok}/40");
+    }
+
+    #[test]
+    fn listwise_objective_learns_the_signal_too() {
+        let train = synthetic_corpus(60, 11);
+        let test = synthetic_corpus(40, 12);
+        let refs: Vec<&Trace> = train.iter().collect();
+        let cfg = TrainConfig {
+            alpha: 1.0,
+            objective: Objective::Listwise,
+            agent_objective: Objective::Listwise,
+            ..TrainConfig::default()
+        };
+        let m = PriorModel::train(&refs, &cfg).unwrap();
+        assert_eq!(
+            m.step.intercept, 0.0,
+            "a conditional logit has no intercept"
+        );
+        let (mut step_ok, mut agent_ok) = (0, 0);
+        for t in &test {
+            let label = t.labels.decisive.as_ref().unwrap();
+            let (a, s) = m.predict(t).unwrap();
+            step_ok += usize::from(s == label.step);
+            agent_ok += usize::from(a == label.agent);
+        }
+        assert!(step_ok >= 36, "step {step_ok}/40");
+        assert!(agent_ok >= 36, "agent {agent_ok}/40");
+        // deterministic
+        assert_eq!(PriorModel::train(&refs, &cfg).unwrap(), m);
+    }
+
+    #[test]
+    fn listwise_fit_prefers_the_labelled_row_and_shrinks_with_alpha() {
+        // one feature that marks the labelled row in every group
+        let groups: Vec<(Vec<Vec<f64>>, Vec<usize>)> = (0..20)
+            .map(|g| {
+                let rows = (0..5)
+                    .map(|i| vec![f64::from(u8::from(i == g % 5)), (i * g) as f64 % 3.0])
+                    .collect();
+                (rows, vec![g % 5])
+            })
+            .collect();
+        let weak = LinearHead::fit_listwise(&["mark", "noise"], &groups, 1.0).unwrap();
+        let strong = LinearHead::fit_listwise(&["mark", "noise"], &groups, 100.0).unwrap();
+        assert!(weak.weights[0] > 1.0, "{:?}", weak.weights);
+        assert!(weak.weights[0].abs() > weak.weights[1].abs());
+        assert!(strong.weights[0] < weak.weights[0]);
+        assert!(strong.weights[0] > 0.0);
+        // nothing usable: an error, not a panic
+        assert!(LinearHead::fit_listwise(&["mark"], &[(vec![vec![1.0]], vec![0])], 1.0).is_err());
+        assert!(LinearHead::fit_listwise(&["mark", "noise"], &groups, f64::NAN).is_err());
+    }
+
+    #[test]
+    fn pair_rules() {
+        let data = synthetic_corpus(40, 13);
+        let refs: Vec<&Trace> = data.iter().collect();
+        let m = PriorModel::train(&refs, &TrainConfig::default()).unwrap();
+        assert_eq!(m.pair_rule, PairRule::Independent);
+        let mut differ = 0;
+        for t in &data {
+            let (a1, s1) = m.predict_with(t, PairRule::AgentFirst).unwrap();
+            assert_eq!(
+                t.steps[s1].agent, a1,
+                "agent first: the agent acts at the step"
+            );
+            let (a2, s2) = m.predict_with(t, PairRule::Independent).unwrap();
+            assert_eq!(a1, a2, "both rules take the agent head's agent");
+            let best = argmax(&m.step_distribution(t)).unwrap();
+            assert_eq!(
+                s2, t.steps[best].index,
+                "independent: the step head's best step"
+            );
+            assert_eq!(m.predict(t), Some((a2, s2)));
+            differ += usize::from(s1 != s2);
+        }
+        assert!(differ < data.len());
+        // the rule travels with the model file
+        let mut m2 = m.clone();
+        m2.pair_rule = PairRule::AgentFirst;
+        let back = PriorModel::from_json(&m2.to_json(), "m2").unwrap();
+        assert_eq!(back.pair_rule, PairRule::AgentFirst);
+    }
+
+    #[test]
+    fn excluded_features_get_zero_weight() {
+        let data = synthetic_corpus(40, 14);
+        let refs: Vec<&Trace> = data.iter().collect();
+        let cfg = TrainConfig {
+            exclude_features: vec!["assume_words".into(), "next_tool_error".into()],
+            ..TrainConfig::default()
+        };
+        let m = PriorModel::train(&refs, &cfg).unwrap();
+        let full = PriorModel::train(&refs, &TrainConfig::default()).unwrap();
+        for name in ["assume_words", "next_tool_error"] {
+            let j = crate::features::feature_index(name).unwrap();
+            assert_eq!(m.step.weights[j], 0.0, "{name}");
+            assert!(full.step.weights[j] != 0.0, "{name}");
+        }
     }
 
     #[test]
