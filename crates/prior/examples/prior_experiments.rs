@@ -125,6 +125,8 @@ const NEW_FEATURES: &[&str] = &[
     "next_tool_short",
     "agent_turn_2",
     "agent_turn_3",
+    "origin_final_numbers",
+    "origin_final_words",
 ];
 
 fn configs() -> Vec<(String, TrainConfig)> {

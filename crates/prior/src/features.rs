@@ -81,6 +81,8 @@ features! {
     NextToolShort = "next_tool_short",
     AgentTurn2 = "agent_turn_2",
     AgentTurn3 = "agent_turn_3",
+    OriginFinalNumbers = "origin_final_numbers",
+    OriginFinalWords = "origin_final_words",
 }
 
 /// Number of features.
@@ -344,6 +346,24 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
 
     let task_words: HashSet64 = content_word_hashes(&trace.task, 4).into_iter().collect();
     let mut seen_numbers: HashSet64 = number_hashes(&trace.task).into_iter().collect();
+    // What the run ended on: numbers and content words of its last two substantive
+    // non-terminal steps that the task does not contain. A failed run ends on a wrong answer,
+    // so the step that first brought those in is a candidate origin of the failure.
+    let final_steps: Vec<usize> = (0..n)
+        .rev()
+        .filter(|i| nonterminal(kinds[*i]) && trace.steps[*i].content.trim().chars().count() >= 20)
+        .take(2)
+        .collect();
+    let final_numbers: HashSet64 = final_steps
+        .iter()
+        .flat_map(|i| number_hashes(&trace.steps[*i].content))
+        .filter(|h| !seen_numbers.contains(h))
+        .collect();
+    let final_words: HashSet64 = final_steps
+        .iter()
+        .flat_map(|i| content_word_hashes(&trace.steps[*i].content, 4))
+        .filter(|h| !task_words.contains(h))
+        .collect();
     let mut seen_trigrams = HashSet64::default();
     let mut seen_words: HashSet64 = task_words.clone();
 
@@ -471,7 +491,26 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
         set!(RepeatFrac, repeat);
 
         // new vocabulary: share of content words never seen in the task or earlier steps
+        let origin_numbers = nums
+            .iter()
+            .filter(|h| !seen_numbers.contains(h) && final_numbers.contains(h))
+            .count();
+        set!(OriginFinalNumbers, ln1p(origin_numbers as f64));
         let cw = content_word_hashes(&step.content, 4);
+        let origin_words = cw
+            .iter()
+            .filter(|h| !seen_words.contains(*h) && final_words.contains(*h))
+            .copied()
+            .collect::<HashSet64>()
+            .len();
+        set!(
+            OriginFinalWords,
+            if final_words.is_empty() {
+                0.0
+            } else {
+                origin_words as f64 / final_words.len() as f64
+            }
+        );
         let novel_words = if cw.is_empty() {
             0.0
         } else {
@@ -818,6 +857,38 @@ mod tests {
         t.steps[4].content = "However, that was wrong.".into();
         let r = extract(&t);
         assert_eq!(get(&r, 2, "next_other_critique"), 0.0);
+    }
+
+    #[test]
+    fn origin_of_what_the_run_ended_on() {
+        let r = extract(&fixture());
+        // the run ends on steps 5 and 4 ("ok" is too short); their only number that the task
+        // lacks, 2161000, was first written at step 2
+        assert!((get(&r, 2, "origin_final_numbers") - 2f64.ln()).abs() < 1e-12);
+        assert_eq!(
+            get(&r, 4, "origin_final_numbers"),
+            0.0,
+            "repeated, not introduced"
+        );
+        assert_eq!(
+            get(&r, 0, "origin_final_numbers"),
+            0.0,
+            "2020 is in the task"
+        );
+        // words: "example" comes from step 2, "verified", "final", ... from step 5 itself
+        assert!(get(&r, 2, "origin_final_words") > 0.0);
+        assert!(get(&r, 5, "origin_final_words") > get(&r, 2, "origin_final_words"));
+        assert_eq!(get(&r, 3, "origin_final_words"), 0.0);
+        assert_eq!(
+            get(&r, 0, "origin_final_words"),
+            0.0,
+            "task words do not count"
+        );
+        let total: f64 = (0..7).map(|i| get(&r, i, "origin_final_words")).sum();
+        assert!(
+            (total - 1.0).abs() < 1e-12,
+            "each final word has one origin: {total}"
+        );
     }
 
     #[test]

@@ -391,6 +391,8 @@ pub const AGENT_FEATURE_NAMES: &[&str] = &[
     "last_actor_x_len",
     "orchestrator_x_len",
     "share_x_len",
+    "origin_final_numbers",
+    "origin_final_words",
 ];
 
 /// Agent-head rows of one trace: one row per acting agent (first appearance order), built
@@ -423,6 +425,7 @@ pub fn agent_rows(trace: &Trace, rows: &[StepFeatures], probs: &[f64]) -> Vec<(S
                 .map(|&i| probs.get(i).copied().unwrap_or(0.0))
                 .sum();
             let mean_of = |f: F| idx.iter().map(|&i| rows[i][col(f)]).sum::<f64>() / k;
+            let sum_of = |f: F| idx.iter().map(|&i| rows[i][col(f)]).sum::<f64>();
             let max_of = |f: F| idx.iter().map(|&i| rows[i][col(f)]).fold(0.0, f64::max);
             let r = &rows[first];
             let row = vec![
@@ -455,6 +458,8 @@ pub fn agent_rows(trace: &Trace, rows: &[StepFeatures], probs: &[f64]) -> Vec<(S
                 r[col(F::AgentIsLastActor)] * len_factor,
                 r[col(F::KindOrchestrator)] * len_factor,
                 idx.len() as f64 / n * len_factor,
+                sum_of(F::OriginFinalNumbers),
+                sum_of(F::OriginFinalWords),
             ];
             (a.to_string(), row)
         })
