@@ -1,7 +1,7 @@
 //! Model-selection experiments for the prior on labelled traces (the ablation table of
 //! `docs/prior.md`).
 //!
-//! `cargo run --release -p maslens-prior --example prior_experiments -- DIR... [--folds K] [--seed S] [--only NAME]`
+//! `cargo run --release -p maslens-prior --example prior_experiments -- DIR... [--folds K] [--seeds 1,2,3] [--only NAME] [--nested]`
 //!
 //! For every candidate configuration (objective, L2 weights, agent head on/off) it runs the
 //! same deterministic K-fold protocol as `maslens prior train` (folds by FNV-1a(seed, trace id),
