@@ -121,7 +121,6 @@ const NEW_FEATURES: &[&str] = &[
     "cause_of_first_error",
     "prev_tool_error",
     "errors_before",
-    "next_other_critique",
     "next_tool_short",
     "agent_turn_2",
     "agent_turn_3",
@@ -246,6 +245,7 @@ fn main() {
     let mut seeds: Vec<u64> = vec![7];
     let mut only: Option<String> = None;
     let mut nested_cv = false;
+    let mut dump = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -258,6 +258,7 @@ fn main() {
             }
             "--only" => only = args.next(),
             "--nested" => nested_cv = true,
+            "--dump" => dump = true,
             _ => inputs.push(PathBuf::from(a)),
         }
     }
@@ -275,6 +276,54 @@ fn main() {
     let mut groups: BTreeMap<String, usize> = BTreeMap::new();
     for t in &refs {
         *groups.entry(group_of(t)).or_default() += 1;
+    }
+    if dump {
+        // Per trace, out of fold (first seed, shipped defaults): the label's rank among the
+        // trace's steps under the step head, and the predicted agent and step.
+        let seed = seeds[0];
+        let cfg = TrainConfig {
+            seed,
+            ..TrainConfig::default()
+        };
+        let folds = fold_assignment(&refs, k, seed);
+        for fold in 0..k {
+            let train: Vec<&Trace> = refs
+                .iter()
+                .zip(&folds)
+                .filter(|(_, f)| **f != fold)
+                .map(|(t, _)| *t)
+                .collect();
+            let Ok(model) = PriorModel::train(&train, &cfg) else {
+                continue;
+            };
+            for (i, t) in refs.iter().enumerate() {
+                if folds[i] != fold {
+                    continue;
+                }
+                let Some(label) = t.labels.decisive.as_ref() else {
+                    continue;
+                };
+                let probs = model.step_distribution(t);
+                let rank = 1 + probs
+                    .iter()
+                    .filter(|p| **p > probs.get(label.step).copied().unwrap_or(0.0))
+                    .count();
+                let (a, s) = model.predict(t).unwrap_or_default();
+                println!(
+                    "{:<24} n={:<4} label {:>3} {:<28} rank {:>3} | pred {:>3} {:<28} {}{}",
+                    t.id,
+                    t.steps.len(),
+                    label.step,
+                    label.agent,
+                    rank,
+                    s,
+                    a,
+                    if a == label.agent { "A" } else { "-" },
+                    if s == label.step { "S" } else { "-" },
+                );
+            }
+        }
+        return;
     }
     if nested_cv {
         println!(

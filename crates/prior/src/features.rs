@@ -77,7 +77,6 @@ features! {
     CauseOfFirstError = "cause_of_first_error",
     PrevToolError = "prev_tool_error",
     ErrorsBefore = "errors_before",
-    NextOtherCritique = "next_other_critique",
     NextToolShort = "next_tool_short",
     AgentTurn2 = "agent_turn_2",
     AgentTurn3 = "agent_turn_3",
@@ -195,30 +194,6 @@ const PLAN_CHANGE_TERMS: &[&str] = &[
 
 const DELEGATION_TERMS: &[&str] = &["please", "next speaker", "your task", "could you"];
 
-/// What another agent says when it doubts or corrects the previous step, or notes a lack of
-/// progress.
-const CRITIQUE_TERMS: &[&str] = &[
-    "however",
-    "mistake",
-    "not correct",
-    "incorrect",
-    "wrong",
-    "issue",
-    "discrepanc",
-    "inconsisten",
-    "actually",
-    "did not",
-    "didn't",
-    "not yet",
-    "still need",
-    "no progress",
-    "not making progress",
-    "stall",
-    "loop",
-    "unable",
-    "instead",
-];
-
 const ROLE_VERIFIER: &[&str] = &["verif", "valid", "check", "review", "critic", "test", "qa"];
 const ROLE_PLANNER: &[&str] = &["plan", "manag", "orchestr", "coordinat", "lead", "supervis"];
 const ROLE_CODER: &[&str] = &[
@@ -237,7 +212,6 @@ const VOCAB: &[&[&str]] = &[
     FINAL_TERMS,
     PLAN_CHANGE_TERMS,
     DELEGATION_TERMS,
-    CRITIQUE_TERMS,
 ];
 const V_ERROR: usize = 0;
 const V_ASSUME: usize = 1;
@@ -246,7 +220,6 @@ const V_SUCCESS: usize = 3;
 const V_FINAL: usize = 4;
 const V_PLAN: usize = 5;
 const V_DELEGATION: usize = 6;
-const V_CRITIQUE: usize = 7;
 
 fn vocab() -> &'static TermSet {
     static SET: OnceLock<TermSet> = OnceLock::new();
@@ -561,12 +534,6 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
             f64::from(u8::from(i > 0 && tool_error(i - 1)))
         );
         set!(ErrorsBefore, ln1p(errors_before as f64));
-        // critique by another agent in the next non-tool step (within two steps)
-        let critique = (i + 1..(i + 3).min(n))
-            .find(|j| kinds[*j] != AgentKind::Tool)
-            .filter(|j| trace.steps[*j].agent != step.agent)
-            .map_or(0, |j| counts[j][V_CRITIQUE]);
-        set!(NextOtherCritique, ln1p(critique as f64));
         set!(
             NextToolShort,
             f64::from(u8::from(
@@ -842,21 +809,6 @@ mod tests {
         t.steps[3].content = "exitcode: 0 ok".into();
         let r = extract(&t);
         assert!((0..7).all(|i| get(&r, i, "cause_of_first_error") == 0.0));
-    }
-
-    #[test]
-    fn critique_by_the_next_other_agent() {
-        let r = extract(&fixture());
-        assert_eq!(get(&r, 4, "next_other_critique"), 0.0, "Checker agrees");
-        let mut t = fixture();
-        t.steps[5].content = "However, this is wrong: the value is incorrect.".into();
-        let r = extract(&t);
-        // however, wrong, incorrect
-        assert!((get(&r, 4, "next_other_critique") - 4f64.ln()).abs() < 1e-12);
-        // step 2's next non-tool step is its own agent's: not a critique by another agent
-        t.steps[4].content = "However, that was wrong.".into();
-        let r = extract(&t);
-        assert_eq!(get(&r, 2, "next_other_critique"), 0.0);
     }
 
     #[test]
