@@ -19,7 +19,7 @@
 
 use maslens_prior::eval::{fold_assignment, group_of};
 use maslens_prior::model::argmax;
-use maslens_prior::{Objective, PairRule, PriorModel, TrainConfig};
+use maslens_prior::{AgentAggregation, Objective, PairRule, PriorModel, TrainConfig};
 use maslens_trace::import::{read_paths, Format};
 use maslens_trace::Trace;
 use std::collections::BTreeMap;
@@ -161,6 +161,20 @@ fn configs() -> Vec<(String, TrainConfig)> {
     }
     for (a, b) in [(30.0, 10.0), (100.0, 10.0), (300.0, 10.0), (300.0, 30.0)] {
         out.push((format!("listwise a={a}/{b}"), list(a, b)));
+    }
+    // no agent head: agents ranked by the sum or the max of their steps' probabilities
+    for (name, how) in [
+        ("sum", AgentAggregation::Sum),
+        ("max", AgentAggregation::Max),
+    ] {
+        out.push((
+            format!("no agent head, {name} of step probs, a=150"),
+            TrainConfig {
+                agent_head: false,
+                agent_aggregation: how,
+                ..point(150.0, 50.0, &[])
+            },
+        ));
     }
     out
 }
