@@ -1202,6 +1202,21 @@ pub(crate) mod tests {
         assert_eq!(b.training.skipped, 0);
         assert_eq!(a.step, b.step, "the step head uses decisive labels only");
         assert_ne!(a.agent, b.agent);
+        // the conditional logit takes them too (a trace whose faulty agent never acts is
+        // skipped by the listwise head, not a panic)
+        let listwise = TrainConfig {
+            objective: Objective::Listwise,
+            agent_objective: Objective::Listwise,
+            ..TrainConfig::default()
+        };
+        let mut odd = extra[0].clone();
+        odd.labels.faulty_agents[0].agent = "nobody".into();
+        let with_odd: Vec<&Trace> = data.iter().chain(&extra).chain([&odd]).collect();
+        let c = PriorModel::train(&only, &listwise).unwrap();
+        let d = PriorModel::train(&with_odd, &listwise).unwrap();
+        assert_eq!(d.training.agent_only_traces, 11);
+        assert_eq!(c.step, d.step);
+        assert_ne!(c.agent, d.agent);
     }
 
     #[test]
