@@ -256,6 +256,19 @@ pub fn cross_validate(
     k: usize,
     cfg: &TrainConfig,
 ) -> Result<Vec<Prediction>, PriorError> {
+    out_of_fold(traces, k, cfg, model_prediction)
+}
+
+/// K-fold cross-fitting over the traces with a decisive label: for each fold, a model trained on
+/// the other folds (plus every trace with agent-level labels only, which joins each training set
+/// for the agent head and is never predicted) is applied to the fold's traces with `f`. Results
+/// come in the order of the labelled traces (folds by [`fold_assignment`]).
+pub fn out_of_fold<T>(
+    traces: &[&Trace],
+    k: usize,
+    cfg: &TrainConfig,
+    mut f: impl FnMut(&PriorModel, &Trace) -> T,
+) -> Result<Vec<T>, PriorError> {
     if k < 2 {
         return Err(PriorError::Train(format!("folds must be >= 2, got {k}")));
     }
@@ -264,15 +277,13 @@ pub fn cross_validate(
         .copied()
         .filter(|t| t.labels.decisive.is_some())
         .collect();
-    // Traces with agent-level labels only join every training set (agent head) and are never
-    // predicted here: the protocol scores decisive labels.
     let agent_only: Vec<&Trace> = traces
         .iter()
         .copied()
         .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
         .collect();
     let folds = fold_assignment(&labelled, k, cfg.seed);
-    let mut preds = Vec::with_capacity(labelled.len());
+    let mut out: Vec<Option<T>> = (0..labelled.len()).map(|_| None).collect();
     for fold in 0..k {
         let train: Vec<&Trace> = labelled
             .iter()
@@ -281,19 +292,16 @@ pub fn cross_validate(
             .map(|(t, _)| *t)
             .chain(agent_only.iter().copied())
             .collect();
-        let test: Vec<&Trace> = labelled
-            .iter()
-            .zip(&folds)
-            .filter(|(_, f)| **f == fold)
-            .map(|(t, _)| *t)
-            .collect();
+        let test: Vec<usize> = (0..labelled.len()).filter(|&i| folds[i] == fold).collect();
         if test.is_empty() {
             continue;
         }
         let model = PriorModel::train(&train, cfg)?;
-        preds.extend(test.iter().map(|t| model_prediction(&model, t)));
+        for i in test {
+            out[i] = Some(f(&model, labelled[i]));
+        }
     }
-    Ok(preds)
+    Ok(out.into_iter().flatten().collect())
 }
 
 /// Leave-one-group-out: for each group, train on all other groups and predict it.

@@ -7,7 +7,7 @@ use maslens_prior::eval::{
     baseline_reports, cross_validate, leave_group_out, model_prediction, report, EvalConfig,
     MethodReport, Prediction,
 };
-use maslens_prior::{AgentAggregation, PriorModel, TrainConfig};
+use maslens_prior::{AgentAggregation, Objective, PairRule, PriorModel, TrainConfig};
 use maslens_trace::import::{read_paths, Format};
 use maslens_trace::Trace;
 use serde::Serialize;
@@ -55,9 +55,20 @@ pub struct TrainArgs {
     /// Cross-validation folds (0: skip cross-validation).
     #[arg(long, default_value_t = 10)]
     pub folds: usize,
-    /// L2 penalty of the logistic regressions.
+    /// L2 penalty of the step head.
     #[arg(long, default_value_t = TrainConfig::default().alpha)]
     pub alpha: f64,
+    /// L2 penalty of the agent head (default: the built-in default, else `--alpha`).
+    #[arg(long)]
+    pub agent_alpha: Option<f64>,
+    /// Objective of the step head: `pointwise` (logistic regression over steps) or `listwise`
+    /// (conditional logit: a softmax over each trace's steps).
+    #[arg(long, default_value = "pointwise", value_parser = ["pointwise", "listwise"])]
+    pub objective: String,
+    /// How `predict` pairs the heads: `independent` (agent head's agent, step head's step; the
+    /// two are scored separately on Who&When) or `agent-first` (the step is the agent's own).
+    #[arg(long, default_value = "independent", value_parser = ["independent", "agent-first"])]
+    pub pair_rule: String,
     /// Rank agents by summed step probability instead of the learned agent head.
     #[arg(long)]
     pub no_agent_head: bool,
@@ -215,12 +226,24 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
             traces.len()
         );
     }
+    let defaults = TrainConfig::default();
     let cfg = TrainConfig {
         alpha: args.alpha,
+        agent_alpha: args.agent_alpha.or(defaults.agent_alpha),
+        objective: if args.objective == "listwise" {
+            Objective::Listwise
+        } else {
+            Objective::Pointwise
+        },
+        pair_rule: if args.pair_rule == "agent-first" {
+            PairRule::AgentFirst
+        } else {
+            PairRule::Independent
+        },
         seed: args.common.seed,
         agent_head: !args.no_agent_head,
         agent_aggregation: AgentAggregation::Sum,
-        ..TrainConfig::default()
+        ..defaults
     };
     let ecfg = eval_config(&args.common);
     let mut protocols = Vec::new();
@@ -303,10 +326,13 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .map(|p| p.display().to_string())
         .collect();
     model.training.note = Some(format!(
-        "maslens prior train {} --folds {} --alpha {} --seed {}{}",
+        "maslens prior train {} --folds {} --alpha {} --agent-alpha {} --objective {} --pair-rule {} --seed {}{}",
         inputs.join(" "),
         args.folds,
         args.alpha,
+        cfg.agent_alpha.unwrap_or(args.alpha),
+        args.objective,
+        args.pair_rule,
         args.common.seed,
         if args.no_agent_head {
             " --no-agent-head"
@@ -343,42 +369,13 @@ fn write_oof_probs(
     path: &std::path::Path,
 ) -> anyhow::Result<usize> {
     use std::io::Write;
-    let labelled: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_some())
-        .collect();
-    let agent_only: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
-        .collect();
-    let folds = maslens_prior::eval::fold_assignment(&labelled, k, cfg.seed);
-    let mut lines: Vec<(usize, String)> = Vec::new();
-    for fold in 0..k {
-        let train: Vec<&Trace> = labelled
-            .iter()
-            .zip(&folds)
-            .filter(|(_, f)| **f != fold)
-            .map(|(t, _)| *t)
-            .chain(agent_only.iter().copied())
-            .collect();
-        let test: Vec<usize> = (0..labelled.len()).filter(|&i| folds[i] == fold).collect();
-        if test.is_empty() {
-            continue;
-        }
-        let model = PriorModel::train(&train, cfg)?;
-        for i in test {
-            let t = labelled[i];
-            let line = serde_json::json!({"trace": t.id, "probs": model.step_distribution(t)});
-            lines.push((i, line.to_string()));
-        }
-    }
-    lines.sort();
+    let lines = maslens_prior::eval::out_of_fold(traces, k, cfg, |model, t| {
+        serde_json::json!({"trace": t.id, "probs": model.step_distribution(t)}).to_string()
+    })?;
     let mut out = std::io::BufWriter::new(
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
     );
-    for (_, l) in &lines {
+    for l in &lines {
         writeln!(out, "{l}")?;
     }
     out.flush()?;
