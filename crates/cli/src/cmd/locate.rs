@@ -135,8 +135,14 @@ impl PriorSource {
         }
     }
 
-    /// Prior-only prediction (the `prior` method): the most probable step, agent acting there.
+    /// Prior-only prediction (the `prior` method): a model's own pair rule (by default the agent
+    /// head's agent and the step head's step, scored separately on Who&When, as `maslens prior
+    /// eval` does); for a probability file, the most probable step and the agent acting there.
     pub fn predict(&self, trace: &Trace) -> Option<(String, usize)> {
+        if let PriorSource::Builtin(m) = self {
+            // The model's own pair rule (as `maslens prior eval` scores it).
+            return m.predict(trace);
+        }
         let probs = self.probs(trace)?;
         let best = probs
             .iter()
