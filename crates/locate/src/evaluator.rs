@@ -104,9 +104,7 @@ impl SharedView {
         let budget = render::trace_budget(model, overhead, settings.max_answer_tokens as usize);
         let guide = prior.map(|p| (p, None));
         if let Some(f) = render::fit_guided(model, trace, 0..n, budget, MIN_STEP_CHARS, guide) {
-            let note = render::view_note(&f.strategy);
-            let context =
-                prompts::context(trace, &f.text, note.as_deref(), settings.with_ground_truth)?;
+            let context = prompts::fitted_context(trace, &f, settings.with_ground_truth)?;
             return Ok(SharedView {
                 context,
                 strategy: f.strategy,

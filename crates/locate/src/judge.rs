@@ -226,13 +226,7 @@ async fn all_at_once(
     let criterion = prompts::criterion()?;
     let guide = prior.map(|p| (p, None));
     if let Some(fitted) = render::fit_guided(model, trace, 0..n, budget, MIN_STEP_CHARS, guide) {
-        let note = render::view_note(&fitted.strategy);
-        let ctx = prompts::context(
-            trace,
-            &fitted.text,
-            note.as_deref(),
-            settings.with_ground_truth,
-        )?;
+        let ctx = prompts::fitted_context(trace, &fitted, settings.with_ground_truth)?;
         let instr = prompts::JUDGE_ALL_AT_ONCE.render(json!({"criterion": criterion, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
         let schema = location_schema(&settings.error_modes);
         let out = call(
@@ -507,13 +501,7 @@ async fn binary_search(
             trace.steps[mid + 1].index,
             trace.steps[hi].index,
         );
-        let note = render::view_note(&fitted.strategy);
-        let ctx = prompts::context(
-            trace,
-            &fitted.text,
-            note.as_deref(),
-            settings.with_ground_truth,
-        )?;
+        let ctx = prompts::fitted_context(trace, &fitted, settings.with_ground_truth)?;
         let instr = prompts::JUDGE_BINARY.render(
             json!({"criterion": criterion, "lo": ilo, "mid": imid, "mid_next": inext, "hi": ihi}),
         )?;

@@ -55,6 +55,16 @@ pub fn system() -> Result<String, PromptError> {
     SYSTEM.render(json!({}))
 }
 
+/// [`context`] for a fitted rendering, with the note its strategy needs (prior-guided narrowing).
+pub fn fitted_context(
+    trace: &Trace,
+    fitted: &crate::render::Fitted,
+    with_ground_truth: bool,
+) -> Result<String, PromptError> {
+    let note = crate::render::view_note(&fitted.strategy);
+    context(trace, &fitted.text, note.as_deref(), with_ground_truth)
+}
+
 /// The shared context: task, optional reference answer, agents, an optional note on what part of
 /// the trace is shown, and the rendered steps, all trace content wrapped as untrusted data.
 pub fn context(
