@@ -275,7 +275,8 @@ async fn all_at_once(
             n - 1
         );
         let ctx = prompts::context(trace, text, Some(&note), settings.with_ground_truth)?;
-        let carried = (!notes.is_empty()).then(|| untrusted("notes", &notes.join("\n")));
+        let carried =
+            carried_notes(model, &notes, NOTES_RESERVE).map(|text| untrusted("notes", &text));
         let instr = prompts::JUDGE_WINDOW.render(json!({
             "criterion": criterion, "windows": wins.len(), "window": k + 1, "lo": lo, "hi": hi,
             "notes": carried, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
@@ -315,7 +316,11 @@ async fn all_at_once(
             .and_then(|v| v.get("summary"))
             .and_then(Value::as_str)
             .unwrap_or("(no summary)");
-        notes.push(format!("Steps {lo}-{hi}: {summary}"));
+        let mut short: String = summary.chars().take(MAX_SUMMARY_CHARS).collect();
+        if short.len() < summary.len() {
+            short.push_str(" [...]");
+        }
+        notes.push(format!("Steps {lo}-{hi}: {}", short.replace('\n', " ")));
         trail.push(json!({"window": k + 1, "lo": lo, "hi": hi, "in_window": in_window, "step": finding.step}));
         if in_window && finding.step.is_some() {
             chosen = Some(finding);
@@ -342,6 +347,38 @@ async fn all_at_once(
         strategy,
         trail,
     })
+}
+
+/// Longest window summary carried forward (characters; a longer one is cut with a marker).
+const MAX_SUMMARY_CHARS: usize = 400;
+
+/// The window summaries carried into the next window, within `reserve` tokens: the most recent
+/// ones that fit, after a line saying how many earlier ones were left out. `None` when there are
+/// none. The window budget keeps `reserve` tokens free for them, so a trace with many windows
+/// cannot push a prompt past the context window.
+fn carried_notes(model: &dyn ChatModel, notes: &[String], reserve: usize) -> Option<String> {
+    // Room for the `<notes>` wrapper and the "left out" line.
+    const FRAME: usize = 40;
+    let mut kept: Vec<&str> = Vec::new();
+    let mut used = 0;
+    for note in notes.iter().rev() {
+        let t = model.count_tokens(note) + 1;
+        if used + t + FRAME > reserve {
+            break;
+        }
+        used += t;
+        kept.push(note);
+    }
+    kept.reverse();
+    let dropped = notes.len() - kept.len();
+    let mut lines: Vec<String> = Vec::new();
+    if dropped > 0 {
+        lines.push(format!(
+            "(summaries of the first {dropped} windows left out: too long for the context window)"
+        ));
+    }
+    lines.extend(kept.iter().map(|s| s.to_string()));
+    (!notes.is_empty()).then(|| lines.join("\n"))
 }
 
 /// Render the prefix `0..=pos` for step-by-step: fitted, or a sliding window of the last steps.
@@ -884,5 +921,42 @@ mod tests {
             !last.contains("characters of step 29 abridged"),
             "step under review in full"
         );
+    }
+
+    #[tokio::test]
+    async fn many_windows_with_long_summaries_never_overflow_the_window() {
+        // 120 steps in a 2,200-token window: many windows, each answering with a long summary.
+        let t = crate::test_support::long_trace(120, 3000);
+        let long = "s".repeat(3000);
+        let m = ContextFixture::new(
+            ScriptedModel::new("fixture").rule(
+                "Window ",
+                format!(
+                    r#"{{"reason":"r","in_window":false,"agent":"A0","step":0,"confidence":0.1,"summary":"{long}"}}"#
+                ),
+            ),
+            2200,
+        );
+        let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
+            .await
+            .unwrap();
+        let Strategy::Windows { windows, .. } = r.strategy else {
+            panic!("unexpected {:?}", r.strategy)
+        };
+        assert!(windows > 10, "{windows} windows");
+        let calls = m.inner.calls.lock().unwrap();
+        for c in calls.iter() {
+            let toks: usize = c.messages.iter().map(|x| m.count_tokens(&x.content)).sum();
+            assert!(
+                toks + 256 <= 2200,
+                "prompt of {toks} tokens exceeds the window"
+            );
+        }
+        let last = &calls[calls.len() - 1].messages[1].content;
+        assert!(
+            last.contains("windows left out: too long for the context window"),
+            "{last}"
+        );
+        assert!(last.contains(" [...]"));
     }
 }
