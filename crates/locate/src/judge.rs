@@ -796,13 +796,7 @@ mod tests {
         // The second window carries the first window's summary as untrusted notes.
         let second = m.inner.calls.lock().unwrap()[1].messages[1].content.clone();
         assert!(second.contains("<notes>\nSteps 0-"), "{second}");
-        for c in m.inner.calls.lock().unwrap().iter() {
-            let toks: usize = c.messages.iter().map(|x| m.count_tokens(&x.content)).sum();
-            assert!(
-                toks + 256 <= 2200,
-                "prompt of {toks} tokens exceeds the window"
-            );
-        }
+        m.assert_every_prompt_fits(256);
     }
 
     #[tokio::test]
@@ -851,15 +845,7 @@ mod tests {
                 "step {i} missing"
             );
         }
-        let toks: usize = m.inner.calls.lock().unwrap()[0]
-            .messages
-            .iter()
-            .map(|x| m.count_tokens(&x.content))
-            .sum();
-        assert!(
-            toks + 256 <= 2200,
-            "prompt of {toks} tokens exceeds the window"
-        );
+        m.assert_every_prompt_fits(256);
     }
 
     #[tokio::test]
@@ -944,14 +930,8 @@ mod tests {
             panic!("unexpected {:?}", r.strategy)
         };
         assert!(windows > 10, "{windows} windows");
+        m.assert_every_prompt_fits(256);
         let calls = m.inner.calls.lock().unwrap();
-        for c in calls.iter() {
-            let toks: usize = c.messages.iter().map(|x| m.count_tokens(&x.content)).sum();
-            assert!(
-                toks + 256 <= 2200,
-                "prompt of {toks} tokens exceeds the window"
-            );
-        }
         let last = &calls[calls.len() - 1].messages[1].content;
         assert!(
             last.contains("windows left out: too long for the context window"),

@@ -283,6 +283,22 @@ pub(crate) mod test_support {
         pub fn new(inner: ScriptedModel, ctx: usize) -> Self {
             ContextFixture { inner, ctx }
         }
+
+        /// Assert that every prompt sent so far left `answer` tokens free in the window.
+        pub fn assert_every_prompt_fits(&self, answer: usize) {
+            for c in self.inner.calls.lock().unwrap().iter() {
+                let toks: usize = c
+                    .messages
+                    .iter()
+                    .map(|x| self.count_tokens(&x.content))
+                    .sum();
+                assert!(
+                    toks + answer <= self.ctx,
+                    "prompt of {toks} tokens exceeds the window of {}",
+                    self.ctx
+                );
+            }
+        }
     }
 
     #[async_trait::async_trait]
