@@ -381,45 +381,125 @@ fn carried_notes(model: &dyn ChatModel, notes: &[String], reserve: usize) -> Opt
     (!notes.is_empty()).then(|| lines.join("\n"))
 }
 
-/// Render the prefix `0..=pos` for step-by-step: fitted, or a sliding window of the last steps.
-fn prefix_view(
-    model: &dyn ChatModel,
-    trace: &Trace,
-    pos: usize,
-    budget: Option<usize>,
-    prior: Option<&[f64]>,
-) -> (String, Option<String>, Strategy) {
-    let guide = prior.map(|p| (p, Some(pos)));
-    if let Some(f) = render::fit_guided(model, trace, 0..pos + 1, budget, MIN_STEP_CHARS, guide) {
-        let note = render::view_note(&f.strategy);
-        return (f.text, note, f.strategy);
-    }
-    let budget = budget.unwrap_or(usize::MAX);
-    // Largest suffix of the prefix that fits at the minimum cap (at least the step under review).
-    let mut start = pos;
-    let mut text = render::render_steps(trace, pos..pos + 1, Some(MIN_STEP_CHARS)).0;
-    while start > 0 {
-        let (t, _) = render::render_steps(trace, start - 1..pos + 1, Some(MIN_STEP_CHARS));
-        if model.count_tokens(&t) > budget {
-            break;
+/// How step-by-step renders the growing prefix once it no longer fits in full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PrefixMode {
+    /// Every prefix so far fitted in full.
+    Full,
+    /// Every step cut to the cap that fits the whole trace: each prefix is then a string prefix
+    /// of the next one, so its prompt stays a prefix of the next prompt.
+    Capped(usize),
+    /// Even the minimum cap does not fit the whole trace: the last steps from `start` are shown.
+    Sliding { start: usize },
+}
+
+/// Step-by-step's view of the growing prefix `0..=pos`, kept stable from step to step so that
+/// the prompt for step t+1 extends the one for step t and a backend's prefix (KV) cache reuses
+/// it: the per-step cap is chosen once for the whole trace rather than per prefix, and the
+/// sliding window moves in jumps (when the shown steps outgrow the budget, it restarts with the
+/// last steps that fill at most half of it) instead of one step at a time. A view that changed
+/// every step would make every call re-read the whole window.
+struct PrefixView {
+    mode: PrefixMode,
+}
+
+impl PrefixView {
+    fn new() -> Self {
+        PrefixView {
+            mode: PrefixMode::Full,
         }
-        text = t;
-        start -= 1;
     }
-    let note = format!(
-        "Steps 0 to {} were reviewed earlier and not judged decisive; they are left out here because the trace is too long for the context window. Steps {} to {} are shown.",
-        trace.steps[start].index.saturating_sub(1),
-        trace.steps[start].index,
-        trace.steps[pos].index
-    );
-    (
-        text,
-        Some(note),
-        Strategy::SlidingWindow {
-            steps_shown: pos + 1 - start,
-            max_chars_per_step: MIN_STEP_CHARS,
-        },
-    )
+
+    fn render(
+        &mut self,
+        model: &dyn ChatModel,
+        trace: &Trace,
+        pos: usize,
+        budget: Option<usize>,
+        prior: Option<&[f64]>,
+    ) -> (String, Option<String>, Strategy) {
+        let Some(budget) = budget else {
+            let (text, _) = render::render_steps(trace, 0..pos + 1, None);
+            return (text, None, Strategy::Full);
+        };
+        if self.mode == PrefixMode::Full {
+            let (text, _) = render::render_steps(trace, 0..pos + 1, None);
+            if model.count_tokens(&text) <= budget {
+                return (text, None, Strategy::Full);
+            }
+            self.mode = match render::fit(
+                model,
+                trace,
+                0..trace.steps.len(),
+                Some(budget),
+                MIN_STEP_CHARS,
+            )
+            .map(|f| f.strategy)
+            {
+                Some(Strategy::TruncateSteps {
+                    max_chars_per_step, ..
+                }) => PrefixMode::Capped(max_chars_per_step),
+                _ => PrefixMode::Sliding { start: 0 },
+            };
+        }
+        // Prior-guided narrowing re-ranks the steps for every prefix (the step under review first),
+        // so its prompts do not extend each other; it is opt-in and used while it fits.
+        if let Some(p) = prior {
+            if let Some(f) = render::focused(model, trace, 0..pos + 1, budget, p, Some(pos)) {
+                let note = render::view_note(&f.strategy);
+                return (f.text, note, f.strategy);
+            }
+        }
+        if let PrefixMode::Capped(cap) = self.mode {
+            let (text, n) = render::render_steps(trace, 0..pos + 1, Some(cap));
+            if model.count_tokens(&text) <= budget {
+                let strategy = if n == 0 {
+                    Strategy::Full
+                } else {
+                    Strategy::TruncateSteps {
+                        max_chars_per_step: cap,
+                        steps_truncated: n,
+                    }
+                };
+                return (text, None, strategy);
+            }
+            // Token counts are not exactly additive; fall back to the sliding window.
+            self.mode = PrefixMode::Sliding { start: 0 };
+        }
+        let mut start = match self.mode {
+            PrefixMode::Sliding { start } => start.min(pos),
+            _ => 0,
+        };
+        let fits = |from: usize, limit: usize| {
+            let (t, _) = render::render_steps(trace, from..pos + 1, Some(MIN_STEP_CHARS));
+            model.count_tokens(&t) <= limit
+        };
+        if !fits(start, budget) {
+            // Jump: the last steps that fill at most half the budget (at least the step under review).
+            start = pos;
+            while start > 0 && fits(start - 1, budget / 2) {
+                start -= 1;
+            }
+        }
+        self.mode = PrefixMode::Sliding { start };
+        let (text, _) = render::render_steps(trace, start..pos + 1, Some(MIN_STEP_CHARS));
+        let note = (start > 0).then(|| {
+            format!(
+                "Steps {} to {} were reviewed earlier and not judged decisive; they are left out here because the trace is too long for the context window. The trace below starts at step {}.",
+                trace.steps[0].index,
+                trace.steps[start - 1].index,
+                trace.steps[start].index
+            )
+        });
+        (
+            text,
+            note,
+            Strategy::SlidingWindow {
+                steps_shown: pos + 1 - start,
+                max_chars_per_step: MIN_STEP_CHARS,
+            },
+        )
+    }
 }
 
 async fn step_by_step(
@@ -434,9 +514,10 @@ async fn step_by_step(
     let schema = step_schema();
     let mut strategy = Strategy::Full;
     let mut trail = Vec::new();
+    let mut view = PrefixView::new();
     for pos in 0..trace.steps.len() {
         let step = &trace.steps[pos];
-        let (text, note, s) = prefix_view(model, trace, pos, budget, prior);
+        let (text, note, s) = view.render(model, trace, pos, budget, prior);
         strategy = strongest(strategy, s);
         let ctx = prompts::context(trace, &text, note.as_deref(), settings.with_ground_truth)?;
         let instr = prompts::JUDGE_STEP
@@ -867,6 +948,60 @@ mod tests {
         assert!(!m.calls.lock().unwrap()[0].messages[1]
             .content
             .contains("abridged"));
+    }
+
+    /// Review every step of `t` with a model that never flags; return how many calls did not
+    /// extend the previous call's prompt up to the previous step under review.
+    async fn step_by_step_prefix_breaks(t: &Trace, ctx: usize) -> (usize, usize, Strategy) {
+        let m = ContextFixture::new(
+            ScriptedModel::new("fixture").rule(
+                "Step ",
+                r#"{"reason":"r","decisive":false,"confidence":0.6}"#,
+            ),
+            ctx,
+        );
+        let r = judge(&m, t, Protocol::StepByStep, &Settings::default())
+            .await
+            .unwrap();
+        m.assert_every_prompt_fits(Settings::default().max_answer_tokens as usize);
+        let calls = m.inner.calls.lock().unwrap();
+        assert_eq!(calls.len(), t.steps.len());
+        let mut breaks = 0;
+        for i in 1..calls.len() {
+            let prev = &calls[i - 1].messages[1].content;
+            let next = &calls[i].messages[1].content;
+            let head = format!("Step {} | agent", i - 1);
+            let upto = prev.find(&head).expect("step under review shown");
+            if !next.starts_with(&prev[..upto]) {
+                breaks += 1;
+            }
+        }
+        (breaks, calls.len(), r.strategy)
+    }
+
+    #[tokio::test]
+    async fn step_by_step_prompts_extend_each_other_on_long_traces() {
+        // Fits in full: every prompt extends the previous one.
+        let (breaks, _, strategy) = step_by_step_prefix_breaks(&trace(12), 8000).await;
+        assert_eq!((breaks, strategy), (0, Strategy::Full));
+        // Fits only truncated: the cap is chosen once for the whole trace, so the view changes
+        // once (from full prefixes to capped ones) and never again.
+        let t = crate::test_support::long_trace(20, 3000);
+        let (breaks, _, strategy) = step_by_step_prefix_breaks(&t, 9000).await;
+        assert!(
+            matches!(strategy, Strategy::TruncateSteps { .. }),
+            "{strategy:?}"
+        );
+        assert_eq!(breaks, 1);
+        // Needs a sliding window: it moves in jumps, not every step.
+        let t = crate::test_support::long_trace(120, 3000);
+        let (breaks, calls, strategy) = step_by_step_prefix_breaks(&t, 2200).await;
+        assert!(
+            matches!(strategy, Strategy::SlidingWindow { .. }),
+            "{strategy:?}"
+        );
+        assert!(breaks >= 2, "the window must move: {breaks}");
+        assert!(breaks * 3 <= calls, "{breaks} breaks in {calls} calls");
     }
 
     #[tokio::test]
