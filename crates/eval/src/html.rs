@@ -328,6 +328,9 @@ th{{background:#f3f3f3}}figure{{margin:1em 0}}code{{background:#f5f5f5;padding:0
             Some(maxc),
         ));
     }
+    if let Some(sp) = &r.step_spread {
+        let _ = write!(o, "<p>{}</p>", esc(&crate::markdown::spread_line(sp)));
+    }
     if !r.by_length.is_empty() {
         o.push_str("<h2>By trace length (token quartiles)</h2><table><tr><th>quartile</th><th>tokens</th><th>agent-level</th><th>step-level</th></tr>");
         for b in &r.by_length {

@@ -127,6 +127,9 @@ pub fn render(r: &LocateReport) -> String {
             let _ = writeln!(o, "| {} | {} |", b.bin, b.count);
         }
     }
+    if let Some(sp) = &r.step_spread {
+        let _ = writeln!(o, "\n{}", spread_line(sp));
+    }
     if !r.by_length.is_empty() {
         let _ = writeln!(o, "\n## By trace length (token quartiles)\n");
         let _ = writeln!(o, "| quartile | tokens | agent-level | step-level |");
@@ -201,6 +204,22 @@ pub fn render(r: &LocateReport) -> String {
     o
 }
 
+/// One line on how concentrated the predicted steps are (shared with the HTML report).
+pub fn spread_line(sp: &crate::metrics::StepSpread) -> String {
+    format!(
+        "Predicted steps: {} distinct over {} cases, most often step {} ({}/{}); gold: {} distinct, most often step {} ({}/{}).",
+        sp.distinct,
+        sp.predicted,
+        sp.top_step,
+        sp.top_count,
+        sp.predicted,
+        sp.gold_distinct,
+        sp.gold_top_step,
+        sp.gold_top_count,
+        sp.gold_cases
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -213,6 +232,8 @@ mod tests {
             "## By subset",
             "## Step accuracy within ±k steps",
             "| 1-2 | 1 |",
+            // AG/1 -> 1, AG/2 -> 3, HC/1 abstained; gold 1, 2, 9.
+            "Predicted steps: 2 distinct over 2 cases, most often step 1 (1/2); gold: 3 distinct, most often step 1 (1/3).",
             "## By trace length",
             "## Most often mislocalized agents",
             "40.0% prefix reuse",

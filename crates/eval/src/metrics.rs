@@ -254,6 +254,64 @@ pub fn deviation_histogram(cases: &[Case]) -> Vec<(String, usize)> {
     counts
 }
 
+/// How concentrated the predicted steps are, next to the gold steps. A method that names the same
+/// step in most cases (a model's position bias, or a protocol that degenerates, e.g. a binary
+/// search whose every answer is "first half") shows here even when its accuracy looks like a
+/// baseline's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepSpread {
+    /// Cases with a predicted step.
+    pub predicted: usize,
+    /// Distinct predicted steps.
+    pub distinct: usize,
+    /// The most often predicted step (smallest on ties) and how many cases name it.
+    pub top_step: usize,
+    pub top_count: usize,
+    /// The same for the gold steps of all cases with a gold step.
+    pub gold_cases: usize,
+    pub gold_distinct: usize,
+    pub gold_top_step: usize,
+    pub gold_top_count: usize,
+}
+
+/// `(distinct, top value, its count)` of a list of steps; `None` when empty.
+fn spread(steps: impl Iterator<Item = usize>) -> Option<(usize, usize, usize)> {
+    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+    for s in steps {
+        *counts.entry(s).or_default() += 1;
+    }
+    // Ascending steps, so `max_by_key` with a reversed step keeps the smallest step on ties.
+    let (&top, &n) = counts
+        .iter()
+        .max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)))?;
+    Some((counts.len(), top, n))
+}
+
+/// [`StepSpread`] of the cases; `None` when no case has both a gold and a predicted step.
+pub fn step_spread(cases: &[Case]) -> Option<StepSpread> {
+    let (distinct, top_step, top_count) = spread(
+        cases
+            .iter()
+            .filter(|c| c.gold.step.is_some())
+            .filter_map(|c| c.pred.step),
+    )?;
+    let (gold_distinct, gold_top_step, gold_top_count) =
+        spread(cases.iter().filter_map(|c| c.gold.step))?;
+    Some(StepSpread {
+        predicted: cases
+            .iter()
+            .filter(|c| c.gold.step.is_some() && c.pred.step.is_some())
+            .count(),
+        distinct,
+        top_step,
+        top_count,
+        gold_cases: cases.iter().filter(|c| c.gold.step.is_some()).count(),
+        gold_distinct,
+        gold_top_step,
+        gold_top_count,
+    })
+}
+
 /// Accuracy within one trace-length quartile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LengthBucket {
@@ -392,6 +450,35 @@ mod tests {
             trace_tokens: tokens,
             usage: CaseUsage::default(),
         }
+    }
+
+    #[test]
+    fn step_spread_counts_the_most_common_steps() {
+        // Predictions 0, 0, 2, 2 and one abstention; gold 1, 3, 3, 5, 2.
+        let cases = vec![
+            case(("A", 1), Some(("A", 2)), 1),
+            case(("A", 3), Some(("A", 0)), 2),
+            case(("A", 3), Some(("A", 2)), 3),
+            case(("A", 5), Some(("A", 0)), 4),
+            case(("A", 2), None, 5),
+        ];
+        let sp = step_spread(&cases).unwrap();
+        // 0 and 2 tie at 2 cases each: the smaller step is reported.
+        assert_eq!(
+            (sp.predicted, sp.distinct, sp.top_step, sp.top_count),
+            (4, 2, 0, 2)
+        );
+        assert_eq!(
+            (
+                sp.gold_cases,
+                sp.gold_distinct,
+                sp.gold_top_step,
+                sp.gold_top_count
+            ),
+            (5, 4, 3, 2)
+        );
+        // Nothing predicted: no spread.
+        assert_eq!(step_spread(&cases[4..]), None);
     }
 
     #[test]

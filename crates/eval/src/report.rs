@@ -9,8 +9,8 @@
 
 use crate::metrics::{
     accuracy, agent_correct, by_length_quartile, deviation_histogram, mislocalized_agents,
-    pair_correct, step_correct, tolerance_curve, Accuracy, Case, CaseUsage, LengthBucket,
-    Mislocalized, Scorer,
+    pair_correct, step_correct, step_spread, tolerance_curve, Accuracy, Case, CaseUsage,
+    LengthBucket, Mislocalized, Scorer, StepSpread,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -92,6 +92,9 @@ pub struct LocateReport {
     pub pair_accuracy: Option<Accuracy>,
     pub tolerance: BTreeMap<String, Accuracy>,
     pub deviation_histogram: Vec<Bin>,
+    /// How concentrated the predicted steps are next to the gold ones (position bias).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_spread: Option<StepSpread>,
     pub by_length: Vec<LengthBucket>,
     pub mislocalized: Vec<Mislocalized>,
     /// Cases without a location (abstained or unparsed).
@@ -238,6 +241,7 @@ pub fn build(
         } else {
             Vec::new()
         },
+        step_spread: step_spread(cases),
         by_length: by_length_quartile(cases, s, seed),
         mislocalized: mislocalized_agents(cases, s, opts.top_mislocalized),
         abstentions: cases
