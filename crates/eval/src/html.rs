@@ -431,7 +431,7 @@ th{{background:#f3f3f3}}figure{{margin:1em 0}}code{{background:#f5f5f5;padding:0
     }
     o.push_str("</table>");
     if !r.errors.is_empty() {
-        o.push_str("<h2>Cases not run</h2><ul>");
+        o.push_str("<h2>Cases whose calls failed (counted as unparsed)</h2><ul>");
         for (id, e) in &r.errors {
             let _ = write!(o, "<li><code>{}</code>: {}</li>", esc(id), esc(e));
         }

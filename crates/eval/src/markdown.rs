@@ -45,7 +45,11 @@ pub fn render(r: &LocateReport) -> String {
         r.abstentions, r.cases, r.parse_failures
     );
     if !r.errors.is_empty() {
-        let _ = writeln!(o, "- cases not run (excluded): {}", r.errors.len());
+        let _ = writeln!(
+            o,
+            "- cases whose calls failed (counted as unparsed, so wrong; listed below): {}",
+            r.errors.len()
+        );
     }
 
     let _ = writeln!(
@@ -196,7 +200,7 @@ pub fn render(r: &LocateReport) -> String {
         }
     }
     if !r.errors.is_empty() {
-        let _ = writeln!(o, "\n## Cases not run\n");
+        let _ = writeln!(o, "\n## Cases whose calls failed\n");
         for (id, e) in &r.errors {
             let _ = writeln!(o, "- `{}`: {}", cell(id), cell(e));
         }

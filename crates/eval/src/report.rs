@@ -106,7 +106,7 @@ pub struct LocateReport {
     pub subsets: BTreeMap<String, SubsetReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<SplitInfo>,
-    /// Cases that could not be run (id and error), excluded from every metric.
+    /// Cases whose calls failed (id and error); `eval locate` counts them as unparsed (wrong).
     pub errors: Vec<(String, String)>,
     /// Free configuration of the run (protocol, variant, flags).
     pub config: serde_json::Value,

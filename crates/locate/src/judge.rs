@@ -574,6 +574,9 @@ async fn step_by_step(
     })
 }
 
+/// Smallest per-step cap binary search halves down to before it samples the range.
+const SAMPLED_CHARS: usize = 60;
+
 async fn binary_search(
     model: &dyn ChatModel,
     trace: &Trace,
@@ -591,15 +594,23 @@ async fn binary_search(
     let mut reason = String::new();
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        // Fit the range; when even the minimum cap is too long, halve the cap until it fits
-        // (explicit markers; reported as truncation with the cap used).
+        // Fit the range; when even the minimum cap is too long, halve the cap down to
+        // SAMPLED_CHARS (explicit markers; reported as truncation with the cap used), then show
+        // every k-th step and the halves' boundaries at that cap (reported as sampled).
         let mut cap = MIN_STEP_CHARS;
         let fitted = loop {
             let guide = prior.map(|p| (p, None));
             if let Some(f) = render::fit_guided(model, trace, lo..hi + 1, budget, cap, guide) {
                 break f;
             }
-            if cap <= 16 {
+            if cap / 2 < SAMPLED_CHARS {
+                let keep = [lo, mid, mid + 1, hi];
+                if let Some(f) =
+                    budget.and_then(|b| render::sampled(model, trace, lo..hi + 1, b, &keep, cap))
+                {
+                    break f;
+                }
+                // Not even the boundaries fit: send the range and let the backend say so.
                 let (text, n) = render::render_steps(trace, lo..hi + 1, Some(cap));
                 break render::Fitted {
                     tokens: model.count_tokens(&text),
@@ -787,6 +798,42 @@ mod tests {
         assert_eq!(r.stats.calls, 4);
         assert_eq!(r.stats.abstentions, 1);
         assert_eq!(r.stats.repairs, 1);
+    }
+
+    #[tokio::test]
+    async fn binary_search_samples_ranges_too_long_for_the_window() {
+        // 120 steps of 3,000 characters in a 2,200-token window: even 60 characters per step do
+        // not fit, so the first ranges are sampled; every prompt fits and the search still
+        // converges to the step the answers point at (always "second": the last step).
+        let t = crate::test_support::long_trace(120, 3000);
+        let m = ContextFixture::new(
+            ScriptedModel::new("fixture").rule(
+                "Step ",
+                r#"{"reason":"r","part":"second","confidence":0.8}"#,
+            ),
+            2200,
+        );
+        let r = judge(&m, &t, Protocol::BinarySearch, &Settings::default())
+            .await
+            .unwrap();
+        m.assert_every_prompt_fits(Settings::default().max_answer_tokens as usize);
+        assert_eq!(r.finding.location(), Some(("A1", 119)));
+        assert!(
+            matches!(r.strategy, Strategy::Sampled { stride, .. } if stride >= 2),
+            "{:?}",
+            r.strategy
+        );
+        let calls = m.inner.calls.lock().unwrap();
+        let first = &calls[0].messages[1].content;
+        // The halves' boundaries (0, 59, 60, 119) are shown; left-out runs are marked.
+        for k in [0, 59, 60, 119] {
+            assert!(first.contains(&format!("Step {k} | agent")), "step {k}");
+        }
+        assert!(first.contains("left out by maslens: long-trace sampling"));
+        assert!(first.contains("only every"));
+        // Once a range fits, it is shown without sampling.
+        let last = &calls[calls.len() - 1].messages[1].content;
+        assert!(!last.contains("left out by maslens"));
     }
 
     #[tokio::test]

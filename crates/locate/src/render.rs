@@ -53,6 +53,15 @@ pub enum Strategy {
         windows: usize,
         max_chars_per_step: usize,
     },
+    /// Binary search only, when even the smallest cap does not fit the range: every `stride`-th
+    /// step (and the steps at the range's and its halves' boundaries) shown at
+    /// `max_chars_per_step`, the `steps_left_out` others replaced by a marker per run.
+    Sampled {
+        stride: usize,
+        steps_shown: usize,
+        steps_left_out: usize,
+        max_chars_per_step: usize,
+    },
     /// Step-by-step only: the growing prefix was shown as its last `steps_shown` steps, earlier
     /// (already cleared) steps summarised by a note.
     SlidingWindow {
@@ -77,8 +86,9 @@ impl Strategy {
             Strategy::Full => 0,
             Strategy::TruncateSteps { .. } => 1,
             Strategy::Focused { .. } => 2,
-            Strategy::SlidingWindow { .. } => 3,
-            Strategy::Windows { .. } => 4,
+            Strategy::Sampled { .. } => 3,
+            Strategy::SlidingWindow { .. } => 4,
+            Strategy::Windows { .. } => 5,
         }
     }
 
@@ -98,6 +108,14 @@ impl Strategy {
             } => {
                 format!("{windows} windows, steps capped at {max_chars_per_step} chars")
             }
+            Strategy::Sampled {
+                stride,
+                steps_shown,
+                steps_left_out,
+                max_chars_per_step,
+            } => format!(
+                "every {stride}th step: {steps_shown} shown (capped at {max_chars_per_step} chars), {steps_left_out} left out"
+            ),
             Strategy::SlidingWindow {
                 steps_shown,
                 max_chars_per_step,
@@ -337,8 +355,94 @@ pub fn view_note(strategy: &Strategy) -> Option<String> {
         } => Some(format!(
             "The trace is too long for the context window: the {steps_full} steps that a learned prior ranks most likely to be decisive are shown in full; the other {steps_abridged} steps are abridged to their first characters (marked \"abridged by maslens\"). Any step may still be the decisive one."
         )),
+        Strategy::Sampled {
+            stride,
+            max_chars_per_step,
+            ..
+        } => Some(format!(
+            "The steps in question do not fit the context window: only every {stride}th step is shown, plus the first and last step of each half, each cut to {max_chars_per_step} characters; each run of steps left out is marked \"left out by maslens\". Judge from what is shown."
+        )),
         _ => None,
     }
+}
+
+/// Render the positions of `range` marked in `shown` (capped at `cap` characters); each run of
+/// other steps becomes one marker line. Returns the text and how many steps were left out.
+fn render_selected(
+    trace: &Trace,
+    range: Range<usize>,
+    shown: &[bool],
+    cap: usize,
+) -> (String, usize) {
+    let mut out = String::new();
+    let mut left_out = 0;
+    let mut gap: Option<(usize, usize)> = None;
+    let end = range.end.min(trace.steps.len());
+    let push = |out: &mut String, block: &str| {
+        if !out.is_empty() {
+            out.push_str("\n\n");
+        }
+        out.push_str(block);
+    };
+    for pos in range.start.min(end)..end {
+        let step = &trace.steps[pos];
+        if shown.get(pos - range.start).copied().unwrap_or(true) {
+            if let Some((a, b)) = gap.take() {
+                push(
+                    &mut out,
+                    &format!("[... steps {a} to {b} left out by maslens: long-trace sampling ...]"),
+                );
+            }
+            let (body, _) = truncate_step(&step_body(step), cap, step.index);
+            push(&mut out, &format!("{}\n{body}", step_header(step)));
+        } else {
+            left_out += 1;
+            gap = Some(gap.map_or((step.index, step.index), |(a, _)| (a, step.index)));
+        }
+    }
+    if let Some((a, b)) = gap {
+        push(
+            &mut out,
+            &format!("[... steps {a} to {b} left out by maslens: long-trace sampling ...]"),
+        );
+    }
+    (out, left_out)
+}
+
+/// Binary search's last resort when even the smallest cap does not fit `range`: every
+/// `stride`-th step of the range (the smallest stride >= 2 that fits `budget`) plus the
+/// positions in `keep` (the boundaries of the halves), each capped at `cap` characters, the
+/// other steps replaced by one marker per run. `None` when not even `keep` alone fits.
+pub fn sampled(
+    model: &dyn ChatModel,
+    trace: &Trace,
+    range: Range<usize>,
+    budget: usize,
+    keep: &[usize],
+    cap: usize,
+) -> Option<Fitted> {
+    let n = range.len();
+    for stride in 2..=n.max(2) {
+        let shown: Vec<bool> = range
+            .clone()
+            .map(|p| (p - range.start).is_multiple_of(stride) || keep.contains(&p))
+            .collect();
+        let (text, left_out) = render_selected(trace, range.clone(), &shown, cap);
+        let tokens = model.count_tokens(&text);
+        if tokens <= budget {
+            return Some(Fitted {
+                text,
+                strategy: Strategy::Sampled {
+                    stride,
+                    steps_shown: n - left_out,
+                    steps_left_out: left_out,
+                    max_chars_per_step: cap,
+                },
+                tokens,
+            });
+        }
+    }
+    None
 }
 
 /// [`fit`], with prior-guided narrowing first when `prior` is given and the range does not fit
