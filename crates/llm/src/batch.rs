@@ -108,7 +108,7 @@ impl ChatModel for BatchRecorder {
                     Ok(g) => g,
                     Err(p) => p.into_inner(),
                 };
-                writeln!(out, "{line}").map_err(io)?;
+                writeln!(out, "{}", crate::schema_order::to_string(&line)).map_err(io)?;
                 out.flush().map_err(io)?;
             }
             if let Some(cache) = &self.cache {

@@ -14,6 +14,7 @@ pub mod cache;
 pub mod local;
 pub mod openai;
 pub mod prompt;
+pub mod schema_order;
 pub mod spec;
 pub mod stack;
 pub mod structured;

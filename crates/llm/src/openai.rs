@@ -255,7 +255,11 @@ impl OpenAiModel {
             error,
             retry_after: None,
         };
-        let mut req = self.client.post(url).timeout(self.cfg.timeout).json(body);
+        let mut req = self
+            .client
+            .post(url)
+            .timeout(self.cfg.timeout)
+            .json(&crate::schema_order::SchemaOrdered(body));
         if let Some(key) = &self.cfg.api_key {
             req = req.bearer_auth(key);
         }

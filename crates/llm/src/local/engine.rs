@@ -601,7 +601,8 @@ impl Sampler {
 
 /// GBNF for a JSON schema, by llama.cpp's own converter.
 pub(super) fn schema_to_grammar(schema: &serde_json::Value) -> Result<String, LlmError> {
-    let text = serde_json::to_string(schema).map_err(|e| LlmError::Local(e.to_string()))?;
+    // Properties in `required` order: the grammar makes the model write keys in text order.
+    let text = crate::schema_order::to_string(schema);
     llama_cpp_2::json_schema_to_grammar(&text)
         .map_err(|e| LlmError::Local(format!("cannot turn the JSON schema into a grammar: {e}")))
 }
@@ -785,5 +786,21 @@ mod tests {
         // The longest good prefix wins.
         let two = vec![slot(&[1, 2, 3], 1), slot(&[1, 2, 3, 4, 5], 2)];
         assert_eq!(pick_slot(&two, &toks(&[1, 2, 3, 4, 5, 6]), true), (1, 5));
+    }
+
+    #[test]
+    fn grammar_asks_for_keys_in_required_order() {
+        // The prompts ask for the reason before the verdict; the grammar must not reorder them
+        // alphabetically (serde_json sorts object keys).
+        let schema = serde_json::json!({"type": "object", "required": ["reason", "decisive", "confidence"],
+            "properties": {"reason": {"type": "string"}, "decisive": {"type": "boolean"},
+                           "confidence": {"type": "number"}}});
+        let g = schema_to_grammar(&schema).unwrap();
+        let root = g.lines().find(|l| l.starts_with("root ")).unwrap();
+        let at = |k: &str| root.find(&format!("{k}-kv")).unwrap();
+        assert!(
+            at("reason") < at("decisive") && at("decisive") < at("confidence"),
+            "{root}"
+        );
     }
 }
