@@ -103,10 +103,15 @@ pub struct JudgeResult {
     pub trail: Vec<Value>,
 }
 
+/// Longest reason an answer may give (the prompts ask for at most two sentences). Under
+/// constrained decoding it ends a runaway reason (small models repeat a phrase until the answer
+/// budget runs out and the JSON is cut) while the verdict fields that follow still fit.
+pub const REASON_MAX_CHARS: usize = 600;
+
 /// JSON schema of an (agent, step) answer.
 pub fn location_schema(error_modes: &[String]) -> Value {
     let mut props = json!({
-        "reason": {"type": "string"},
+        "reason": {"type": "string", "maxLength": REASON_MAX_CHARS},
         "agent": {"type": "string"},
         "step": {"type": "integer", "minimum": 0},
         "confidence": {"type": "number", "minimum": 0, "maximum": 1}
@@ -121,14 +126,14 @@ pub fn location_schema(error_modes: &[String]) -> Value {
 
 fn step_schema() -> Value {
     json!({"type": "object", "required": ["reason", "decisive", "confidence"], "properties": {
-        "reason": {"type": "string"},
+        "reason": {"type": "string", "maxLength": REASON_MAX_CHARS},
         "decisive": {"type": "boolean"},
         "confidence": {"type": "number", "minimum": 0, "maximum": 1}}})
 }
 
 fn binary_schema() -> Value {
     json!({"type": "object", "required": ["reason", "part", "confidence"], "properties": {
-        "reason": {"type": "string"},
+        "reason": {"type": "string", "maxLength": REASON_MAX_CHARS},
         "part": {"type": "string", "enum": ["first", "second"]},
         "confidence": {"type": "number", "minimum": 0, "maximum": 1}}})
 }
