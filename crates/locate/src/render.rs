@@ -178,6 +178,21 @@ pub fn step_header(step: &Step) -> String {
     }
 }
 
+/// Append a block to a rendering, blocks separated by a blank line.
+fn push_block(out: &mut String, block: &str) {
+    if !out.is_empty() {
+        out.push_str("\n\n");
+    }
+    out.push_str(block);
+}
+
+/// Append a step as its header line followed by `body`.
+fn push_step(out: &mut String, step: &Step, body: &str) {
+    push_block(out, &step_header(step));
+    out.push('\n');
+    out.push_str(body);
+}
+
 /// Render steps `range` (positions in `trace.steps`), each capped at `cap` characters when given.
 /// Returns the text and how many steps were truncated.
 pub fn render_steps(trace: &Trace, range: Range<usize>, cap: Option<usize>) -> (String, usize) {
@@ -194,12 +209,7 @@ pub fn render_steps(trace: &Trace, range: Range<usize>, cap: Option<usize>) -> (
             }
             None => body,
         };
-        if !out.is_empty() {
-            out.push_str("\n\n");
-        }
-        out.push_str(&step_header(step));
-        out.push('\n');
-        out.push_str(&body);
+        push_step(&mut out, step, &body);
     }
     (out, truncated)
 }
@@ -240,12 +250,7 @@ fn render_mixed(
         } else {
             abridge_step(&body, abridged_cap, step.index)
         };
-        if !out.is_empty() {
-            out.push_str("\n\n");
-        }
-        out.push_str(&step_header(step));
-        out.push('\n');
-        out.push_str(&body);
+        push_step(&mut out, step, &body);
     }
     out
 }
@@ -378,33 +383,24 @@ fn render_selected(
     let mut left_out = 0;
     let mut gap: Option<(usize, usize)> = None;
     let end = range.end.min(trace.steps.len());
-    let push = |out: &mut String, block: &str| {
-        if !out.is_empty() {
-            out.push_str("\n\n");
-        }
-        out.push_str(block);
+    let gap_marker = |(a, b): (usize, usize)| {
+        format!("[... steps {a} to {b} left out by maslens: long-trace sampling ...]")
     };
     for pos in range.start.min(end)..end {
         let step = &trace.steps[pos];
         if shown.get(pos - range.start).copied().unwrap_or(true) {
-            if let Some((a, b)) = gap.take() {
-                push(
-                    &mut out,
-                    &format!("[... steps {a} to {b} left out by maslens: long-trace sampling ...]"),
-                );
+            if let Some(g) = gap.take() {
+                push_block(&mut out, &gap_marker(g));
             }
             let (body, _) = truncate_step(&step_body(step), cap, step.index);
-            push(&mut out, &format!("{}\n{body}", step_header(step)));
+            push_step(&mut out, step, &body);
         } else {
             left_out += 1;
             gap = Some(gap.map_or((step.index, step.index), |(a, _)| (a, step.index)));
         }
     }
-    if let Some((a, b)) = gap {
-        push(
-            &mut out,
-            &format!("[... steps {a} to {b} left out by maslens: long-trace sampling ...]"),
-        );
+    if let Some(g) = gap {
+        push_block(&mut out, &gap_marker(g));
     }
     (out, left_out)
 }
