@@ -3,6 +3,8 @@
 
 mod cmd;
 mod llm_args;
+mod locate_args;
+mod progress;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

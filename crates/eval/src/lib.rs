@@ -1,8 +1,10 @@
 //! maslens-eval: metrics, statistics and report writers shared by all methods.
 
+pub mod baselines;
 pub mod html;
 pub mod markdown;
 pub mod metrics;
 pub mod plot;
 pub mod report;
+pub mod run;
 pub mod stats;

@@ -25,17 +25,8 @@ pub enum Scorer {
     CompatSubstring,
 }
 
-/// The labels of one case.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Gold {
-    /// Who&When decisive agent.
-    pub agent: Option<String>,
-    /// Who&When decisive step.
-    pub step: Option<usize>,
-    /// Aegis faulty agents with their error modes.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub faulty: Vec<(String, Option<String>)>,
-}
+/// The labels of one case: the one definition in `maslens-trace` ([`maslens_trace::Trace::gold`]).
+pub use maslens_trace::Gold;
 
 /// One prediction.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -108,6 +99,11 @@ pub const RESAMPLES: usize = 2000;
 impl Accuracy {
     /// Accuracy of boolean outcomes with a seeded 95% percentile bootstrap interval.
     pub fn of(outcomes: &[bool], seed: u64) -> Accuracy {
+        Self::with_resamples(outcomes, RESAMPLES, seed)
+    }
+
+    /// [`Accuracy::of`] with a chosen number of bootstrap resamples.
+    pub fn with_resamples(outcomes: &[bool], resamples: usize, seed: u64) -> Accuracy {
         let n = outcomes.len();
         let k = outcomes.iter().filter(|&&b| b).count();
         if n == 0 {
@@ -119,7 +115,7 @@ impl Accuracy {
             };
         }
         let value = k as f64 / n as f64;
-        let ci = bootstrap_proportion_ci(outcomes, RESAMPLES, 0.95, seed)
+        let ci = bootstrap_proportion_ci(outcomes, resamples, 0.95, seed)
             .map(|i| [i.lo, i.hi])
             .unwrap_or([value, value]);
         Accuracy {
@@ -399,26 +395,24 @@ pub fn mislocalized_agents(cases: &[Case], scorer: Scorer, n: usize) -> Vec<Misl
     v
 }
 
-/// Deterministic train/test split: cases are grouped by subset, each group sorted by id and
-/// shuffled with ChaCha8 seeded by `seed`; the first `round(frac * len)` of each group go to
-/// the refinement (train) side. Returns (train ids, test ids), each sorted.
+/// Deterministic train/test split: cases are grouped by subset, each group put in its seeded
+/// order ([`maslens_trace::seeded_order`]: by the seeded hash of the id, independent of input
+/// order); the first `round(frac * len)` of each group go to the refinement (train) side.
+/// Returns (train ids, test ids), each sorted.
 pub fn split_ids(
     cases: &[(String, Option<String>)],
     frac: f64,
     seed: u64,
 ) -> (Vec<String>, Vec<String>) {
-    use rand::seq::SliceRandom;
-    use rand::SeedableRng;
     let mut groups: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
     for (id, subset) in cases {
         groups.entry(subset.clone()).or_default().push(id.clone());
     }
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let (mut train, mut test) = (Vec::new(), Vec::new());
     for (_, mut ids) in groups {
         ids.sort();
         ids.dedup();
-        ids.shuffle(&mut rng);
+        maslens_trace::seeded_order(&mut ids, seed);
         let k = ((frac.clamp(0.0, 1.0)) * ids.len() as f64).round() as usize;
         train.extend(ids[..k].iter().cloned());
         test.extend(ids[k..].iter().cloned());

@@ -12,6 +12,7 @@ use crate::metrics::{
     pair_correct, step_correct, step_spread, tolerance_curve, Accuracy, Case, CaseUsage,
     LengthBucket, Mislocalized, Scorer, StepSpread,
 };
+use crate::run::Provenance;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -78,6 +79,9 @@ pub struct SplitInfo {
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LocateReport {
+    /// Report format ([`crate::run::REPORT_FORMAT_VERSION`]); 1 for reports written before it existed.
+    #[serde(default = "format_v1")]
+    pub format_version: u32,
     pub title: String,
     /// Method label, e.g. `locate/all-at-once+3eval` or `predictions:FILE`.
     pub method: String,
@@ -108,9 +112,20 @@ pub struct LocateReport {
     pub split: Option<SplitInfo>,
     /// Cases whose calls failed (id and error); `eval locate` counts them as unparsed (wrong).
     pub errors: Vec<(String, String)>,
-    /// Free configuration of the run (protocol, variant, flags).
+    /// Why the run stopped before the last case (a budget), when it did; the report covers the
+    /// cases run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
+    /// The localizer's typed configuration, serialized (protocol, variant, flags).
     pub config: serde_json::Value,
+    /// maslens version, git revision, dataset hashes, prompt ids with content hashes.
+    #[serde(default)]
+    pub provenance: Provenance,
     pub per_case: Vec<Case>,
+}
+
+fn format_v1() -> u32 {
+    1
 }
 
 /// Options of [`build`].
@@ -219,6 +234,7 @@ pub fn build(
         }
     }
     LocateReport {
+        format_version: crate::run::REPORT_FORMAT_VERSION,
         title: opts.title.clone(),
         method: opts.method.clone(),
         model: opts.model.clone(),
@@ -257,7 +273,9 @@ pub fn build(
         subsets,
         split: None,
         errors,
+        stopped_early: None,
         config: serde_json::Value::Null,
+        provenance: Provenance::default(),
         per_case: cases.to_vec(),
     }
 }

@@ -1,4 +1,4 @@
-//! maslens-locate: failure localization (AgentLocate: Judge, Evaluators, confidence-weighted vote) and baselines.
+//! maslens-locate: failure localization (AgentLocate: Judge, Evaluators, confidence-weighted vote).
 //!
 //! - [`judge`]: the Judge protocols (all-at-once, step-by-step, binary search), each returning
 //!   (agent, step, rationale, confidence) with a long-trace strategy chosen from the model's
@@ -8,12 +8,11 @@
 //! - [`vote`]: the confidence-weighted vote of eq. 3-4 with a deterministic tie-break;
 //! - [`pipeline`]: Judge + Evaluators + vote, variants I/II, one [`LocateVerdict`] per trace;
 //! - [`refine`]: refinement instances z_q (eq. 5) and chat-format fine-tuning export;
-//! - [`baselines`]: trivial baselines (seeded random, first/last acting non-terminal agent,
-//!   error-keyword heuristic).
+//!
+//! The trivial baselines live in `maslens_eval::baselines` (one set for every localizer).
 //!
 //! Methods return values and never print.
 
-pub mod baselines;
 pub mod evaluator;
 pub mod judge;
 pub mod pipeline;

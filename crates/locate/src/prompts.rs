@@ -34,6 +34,20 @@ pub const INSTRUCTIONS: [Template; 7] = [
     EVALUATOR_EVIDENCE,
 ];
 
+/// Every template the pipeline may send (recorded with content hashes in eval reports).
+pub const ALL: [Template; 10] = [
+    SYSTEM,
+    CONTEXT,
+    CRITERION,
+    JUDGE_ALL_AT_ONCE,
+    JUDGE_STEP,
+    JUDGE_BINARY,
+    JUDGE_WINDOW,
+    EVALUATOR_BASE,
+    EVALUATOR_CONCISE,
+    EVALUATOR_EVIDENCE,
+];
+
 /// Names of the agents, in order of first appearance (declared agents first).
 pub fn agent_names(trace: &Trace) -> Vec<String> {
     let mut names: Vec<String> = trace.agents.iter().map(|a| a.name.clone()).collect();

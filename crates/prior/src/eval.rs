@@ -6,42 +6,27 @@
 //! `maslens_eval::metrics` (exact name/integer comparison, `{value, k, n, ci95}`).
 
 use crate::model::{PriorModel, TrainConfig};
-use crate::text::fnv1a;
 use crate::PriorError;
-use maslens_eval::stats::bootstrap_proportion_ci;
-use maslens_trace::{AgentKind, Trace};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use maslens_eval::metrics::{agent_correct, step_correct, Accuracy, Case, Scorer};
+use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// An accuracy with its count and 95% bootstrap interval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Metric {
-    pub value: f64,
-    /// Correct cases.
-    pub k: usize,
-    /// Cases.
-    pub n: usize,
-    /// 95% percentile bootstrap interval over cases.
-    pub ci95: [f64; 2],
-}
 
 /// Step accuracy when a prediction within +-`within` steps of the label counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tolerance {
     pub within: usize,
     #[serde(flatten)]
-    pub metric: Metric,
+    pub metric: Accuracy,
 }
 
 /// The metrics of one method on one set of labelled traces.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LocateMetrics {
-    pub agent: Metric,
-    pub step: Metric,
+    pub agent: Accuracy,
+    pub step: Accuracy,
     /// Agent and step both right.
-    pub pair: Metric,
+    pub pair: Accuracy,
     pub tolerance: Vec<Tolerance>,
 }
 
@@ -74,35 +59,16 @@ impl Default for EvalConfig {
     }
 }
 
-/// Seeded 95% percentile bootstrap interval of a share of `true` outcomes, computed with the
-/// shared `maslens_eval::stats::bootstrap_proportion_ci` (the one `maslens eval locate` uses).
-pub fn bootstrap_ci(hits: &[bool], resamples: usize, seed: u64) -> [f64; 2] {
-    let n = hits.len();
-    if n == 0 {
-        return [0.0, 0.0];
-    }
-    let v = hits.iter().filter(|h| **h).count() as f64 / n as f64;
-    bootstrap_proportion_ci(hits, resamples, 0.95, seed)
-        .map(|i| [i.lo, i.hi])
-        .unwrap_or([v, v])
-}
-
-/// A metric from 0/1 outcomes.
-pub fn metric(hits: &[bool], cfg: &EvalConfig) -> Metric {
-    let k = hits.iter().filter(|h| **h).count();
-    let n = hits.len();
-    Metric {
-        value: if n == 0 { 0.0 } else { k as f64 / n as f64 },
-        k,
-        n,
-        ci95: bootstrap_ci(hits, cfg.bootstrap, cfg.seed),
-    }
+/// An accuracy from 0/1 outcomes (the one `maslens eval locate` reports), with this
+/// configuration's bootstrap resamples and seed.
+pub fn metric(hits: &[bool], cfg: &EvalConfig) -> Accuracy {
+    Accuracy::with_resamples(hits, cfg.bootstrap, cfg.seed)
 }
 
 /// Whether a trace carries a label the metrics can use: a decisive (agent, step) label, or
 /// faulty agents (Aegis-style, agent level only).
 pub fn is_labelled(t: &Trace) -> bool {
-    t.labels.decisive.is_some() || !t.labels.faulty_agents.is_empty()
+    t.gold().is_some()
 }
 
 /// Score predictions against the labels of `traces` (matched by trace id; unlabelled traces are
@@ -117,22 +83,27 @@ pub fn score(traces: &[&Trace], preds: &[Prediction], cfg: &EvalConfig) -> Locat
     let mut pair_hits = Vec::new();
     let mut dist: Vec<Option<usize>> = Vec::new();
     for t in traces {
+        let Some(gold) = t.gold() else { continue };
         let p = by_id.get(t.id.as_str());
-        let agent = p.and_then(|p| p.agent.as_deref());
-        if let Some(label) = t.labels.decisive.as_ref() {
-            let agent_ok = agent == Some(label.agent.as_str());
-            agent_hits.push(agent_ok);
-            let step = p.and_then(|p| p.step);
-            step_hits.push(step == Some(label.step));
-            pair_hits.push(agent_ok && step == Some(label.step));
-            dist.push(step.map(|s| s.abs_diff(label.step)));
-        } else if !t.labels.faulty_agents.is_empty() {
-            agent_hits.push(agent.is_some_and(|a| {
-                t.labels
-                    .faulty_agents
-                    .iter()
-                    .any(|f| f.agent.eq_ignore_ascii_case(a))
-            }));
+        // Scored exactly as `maslens eval locate` scores (maslens_eval::metrics, exact scorer).
+        let case = Case {
+            id: t.id.clone(),
+            gold,
+            pred: maslens_eval::metrics::Prediction {
+                agent: p.and_then(|p| p.agent.clone()),
+                step: p.and_then(|p| p.step),
+                abstained: p.is_none_or(|p| p.step.is_none() && p.agent.is_none()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let agent_ok = agent_correct(&case, Scorer::Exact);
+        agent_hits.extend(agent_ok);
+        if let Some(step_ok) = step_correct(&case, Scorer::Exact) {
+            step_hits.push(step_ok);
+            pair_hits.push(step_ok && agent_ok == Some(true));
+            let gold_step = case.gold.step.unwrap_or_default();
+            dist.push(case.pred.step.map(|s| s.abs_diff(gold_step)));
         }
     }
     let tolerance = cfg
@@ -154,63 +125,6 @@ pub fn score(traces: &[&Trace], preds: &[Prediction], cfg: &EvalConfig) -> Locat
     }
 }
 
-fn nonterminal(kind: AgentKind) -> bool {
-    matches!(kind, AgentKind::Worker | AgentKind::Orchestrator)
-}
-
-/// The trivial baselines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Baseline {
-    /// A uniformly random step (seeded per trace id) and its acting agent.
-    Random,
-    /// The first step whose agent is a worker or orchestrator (not tool, not human).
-    FirstNonTerminal,
-    /// The last step whose agent is a worker or orchestrator.
-    LastNonTerminal,
-}
-
-impl Baseline {
-    pub const ALL: [Baseline; 3] = [
-        Baseline::Random,
-        Baseline::FirstNonTerminal,
-        Baseline::LastNonTerminal,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Baseline::Random => "baseline/random",
-            Baseline::FirstNonTerminal => "baseline/first-non-terminal",
-            Baseline::LastNonTerminal => "baseline/last-non-terminal",
-        }
-    }
-
-    /// This baseline's prediction for a trace.
-    pub fn predict(self, trace: &Trace, seed: u64) -> Prediction {
-        let kinds: Vec<bool> = trace
-            .steps
-            .iter()
-            .map(|s| nonterminal(trace.agent_kind(&s.agent)))
-            .collect();
-        let pos = match self {
-            Baseline::Random => {
-                if trace.steps.is_empty() {
-                    None
-                } else {
-                    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ fnv1a(trace.id.as_bytes()));
-                    Some(rng.gen_range(0..trace.steps.len()))
-                }
-            }
-            Baseline::FirstNonTerminal => kinds.iter().position(|k| *k),
-            Baseline::LastNonTerminal => kinds.iter().rposition(|k| *k),
-        };
-        Prediction {
-            trace: trace.id.clone(),
-            agent: pos.map(|i| trace.steps[i].agent.clone()),
-            step: pos.map(|i| trace.steps[i].index),
-        }
-    }
-}
-
 /// The model's prediction for a trace.
 pub fn model_prediction(model: &PriorModel, trace: &Trace) -> Prediction {
     let p = model.predict(trace);
@@ -221,26 +135,19 @@ pub fn model_prediction(model: &PriorModel, trace: &Trace) -> Prediction {
     }
 }
 
-/// The group a trace belongs to for per-subset reporting: its id up to the last `/`
-/// (`Hand-Crafted/12` -> `Hand-Crafted`), else `default`.
+/// The group a trace is reported under: [`Trace::group`], `default` when it has none.
 pub fn group_of(trace: &Trace) -> String {
-    match trace.id.rsplit_once('/') {
-        Some((g, _)) if !g.is_empty() => g.to_string(),
-        _ => "default".to_string(),
-    }
+    trace.group().unwrap_or_else(|| "default".to_string())
 }
 
-/// Deterministic K-fold assignment: traces are ordered by FNV-1a(seed, id) (ties by id) and
-/// dealt round-robin into `k` folds, so folds are balanced and independent of input order.
+/// Deterministic K-fold assignment: traces are put in their seeded order
+/// ([`maslens_trace::seeded_hash`] of the id, ties by id) and dealt round-robin into `k` folds,
+/// so folds are balanced and independent of input order.
 pub fn fold_assignment(traces: &[&Trace], k: usize, seed: u64) -> Vec<usize> {
     let mut order: Vec<(u64, &str, usize)> = traces
         .iter()
         .enumerate()
-        .map(|(i, t)| {
-            let mut key = seed.to_le_bytes().to_vec();
-            key.extend_from_slice(t.id.as_bytes());
-            (fnv1a(&key), t.id.as_str(), i)
-        })
+        .map(|(i, t)| (maslens_trace::seeded_hash(seed, &t.id), t.id.as_str(), i))
         .collect();
     order.sort();
     let mut folds = vec![0; traces.len()];
@@ -375,13 +282,26 @@ pub fn report(
     }
 }
 
-/// Reports for the three baselines on `traces`.
+/// A baseline's prediction for a trace (the one baseline set, `maslens_eval::baselines`).
+pub fn baseline_prediction(name: &str, trace: &Trace, seed: u64) -> Prediction {
+    let g = maslens_eval::baselines::run(name, trace, seed);
+    Prediction {
+        trace: trace.id.clone(),
+        agent: g.as_ref().map(|g| g.agent.clone()),
+        step: g.map(|g| g.step),
+    }
+}
+
+/// Reports for the baselines of `maslens_eval::baselines` on `traces`, named `baseline/NAME`.
 pub fn baseline_reports(traces: &[&Trace], cfg: &EvalConfig) -> Vec<MethodReport> {
-    Baseline::ALL
+    maslens_eval::baselines::NAMES
         .iter()
-        .map(|b| {
-            let preds: Vec<Prediction> = traces.iter().map(|t| b.predict(t, cfg.seed)).collect();
-            report(b.name(), traces, &preds, cfg)
+        .map(|name| {
+            let preds: Vec<Prediction> = traces
+                .iter()
+                .map(|t| baseline_prediction(name, t, cfg.seed))
+                .collect();
+            report(&format!("baseline/{name}"), traces, &preds, cfg)
         })
         .collect()
 }
@@ -413,12 +333,17 @@ mod tests {
     #[test]
     fn bootstrap_is_seeded_and_brackets_the_estimate() {
         let hits: Vec<bool> = (0..50).map(|i| i % 3 == 0).collect();
-        let a = bootstrap_ci(&hits, 1000, 1);
-        assert_eq!(a, bootstrap_ci(&hits, 1000, 1));
+        let cfg = EvalConfig {
+            bootstrap: 1000,
+            seed: 1,
+            ..EvalConfig::default()
+        };
+        let a = metric(&hits, &cfg).ci95;
+        assert_eq!(a, metric(&hits, &cfg).ci95);
         let v = 17.0 / 50.0;
         assert!(a[0] < v && v < a[1], "{a:?}");
-        assert_eq!(bootstrap_ci(&[true; 10], 500, 2), [1.0, 1.0]);
-        assert_eq!(bootstrap_ci(&[], 500, 2), [0.0, 0.0]);
+        assert_eq!(metric(&[true; 10], &cfg).ci95, [1.0, 1.0]);
+        assert_eq!(metric(&[], &cfg).ci95, [0.0, 0.0]);
     }
 
     #[test]
@@ -435,13 +360,13 @@ mod tests {
             ],
             ("A", 1),
         );
-        let first = Baseline::FirstNonTerminal.predict(&t, 0);
+        let first = baseline_prediction("first-agent", &t, 0);
         assert_eq!((first.agent.as_deref(), first.step), (Some("A"), Some(1)));
-        let last = Baseline::LastNonTerminal.predict(&t, 0);
+        let last = baseline_prediction("last-agent", &t, 0);
         assert_eq!((last.agent.as_deref(), last.step), (Some("B"), Some(3)));
-        let r1 = Baseline::Random.predict(&t, 9);
-        assert_eq!(r1, Baseline::Random.predict(&t, 9));
-        assert!(r1.step.unwrap() < 5);
+        let r1 = baseline_prediction("random", &t, 9);
+        assert_eq!(r1, baseline_prediction("random", &t, 9));
+        assert!(matches!(r1.step, Some(1) | Some(3)), "acting steps only");
 
         let cfg = EvalConfig {
             bootstrap: 100,
@@ -532,7 +457,10 @@ mod tests {
         let lgo = leave_group_out(&refs, &cfg).unwrap();
         assert_eq!(lgo.len(), 30);
         assert!(cross_validate(&refs, 1, &cfg).is_err());
-        assert_eq!(baseline_reports(&refs, &ecfg).len(), 3);
+        assert_eq!(
+            baseline_reports(&refs, &ecfg).len(),
+            maslens_eval::baselines::NAMES.len()
+        );
         assert_eq!(group_of(&Trace::new("plain")), "default");
     }
 }

@@ -232,10 +232,6 @@ fn has_role_word(lower: &str, terms: &[&str]) -> bool {
     terms.iter().any(|t| lower.contains(t))
 }
 
-fn nonterminal(kind: AgentKind) -> bool {
-    matches!(kind, AgentKind::Worker | AgentKind::Orchestrator)
-}
-
 fn ln1p(x: f64) -> f64 {
     x.max(0.0).ln_1p()
 }
@@ -282,8 +278,10 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
             ]
         });
     }
-    let first_nt = kinds.iter().position(|k| nonterminal(*k));
-    let last_nt = kinds.iter().rposition(|k| nonterminal(*k));
+    // Acting (non-terminal) steps: the one rule of maslens-trace (`Trace::is_acting`).
+    let acting: Vec<bool> = trace.steps.iter().map(|s| trace.is_acting(&s.agent)).collect();
+    let first_nt = acting.iter().position(|a| *a);
+    let last_nt = acting.iter().rposition(|a| *a);
 
     // Per-step text facts.
     let lowers: Vec<String> = trace
@@ -303,8 +301,8 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
     // Order of each step among the non-terminal steps (1-based; 0 for terminal steps).
     let mut nt_ord = vec![0usize; n];
     let mut k = 0;
-    for (i, kind) in kinds.iter().enumerate() {
-        if nonterminal(*kind) {
+    for (i, is_acting) in acting.iter().enumerate() {
+        if *is_acting {
             k += 1;
             nt_ord[i] = k;
         }
@@ -315,7 +313,7 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
     // call failed first.
     let cause_of_first_error = (0..n)
         .find(|i| tool_error(*i))
-        .and_then(|e| (0..e).rev().find(|i| nonterminal(kinds[*i])));
+        .and_then(|e| (0..e).rev().find(|i| acting[*i]));
 
     let task_words: HashSet64 = content_word_hashes(&trace.task, 4).into_iter().collect();
     let mut seen_numbers: HashSet64 = number_hashes(&trace.task).into_iter().collect();
@@ -324,7 +322,7 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
     // so the step that first brought those in is a candidate origin of the failure.
     let final_steps: Vec<usize> = (0..n)
         .rev()
-        .filter(|i| nonterminal(kinds[*i]) && trace.steps[*i].content.trim().chars().count() >= 20)
+        .filter(|i| acting[*i] && trace.steps[*i].content.trim().chars().count() >= 20)
         .take(2)
         .collect();
     let final_numbers: HashSet64 = final_steps
@@ -377,7 +375,7 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
         set!(
             AfterHuman,
             f64::from(u8::from(
-                i > 0 && kinds[i - 1] == AgentKind::Human && nonterminal(kind),
+                i > 0 && kinds[i - 1] == AgentKind::Human && acting[i],
             )),
         );
         let agent_of = |pos: Option<usize>| pos.map(|p| trace.steps[p].agent.as_str());

@@ -10,9 +10,11 @@
 pub mod eval;
 pub mod features;
 pub mod model;
+pub mod probs;
 pub mod text;
 
-pub use eval::{EvalConfig, LocateMetrics, Metric, Prediction};
+pub use eval::{EvalConfig, LocateMetrics, Prediction};
+pub use maslens_eval::metrics::Accuracy;
 pub use features::{extract, FEATURE_NAMES, N_FEATURES};
 pub use model::AGENT_FEATURE_NAMES;
 pub use model::{

@@ -20,6 +20,7 @@
 //! }
 //! ```
 
+pub mod concepts;
 pub mod diag;
 pub mod export;
 pub mod import;
@@ -27,6 +28,7 @@ pub mod model;
 pub mod names;
 pub mod validate;
 
+pub use concepts::{fnv1a, seeded_hash, seeded_order, seeded_rng, Gold};
 pub use diag::{Diagnostic, Severity};
 pub use import::{read_path, read_trace, Format, ImportError, Imported};
 pub use model::*;

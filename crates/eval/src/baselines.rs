@@ -1,18 +1,17 @@
-//! Trivial baselines, computed on the same cases as every method so reports can show them side
-//! by side. "Non-terminal" means an agent that is neither a tool / code executor / terminal
-//! (`AgentKind::Tool`, or a name containing `terminal`) nor the human user.
+//! The trivial baselines: one set, one definition each, computed on the same cases as every
+//! method so reports (`maslens eval locate`, `maslens prior eval`) show them side by side.
+//! "Acting" is [`Trace::is_acting`] (neither a tool / code executor / terminal nor the human).
 //!
-//! - `random`: a uniformly drawn step among the non-terminal agents' steps (all steps when there
-//!   are none), seeded per trace from `(seed, trace id)` with ChaCha8;
-//! - `first-agent`: the first step acted by a non-terminal agent;
-//! - `last-agent`: the last step acted by a non-terminal agent;
+//! - `random`: a uniformly drawn step among the acting agents' steps (all steps when there are
+//!   none), from the trace's seeded draw [`maslens_trace::seeded_rng`]`(seed, trace id)`;
+//! - `first-agent`: the first step an acting agent took;
+//! - `last-agent`: the last step an acting agent took;
 //! - `error-keyword`: the first step whose text contains an error keyword (error, exception,
 //!   traceback, failed, ...); a hit inside a terminal/tool step is attributed to the closest
-//!   earlier non-terminal step (whose action produced it); no hit: `last-agent`.
+//!   earlier acting step (whose action produced it); no hit: `last-agent`.
 
-use maslens_trace::{AgentKind, Trace};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use maslens_trace::Trace;
+use rand::Rng;
 
 /// A baseline's prediction for one trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,17 +39,6 @@ pub const ERROR_KEYWORDS: [&str; 12] = [
     "exitcode: 1",
 ];
 
-/// Whether the agent is a terminal/tool or the human.
-pub fn is_terminal(trace: &Trace, agent: &str) -> bool {
-    match trace.agent_kind(agent) {
-        AgentKind::Tool | AgentKind::Human => true,
-        _ => {
-            let l = agent.to_ascii_lowercase();
-            l.contains("terminal") || l == "human" || l == "user"
-        }
-    }
-}
-
 fn guess(trace: &Trace, pos: usize) -> Guess {
     Guess {
         agent: trace.steps[pos].agent.clone(),
@@ -59,21 +47,12 @@ fn guess(trace: &Trace, pos: usize) -> Guess {
 }
 
 fn candidates(trace: &Trace) -> Vec<usize> {
-    let c: Vec<usize> = (0..trace.steps.len())
-        .filter(|&i| !is_terminal(trace, &trace.steps[i].agent))
-        .collect();
+    let c = trace.acting_positions();
     if c.is_empty() {
         (0..trace.steps.len()).collect()
     } else {
         c
     }
-}
-
-/// FNV-1a of the trace id, to derive a per-trace seed independent of case order.
-fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-    })
 }
 
 /// Seeded random step among non-terminal agents' steps.
@@ -82,7 +61,7 @@ pub fn random(trace: &Trace, seed: u64) -> Option<Guess> {
     if c.is_empty() {
         return None;
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ fnv(&trace.id));
+    let mut rng = maslens_trace::seeded_rng(seed, &trace.id);
     Some(guess(trace, c[rng.gen_range(0..c.len())]))
 }
 
@@ -103,17 +82,32 @@ pub fn error_keyword(trace: &Trace) -> Option<Guess> {
         if !ERROR_KEYWORDS.iter().any(|k| text.contains(k)) {
             continue;
         }
-        if !is_terminal(trace, &step.agent) {
+        if trace.is_acting(&step.agent) {
             return Some(guess(trace, pos));
         }
         if let Some(p) = (0..pos)
             .rev()
-            .find(|&p| !is_terminal(trace, &trace.steps[p].agent))
+            .find(|&p| trace.is_acting(&trace.steps[p].agent))
         {
             return Some(guess(trace, p));
         }
     }
     last_agent(trace)
+}
+
+/// The prediction a baseline's guess stands for (no guess: an abstention).
+pub fn prediction(g: Option<Guess>) -> crate::metrics::Prediction {
+    match g {
+        Some(g) => crate::metrics::Prediction {
+            agent: Some(g.agent),
+            step: Some(g.step),
+            ..Default::default()
+        },
+        None => crate::metrics::Prediction {
+            abstained: true,
+            ..Default::default()
+        },
+    }
 }
 
 /// Run a baseline by name.
@@ -130,7 +124,7 @@ pub fn run(name: &str, trace: &Trace, seed: u64) -> Option<Guess> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use maslens_trace::Step;
+    use maslens_trace::{AgentKind, Step};
 
     fn t() -> Trace {
         let mut t = Trace::new("x/1");
@@ -188,7 +182,7 @@ mod tests {
         assert_eq!(Some(a.clone()), random(&t, 7));
         for seed in 0..50 {
             let g = random(&t, seed).unwrap();
-            assert!(!is_terminal(&t, &g.agent));
+            assert!(t.is_acting(&g.agent));
         }
         let distinct: std::collections::BTreeSet<usize> =
             (0..50).map(|s| random(&t, s).unwrap().step).collect();

@@ -1,0 +1,75 @@
+//! Flags of failure localization, shared by `maslens locate` and `maslens eval locate`
+//! (flatten `MethodArgs`); they describe a `maslens_core::locate::LocateOptions`.
+
+use maslens_core::locate::{ErrorModes, LocateOptions, Method};
+use maslens_locate::{Protocol, Style, Variant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct MethodArgs {
+    /// Localizer: `llm` (AgentLocate: Judge protocol + Evaluators + vote) or `prior` (the learned
+    /// localizer of maslens-prior, no LLM; the built-in model unless --prior FILE).
+    #[arg(long, default_value = "llm", value_parser = ["llm", "prior"])]
+    pub method: String,
+    /// Judge protocol: all-at-once, step-by-step, binary-search.
+    #[arg(long, default_value = "all-at-once")]
+    pub protocol: Protocol,
+    /// full (Judge + Evaluators + vote), judge-only (variant I), evaluators-only (variant II).
+    #[arg(long, default_value = "full")]
+    pub variant: Variant,
+    /// Evaluator styles (their number is H): base, concise, evidence; repeat styles for more.
+    #[arg(long, value_delimiter = ',', default_value = "base,concise,evidence")]
+    pub evaluators: Vec<Style>,
+    /// Model spec(s) for the Evaluators: one for all, or one per style (default: the Judge's).
+    #[arg(long)]
+    pub evaluator_model: Vec<String>,
+    /// Show the reference answer to the Judge and Evaluators (the Who&When "with ground truth"
+    /// setting; AgentLocate's default is without).
+    #[arg(long)]
+    pub with_ground_truth: bool,
+    /// Ask for an error mode from the Aegis (MAST) taxonomy too: `auto` (for Aegis traces), `aegis`, `none`.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "aegis", "none"])]
+    pub error_modes: String,
+    /// Answer token limit per call.
+    #[arg(long, default_value_t = 256)]
+    pub max_answer_tokens: u32,
+    /// External prior over steps as an extra voter: `builtin` (maslens-prior's default model) or
+    /// a JSONL file of `{"trace": ID, "probs": [p_step0, p_step1, ...]}`.
+    #[arg(long)]
+    pub prior: Option<String>,
+    /// Weight of the prior voter in the vote.
+    #[arg(long, default_value_t = 1.0)]
+    pub prior_weight: f64,
+    /// Prior-guided narrowing: for traces longer than the model's window, show the steps the
+    /// prior ranks most likely decisive in full and abridge the others (one call sees every step
+    /// instead of several windows). Uses `--prior` (default `builtin`); with `--prior-narrowing`
+    /// alone the prior does not vote.
+    #[arg(long)]
+    pub prior_narrowing: bool,
+}
+
+impl MethodArgs {
+    /// The library options these flags describe.
+    pub fn options(&self) -> LocateOptions {
+        LocateOptions {
+            method: if self.method == "prior" {
+                Method::Prior
+            } else {
+                Method::Llm
+            },
+            protocol: self.protocol,
+            variant: self.variant,
+            evaluators: self.evaluators.clone(),
+            evaluator_models: self.evaluator_model.clone(),
+            with_ground_truth: self.with_ground_truth,
+            error_modes: match self.error_modes.as_str() {
+                "aegis" => ErrorModes::Aegis,
+                "none" => ErrorModes::None,
+                _ => ErrorModes::Auto,
+            },
+            max_answer_tokens: self.max_answer_tokens,
+            prior: self.prior.clone(),
+            prior_weight: self.prior_weight,
+            prior_narrowing: self.prior_narrowing,
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! `maslens eval locate` as one library call: a dataset of labelled traces -> a localizer (the
+//! LLM pipeline, the prior, or external predictions) -> the exact or compat scorer -> a
+//! versioned report, with the trivial baselines (and the prior, when loaded) on the same cases,
+//! and optionally the refinement data of AgentLocate (z_q instances and a chat JSONL).
+
+use crate::locate::{LlmLocalizer, LocateOptions, Method, Models, PriorLocalizer, PriorSource};
+use crate::traces::{load_dataset, parse_dataset};
+use crate::CoreError;
+use maslens_eval::metrics::{Prediction, Scorer};
+use maslens_eval::run::{
+    evaluate, split, EvalRun, EvalSpec, LabelledCase, Localizer, Progress, Table,
+};
+use maslens_llm::OpenOptions;
+use maslens_locate::refine::{chat_example, openai_command, trl_command, RefinementInstance};
+use maslens_locate::Variant;
+use maslens_trace::Trace;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Refinement targets of the exported data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RefineTargets {
+    /// The Evaluator vote's verified location (AgentLocate).
+    #[default]
+    Verified,
+    /// The gold label (variant III).
+    Gold,
+}
+
+/// Export of refinement data (`--export-refinement`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefineExport {
+    pub dir: PathBuf,
+    pub targets: RefineTargets,
+    pub round: u32,
+    /// Base model written into the trl command.
+    pub base_model: String,
+}
+
+/// Everything `maslens eval locate` takes.
+#[derive(Debug, Clone)]
+pub struct EvalLocateOptions {
+    /// `whowhen:DIR`, `aegis:FILE`, or a path.
+    pub dataset: String,
+    pub locate: LocateOptions,
+    /// The Judge's model spec and the LLM options (cache, budgets, backend).
+    pub model: String,
+    pub llm: OpenOptions,
+    pub scorer: Scorer,
+    /// Fraction of each group on the refinement (train) side; the rest is evaluated.
+    pub split: Option<f64>,
+    pub seed: u64,
+    /// A JSONL of `{"trace", "agent", "step"[, "error_mode"]}` scored instead of running a method.
+    pub predictions: Option<PathBuf>,
+    /// Evaluate only the first N cases (by id) of the evaluated side.
+    pub limit: Option<usize>,
+    /// Only cases whose id starts with this.
+    pub subset: Option<String>,
+    pub tolerances: Vec<usize>,
+    pub export_refinement: Option<RefineExport>,
+}
+
+/// The typed configuration recorded in the report (`config`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub method: Method,
+    pub protocol: maslens_locate::Protocol,
+    pub variant: Variant,
+    pub evaluators: Vec<maslens_locate::Style>,
+    pub evaluator_models: Vec<String>,
+    pub with_ground_truth: bool,
+    pub error_modes: bool,
+    pub max_answer_tokens: u32,
+    pub prior: Option<String>,
+    pub prior_weight: f64,
+    pub prior_narrowing: bool,
+    pub limit: Option<usize>,
+    pub subset: Option<String>,
+    pub refinement_instances: Option<usize>,
+}
+
+/// A finished evaluation.
+#[derive(Debug)]
+pub struct EvalLocateOutput {
+    pub run: EvalRun,
+    /// Records skipped or left out, as messages (file, record, field): counted for the exit code.
+    pub problems: Vec<String>,
+    /// The LLM stack of the Judge, for a usage summary (when a model was opened).
+    pub judge: Option<maslens_llm::Stack>,
+}
+
+/// Read an external predictions file: predictions by trace id, and the lines skipped.
+/// Steps may be integers or strings holding integers (Who&When style); anything else is
+/// counted as unparsed with a message.
+pub fn read_predictions(path: &Path) -> Result<(HashMap<String, Prediction>, Vec<String>), CoreError> {
+    #[derive(Deserialize)]
+    struct Line {
+        trace: String,
+        agent: Option<String>,
+        step: Option<serde_json::Value>,
+        #[serde(default)]
+        error_mode: Option<String>,
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| CoreError::Io {
+        what: format!("reading {}", path.display()),
+        source,
+    })?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let mut map = HashMap::new();
+    let mut skipped = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let at = format!("{}: line {}", path.display(), i + 1);
+        let p: Line = match serde_json::from_str(line) {
+            Ok(p) => p,
+            Err(e) => {
+                skipped.push(format!(
+                    "{at}: expected {{\"trace\", \"agent\", \"step\"}}: {e}; skipped"
+                ));
+                continue;
+            }
+        };
+        let step = match &p.step {
+            Some(serde_json::Value::Number(n)) => n.as_u64().map(|s| s as usize),
+            Some(serde_json::Value::String(s)) => s.trim().parse().ok(),
+            _ => None,
+        };
+        if p.step.as_ref().is_some_and(|s| !s.is_null()) && step.is_none() {
+            skipped.push(format!(
+                "{at}: field `step` is not a step number; counted as unparsed"
+            ));
+        }
+        if map.contains_key(&p.trace) {
+            skipped.push(format!(
+                "{at}: a second prediction for trace {:?}; the first is kept",
+                p.trace
+            ));
+            continue;
+        }
+        let abstained = p.agent.is_none() && step.is_none();
+        map.insert(
+            p.trace,
+            Prediction {
+                agent: p.agent,
+                step,
+                error_mode: p.error_mode,
+                abstained,
+                parse_failures: 0,
+            },
+        );
+    }
+    Ok((map, skipped))
+}
+
+/// Tokens of a trace as the locate prompts render it (length quartiles of the report).
+pub fn trace_tokens(t: &Trace) -> usize {
+    let (text, _) = maslens_locate::render::render_steps(t, 0..t.steps.len(), None);
+    maslens_llm::estimate_tokens(&text)
+}
+
+/// Run `maslens eval locate`. Call inside a tokio runtime.
+pub async fn eval_locate(
+    opts: &EvalLocateOptions,
+    progress: &dyn Progress,
+) -> Result<EvalLocateOutput, CoreError> {
+    let (path, format) = parse_dataset(&opts.dataset);
+    let ds = load_dataset(&path, format, opts.subset.as_deref());
+    let mut problems = ds.problems();
+    if ds.cases.is_empty() {
+        return Err(CoreError::Invalid(format!(
+            "no labelled traces in {}",
+            path.display()
+        )));
+    }
+    let (train, mut test, split_info) = match opts.split {
+        Some(frac) => {
+            let (tr, te, info) = split(ds.cases, frac, opts.seed);
+            (tr, te, Some(info))
+        }
+        None => (Vec::new(), ds.cases, None),
+    };
+    if let Some(n) = opts.limit {
+        test.truncate(n);
+    }
+    let any_aegis = test.iter().any(|c| c.trace.source.format == "aegis");
+    let error_modes = opts.locate.wants_error_modes(any_aegis);
+    let cfg = opts.locate.config(error_modes);
+    let prior = match opts.locate.prior_spec() {
+        Some(spec) => {
+            let (p, skipped) = PriorSource::load(spec)?;
+            problems.extend(skipped);
+            Some(p)
+        }
+        None => None,
+    };
+
+    let needs_llm = opts.predictions.is_none() && opts.locate.method == Method::Llm
+        || opts.export_refinement.is_some();
+    let models = if needs_llm {
+        Some(Models::open(&opts.model, &opts.llm, &opts.locate).await?)
+    } else {
+        None
+    };
+    let table;
+    let prior_localizer;
+    let llm;
+    let localizer: &dyn Localizer = if let Some(p) = &opts.predictions {
+        let (predictions, skipped) = read_predictions(p)?;
+        let known: std::collections::HashSet<&str> =
+            test.iter().map(|c| c.trace.id.as_str()).collect();
+        let mut unknown: Vec<&String> = predictions
+            .keys()
+            .filter(|k| !known.contains(k.as_str()))
+            .collect();
+        unknown.sort();
+        problems.extend(skipped);
+        for id in unknown {
+            tracing::warn!("prediction for unknown or excluded trace {id:?} ignored");
+        }
+        table = Table {
+            label: format!("predictions:{}", p.display()),
+            predictions,
+        };
+        &table
+    } else if opts.locate.method == Method::Prior {
+        let (p, _) = PriorSource::load(opts.locate.prior_spec().unwrap_or("builtin"))?;
+        prior_localizer = PriorLocalizer(p);
+        &prior_localizer
+    } else {
+        let models = models
+            .as_ref()
+            .ok_or_else(|| CoreError::Invalid("no model opened".into()))?;
+        llm = LlmLocalizer {
+            models,
+            config: cfg.clone(),
+            styles: opts.locate.evaluators.clone(),
+            prior,
+        };
+        &llm
+    };
+
+    let mut extra: Vec<(&str, &dyn Localizer)> = Vec::new();
+    let prior_baseline;
+    if opts.locate.method != Method::Prior {
+        // The learned prior next to the trivial baselines, when the run loaded one.
+        if let Some(spec) = opts.locate.prior_spec() {
+            let (p, _) = PriorSource::load(spec)?;
+            prior_baseline = PriorLocalizer(p);
+            extra.push(("prior", &prior_baseline));
+        }
+    }
+    let spec = EvalSpec {
+        title: format!("maslens eval locate: {}", opts.dataset),
+        dataset: opts.dataset.clone(),
+        scorer: opts.scorer,
+        seed: opts.seed,
+        tolerances: opts.tolerances.clone(),
+        top_mislocalized: 10,
+        split: split_info.clone(),
+        config: serde_json::Value::Null,
+        trace_tokens: &trace_tokens,
+        git_revision: crate::GIT_REVISION,
+    };
+    let mut run = evaluate(&test, localizer, &extra, &spec, progress).await;
+
+    let mut refinement_instances = None;
+    if let (Some(export), Some(models)) = (&opts.export_refinement, &models) {
+        // The refinement side: the train part of the split, else every evaluated case.
+        let side: &[LabelledCase] = if split_info.is_some() { &train } else { &test };
+        let mut rcfg = cfg.clone();
+        rcfg.variant = Variant::Full;
+        let locator = models.locator(rcfg.clone(), &opts.locate.evaluators);
+        refinement_instances = Some(
+            export_refinement(export, side, &locator, &rcfg, split_info.is_some(), progress)
+                .await?,
+        );
+    }
+    let config = RunConfig {
+        method: opts.locate.method,
+        protocol: cfg.protocol,
+        variant: cfg.variant,
+        evaluators: opts.locate.evaluators.clone(),
+        evaluator_models: opts.locate.evaluator_models.clone(),
+        with_ground_truth: cfg.settings.with_ground_truth,
+        error_modes,
+        max_answer_tokens: cfg.settings.max_answer_tokens,
+        prior: opts.locate.prior.clone(),
+        prior_weight: cfg.prior_weight,
+        prior_narrowing: cfg.narrow_with_prior,
+        limit: opts.limit,
+        subset: opts.subset.clone(),
+        refinement_instances,
+    };
+    run.report.config = serde_json::to_value(&config).unwrap_or_default();
+    Ok(EvalLocateOutput {
+        run,
+        problems,
+        judge: models.map(|m| m.judge),
+    })
+}
+
+/// Write the refinement data of `side` into `export.dir`: `instances.jsonl` (z_q), `train.jsonl`
+/// (chat format), `trl_sft.sh` and `openai_finetune.txt`. Returns the number of instances.
+pub async fn export_refinement(
+    export: &RefineExport,
+    side: &[LabelledCase],
+    locator: &maslens_locate::Locator<'_>,
+    cfg: &maslens_locate::LocateConfig,
+    disjoint: bool,
+    progress: &dyn Progress,
+) -> Result<usize, CoreError> {
+    let dir = &export.dir;
+    let io = |what: &str| {
+        let what = format!("{what} in {}", dir.display());
+        move |source| CoreError::Io { what, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io("creating the directory"))?;
+    let mut train = String::new();
+    let mut instances = String::new();
+    let mut n = 0;
+    progress.start(side.len());
+    for c in side {
+        let t = &c.trace;
+        progress.case(&format!("refine {}", t.id));
+        let inst = match export.targets {
+            RefineTargets::Gold => RefinementInstance::from_gold(t, export.round),
+            RefineTargets::Verified => match locator.locate(t, None).await {
+                Ok(v) => RefinementInstance::from_verdict(t, &v, export.round),
+                Err(e) => {
+                    progress.error(&t.id, &format!("refinement: {e}"));
+                    None
+                }
+            },
+        };
+        progress.case_done();
+        let Some(inst) = inst else { continue };
+        let ex = chat_example(locator.judge, t, &inst, &cfg.settings)
+            .map_err(|e| CoreError::Invalid(format!("{}: refinement example: {e}", t.id)))?;
+        train.push_str(&serde_json::to_string(&ex).unwrap_or_default());
+        train.push('\n');
+        instances.push_str(&serde_json::to_string(&inst).unwrap_or_default());
+        instances.push('\n');
+        n += 1;
+    }
+    progress.finish();
+    std::fs::write(dir.join("train.jsonl"), train).map_err(io("writing train.jsonl"))?;
+    std::fs::write(dir.join("instances.jsonl"), instances).map_err(io("writing instances.jsonl"))?;
+    let d = dir.display().to_string();
+    let script = format!(
+        "#!/bin/sh\n# Refinement round {} ({} targets, {} instances{}).\n# LoRA settings of AgentLocate: r 64, alpha 128, dropout 0.05, 3 epochs, effective batch 16.\nset -e\n{}",
+        export.round,
+        match export.targets {
+            RefineTargets::Verified => "verified",
+            RefineTargets::Gold => "gold",
+        },
+        n,
+        if disjoint {
+            ", train side of the split, disjoint from evaluation"
+        } else {
+            "; not split: keep these traces out of evaluation"
+        },
+        trl_command(&d, &export.base_model, &format!("{d}/lora-round{}", export.round))
+    );
+    std::fs::write(dir.join("trl_sft.sh"), script).map_err(io("writing trl_sft.sh"))?;
+    std::fs::write(
+        dir.join("openai_finetune.txt"),
+        openai_command(&format!("{d}/train.jsonl"), "gpt-4o-2024-08-06"),
+    )
+    .map_err(io("writing openai_finetune.txt"))?;
+    Ok(n)
+}

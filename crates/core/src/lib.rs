@@ -1,0 +1,37 @@
+//! maslens-core: maslens as a library. Every method over traces, with typed options, exactly as
+//! the CLI calls it; the server and the Python package call the same functions.
+//!
+//! - [`traces`]: read traces from files and directories (import errors kept, not printed);
+//!   datasets of labelled cases.
+//! - [`locate`]: failure localization with the LLM pipeline or the learned prior, as
+//!   [`maslens_eval::run::Localizer`]s.
+//! - [`eval_locate`]: `maslens eval locate` as one function: dataset -> localizer -> scorer ->
+//!   versioned report.
+//!
+//! This crate joins method crates (locate and prior) and nothing joins it but front ends
+//! (cli, server, python). It never prints: progress goes through [`maslens_eval::run::Progress`].
+
+pub mod eval_locate;
+pub mod locate;
+pub mod traces;
+
+/// `git rev-parse HEAD` of this build, when built from a checkout.
+pub const GIT_REVISION: Option<&str> = option_env!("MASLENS_GIT_REV");
+
+/// Errors that stop a library call (per-record problems are returned beside the results).
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    #[error(transparent)]
+    Llm(#[from] maslens_llm::LlmError),
+    #[error(transparent)]
+    Prior(#[from] maslens_prior::PriorError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Options that do not fit together, or an input with nothing to work on.
+    #[error("{0}")]
+    Invalid(String),
+}

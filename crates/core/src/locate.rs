@@ -1,0 +1,427 @@
+//! Failure localization as a library call: the AgentLocate LLM pipeline (Judge + Evaluators +
+//! vote) or the learned prior, each a [`Localizer`] that the CLI, `eval locate`, the server and
+//! the Python package use alike. This is where the two method crates meet: the prior votes in the
+//! LLM pipeline and picks the steps a long trace shows in full, passed as a plain distribution
+//! per trace, so `maslens-locate` never depends on `maslens-prior`.
+
+use crate::CoreError;
+use maslens_eval::metrics::{CaseUsage, Prediction};
+use maslens_eval::run::{LocalizeError, Localized, Localizer, PromptRef};
+use maslens_llm::{ChatModel, OpenOptions, Stack};
+use maslens_locate::pipeline::EvaluatorSpec;
+use maslens_locate::{LocateConfig, LocateError, LocateVerdict, Locator, Protocol, Settings, Style, Variant};
+use maslens_trace::Trace;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Which localizer answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// AgentLocate: Judge protocol + Evaluators + confidence-weighted vote.
+    #[default]
+    Llm,
+    /// The learned localizer of maslens-prior (no LLM).
+    Prior,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Llm => "llm",
+            Method::Prior => "prior",
+        }
+    }
+}
+
+/// Whether an error-mode answer (the Aegis/MAST taxonomy) is asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorModes {
+    /// For Aegis traces only.
+    #[default]
+    Auto,
+    Aegis,
+    None,
+}
+
+/// How failures are localized: the options `maslens locate` and `maslens eval locate` share.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocateOptions {
+    pub method: Method,
+    pub protocol: Protocol,
+    pub variant: Variant,
+    /// Evaluator styles (their number is H).
+    pub evaluators: Vec<Style>,
+    /// Model specs of the Evaluators: none (the Judge's), one for all, or one per style.
+    pub evaluator_models: Vec<String>,
+    pub with_ground_truth: bool,
+    pub error_modes: ErrorModes,
+    pub max_answer_tokens: u32,
+    /// `builtin` or a prior-probabilities file (`maslens_prior::probs`).
+    pub prior: Option<String>,
+    pub prior_weight: f64,
+    pub prior_narrowing: bool,
+}
+
+impl Default for LocateOptions {
+    fn default() -> Self {
+        LocateOptions {
+            method: Method::Llm,
+            protocol: Protocol::AllAtOnce,
+            variant: Variant::Full,
+            evaluators: vec![Style::Base, Style::Concise, Style::Evidence],
+            evaluator_models: Vec::new(),
+            with_ground_truth: false,
+            error_modes: ErrorModes::Auto,
+            max_answer_tokens: 256,
+            prior: None,
+            prior_weight: 1.0,
+            prior_narrowing: false,
+        }
+    }
+}
+
+impl LocateOptions {
+    /// The prior to load: `prior`, else `builtin` when narrowing or `--method prior` needs one.
+    pub fn prior_spec(&self) -> Option<&str> {
+        self.prior
+            .as_deref()
+            .or((self.prior_narrowing || self.method == Method::Prior).then_some("builtin"))
+    }
+
+    /// Whether error modes are asked for a trace set (`any_aegis`: it holds Aegis traces).
+    pub fn wants_error_modes(&self, any_aegis: bool) -> bool {
+        match self.error_modes {
+            ErrorModes::Aegis => true,
+            ErrorModes::None => false,
+            ErrorModes::Auto => any_aegis,
+        }
+    }
+
+    /// The pipeline configuration these options describe.
+    pub fn config(&self, error_modes: bool) -> LocateConfig {
+        LocateConfig {
+            protocol: self.protocol,
+            variant: self.variant,
+            settings: Settings {
+                with_ground_truth: self.with_ground_truth,
+                error_modes: if error_modes {
+                    maslens_locate::aegis_error_modes()
+                } else {
+                    Vec::new()
+                },
+                max_answer_tokens: self.max_answer_tokens,
+            },
+            prior_weight: if self.prior.is_some() {
+                self.prior_weight
+            } else {
+                0.0
+            },
+            narrow_with_prior: self.prior_narrowing,
+        }
+    }
+}
+
+/// Prior distributions over steps, per trace.
+pub enum PriorSource {
+    Builtin(Box<maslens_prior::PriorModel>),
+    File(HashMap<String, Vec<f64>>),
+}
+
+impl PriorSource {
+    /// `builtin`, or a prior-probabilities file. Lines skipped in the file are returned as
+    /// messages (file, line, reason).
+    pub fn load(spec: &str) -> Result<(PriorSource, Vec<String>), CoreError> {
+        if spec == "builtin" {
+            let m = maslens_prior::load_default()?;
+            return Ok((PriorSource::Builtin(Box::new(m)), Vec::new()));
+        }
+        let f = maslens_prior::probs::read(Path::new(spec))?;
+        let skipped = f.skipped.iter().map(|e| e.to_string()).collect();
+        Ok((PriorSource::File(f.by_trace), skipped))
+    }
+
+    /// Step distribution (by position) for a trace, when known.
+    pub fn probs(&self, trace: &Trace) -> Option<Vec<f64>> {
+        match self {
+            PriorSource::Builtin(m) => {
+                let mut probs = vec![0.0; trace.steps.len()];
+                for c in m.rank(trace) {
+                    if let Some(p) = trace.position_of(c.step) {
+                        probs[p] = c.prob;
+                    }
+                }
+                Some(probs)
+            }
+            PriorSource::File(map) => map
+                .get(&trace.id)
+                .filter(|p| p.len() == trace.steps.len())
+                .cloned(),
+        }
+    }
+
+    /// Prior-only prediction (the `prior` method): the built-in model's own pair rule (as
+    /// `maslens prior eval` scores it); for a probabilities file, the most probable step and the
+    /// agent acting there.
+    pub fn predict(&self, trace: &Trace) -> Option<(String, usize)> {
+        if let PriorSource::Builtin(m) = self {
+            return m.predict(trace);
+        }
+        let probs = self.probs(trace)?;
+        let best = probs
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))?
+            .0;
+        Some((trace.steps[best].agent.clone(), trace.steps[best].index))
+    }
+}
+
+/// The prior as a localizer (`--method prior`, and the `prior` baseline of `eval locate`).
+pub struct PriorLocalizer(pub PriorSource);
+
+#[async_trait::async_trait]
+impl Localizer for PriorLocalizer {
+    fn method(&self) -> String {
+        "prior".into()
+    }
+    async fn localize(&self, trace: &Trace) -> Result<Localized, LocalizeError> {
+        let start = std::time::Instant::now();
+        let p = self.0.predict(trace);
+        let verdict = serde_json::json!({
+            "trace": trace.id,
+            "agent": p.as_ref().map(|x| &x.0),
+            "step": p.as_ref().map(|x| x.1),
+            "method": "prior",
+        });
+        let prediction = match p {
+            Some((a, s)) => Prediction {
+                agent: Some(a),
+                step: Some(s),
+                ..Default::default()
+            },
+            None if trace.steps.is_empty() => {
+                return Err(LocalizeError::Case(format!(
+                    "{}: the trace has no steps to localize",
+                    trace.id
+                )))
+            }
+            None => {
+                return Err(LocalizeError::Case(format!(
+                    "{}: the prior has no distribution for this trace",
+                    trace.id
+                )))
+            }
+        };
+        Ok(Localized {
+            prediction,
+            usage: CaseUsage {
+                seconds: start.elapsed().as_secs_f64(),
+                ..Default::default()
+            },
+            verdict: Some(verdict),
+        })
+    }
+}
+
+/// The model stacks of a run: the Judge's, and those of distinct Evaluator models.
+pub struct Models {
+    pub judge: Stack,
+    pub evaluators: Vec<Stack>,
+}
+
+impl Models {
+    /// Open the Judge `model` and the Evaluator models of `opts` with the same LLM options.
+    /// Call inside a tokio runtime.
+    pub async fn open(
+        model: &str,
+        llm: &OpenOptions,
+        opts: &LocateOptions,
+    ) -> Result<Models, CoreError> {
+        let n = opts.evaluator_models.len();
+        if n > 1 && n != opts.evaluators.len() {
+            return Err(CoreError::Invalid(format!(
+                "--evaluator-model given {n} times: give it once (all Evaluators) or once per style ({} styles)",
+                opts.evaluators.len()
+            )));
+        }
+        let judge = maslens_llm::open(model, llm).await?;
+        let mut evaluators = Vec::new();
+        for spec in &opts.evaluator_models {
+            evaluators.push(maslens_llm::open(spec, llm).await?);
+        }
+        Ok(Models { judge, evaluators })
+    }
+
+    /// A pipeline over these models.
+    pub fn locator<'a>(&'a self, config: LocateConfig, styles: &[Style]) -> Locator<'a> {
+        let judge: &dyn ChatModel = self.judge.model.as_ref();
+        let evaluators = styles
+            .iter()
+            .enumerate()
+            .map(|(i, &style)| {
+                let model: &dyn ChatModel = match self.evaluators.len() {
+                    0 => judge,
+                    1 => self.evaluators[0].model.as_ref(),
+                    _ => self.evaluators[i].model.as_ref(),
+                };
+                EvaluatorSpec { style, model }
+            })
+            .collect();
+        Locator {
+            judge,
+            evaluators,
+            config,
+        }
+    }
+}
+
+/// The AgentLocate pipeline as a localizer over opened models.
+pub struct LlmLocalizer<'m> {
+    pub models: &'m Models,
+    pub config: LocateConfig,
+    pub styles: Vec<Style>,
+    /// Distributions for the prior voter and prior-guided narrowing.
+    pub prior: Option<PriorSource>,
+}
+
+impl LlmLocalizer<'_> {
+    /// The pipeline over `trace`, with its typed verdict.
+    pub async fn verdict(&self, trace: &Trace) -> Result<LocateVerdict, LocateError> {
+        let locator = self.models.locator(self.config.clone(), &self.styles);
+        let p = self.prior.as_ref().and_then(|p| p.probs(trace));
+        locator.locate(trace, p.as_deref()).await
+    }
+
+    /// Per-case usage of a verdict, priced with the Judge model's price when known.
+    pub fn usage_of(&self, v: &LocateVerdict) -> CaseUsage {
+        let s = &v.usage.stats;
+        let u = maslens_llm::Usage {
+            prompt_tokens: s.prompt_tokens,
+            completion_tokens: s.completion_tokens,
+            cached_tokens: s.cached_tokens,
+        };
+        CaseUsage {
+            prompt_tokens: s.prompt_tokens,
+            cached_tokens: s.cached_tokens,
+            completion_tokens: s.completion_tokens,
+            calls: s.calls,
+            seconds: v.usage.seconds,
+            cost_usd: self.models.judge.usage.price().map(|p| p.cost(&u)),
+        }
+    }
+}
+
+/// The prediction a pipeline verdict stands for.
+pub fn prediction_of(v: &LocateVerdict) -> Prediction {
+    Prediction {
+        agent: v.agent.clone(),
+        step: v.step,
+        error_mode: v.error_mode.clone(),
+        abstained: v.step.is_none(),
+        parse_failures: v.usage.stats.abstentions,
+    }
+}
+
+#[async_trait::async_trait]
+impl Localizer for LlmLocalizer<'_> {
+    fn method(&self) -> String {
+        self.models.locator(self.config.clone(), &self.styles).method()
+    }
+    fn model(&self) -> Option<String> {
+        Some(self.models.judge.model.id().to_string())
+    }
+    fn prompts(&self) -> Vec<PromptRef> {
+        maslens_locate::prompts::ALL
+            .iter()
+            .map(|t| PromptRef::new(t.name, t.source))
+            .collect()
+    }
+    async fn localize(&self, trace: &Trace) -> Result<Localized, LocalizeError> {
+        match self.verdict(trace).await {
+            Ok(v) => Ok(Localized {
+                prediction: prediction_of(&v),
+                usage: self.usage_of(&v),
+                verdict: serde_json::to_value(&v).ok(),
+            }),
+            Err(
+                e @ LocateError::Llm {
+                    source: maslens_llm::LlmError::Budget(_),
+                    ..
+                },
+            ) => Err(LocalizeError::Stop(e.to_string())),
+            Err(e) => Err(LocalizeError::Case(e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maslens_trace::{DecisiveLabel, Step};
+
+    fn trace() -> Trace {
+        let mut t = Trace::new("x/1");
+        for (i, a) in ["human", "Planner", "Coder"].iter().enumerate() {
+            t.steps.push(Step {
+                index: i,
+                agent: a.to_string(),
+                content: format!("step {i}: the value is {}", i * 7),
+                ..Default::default()
+            });
+        }
+        t.labels.decisive = Some(DecisiveLabel {
+            agent: "Coder".into(),
+            step: 2,
+            reason: None,
+        });
+        t
+    }
+
+    #[test]
+    fn method_prior_needs_no_prior_flag() {
+        let o = LocateOptions {
+            method: Method::Prior,
+            ..Default::default()
+        };
+        assert_eq!(o.prior_spec(), Some("builtin"));
+        assert_eq!(LocateOptions::default().prior_spec(), None);
+        let narrowing = LocateOptions {
+            prior_narrowing: true,
+            ..Default::default()
+        };
+        assert_eq!(narrowing.prior_spec(), Some("builtin"));
+        assert_eq!(narrowing.config(false).prior_weight, 0.0, "narrowing alone does not vote");
+    }
+
+    #[test]
+    fn file_prior_predicts_the_most_probable_step_and_its_agent() {
+        let mut map = HashMap::new();
+        map.insert("x/1".to_string(), vec![0.1, 0.7, 0.2]);
+        map.insert("short".to_string(), vec![1.0]);
+        let p = PriorSource::File(map);
+        let t = trace();
+        assert_eq!(p.predict(&t), Some(("Planner".to_string(), 1)));
+        let mut other = trace();
+        other.id = "short".into();
+        assert_eq!(p.probs(&other), None, "a distribution of the wrong length is not used");
+    }
+
+    #[tokio::test]
+    async fn prior_localizer_answers_and_explains_missing_answers() {
+        let mut map = HashMap::new();
+        map.insert("x/1".to_string(), vec![0.1, 0.2, 0.7]);
+        let l = PriorLocalizer(PriorSource::File(map));
+        let r = l.localize(&trace()).await.unwrap();
+        assert_eq!(r.prediction.agent.as_deref(), Some("Coder"));
+        assert_eq!(r.verdict.unwrap()["step"], 2);
+        let mut empty = Trace::new("e");
+        let e = l.localize(&empty).await.unwrap_err();
+        assert!(e.to_string().contains("no steps"), "{e}");
+        empty.steps = trace().steps;
+        let e = l.localize(&empty).await.unwrap_err();
+        assert!(e.to_string().contains("no distribution"), "{e}");
+    }
+}
