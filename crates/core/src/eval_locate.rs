@@ -82,7 +82,6 @@ pub struct RunConfig {
 }
 
 /// A finished evaluation.
-#[derive(Debug)]
 pub struct EvalLocateOutput {
     pub run: EvalRun,
     /// Records skipped or left out, as messages (file, record, field): counted for the exit code.

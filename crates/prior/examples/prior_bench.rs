@@ -11,7 +11,6 @@
 //!
 //! It prints steps/s and traces/s for each and the ratios prior/baseline and prior/features.
 
-use maslens_prior::eval::Baseline;
 use maslens_prior::{extract, load_default};
 use maslens_trace::{AgentKind, Step, Trace};
 use rand::{Rng, SeedableRng};
@@ -161,7 +160,7 @@ fn main() {
             .sum::<usize>();
         let s = Instant::now();
         for t in &corpus {
-            let p = Baseline::FirstNonTerminal.predict(t, seed);
+            let p = maslens_prior::eval::baseline_prediction("first-agent", t, seed);
             checksum += p.step.unwrap_or(0) as f64;
         }
         t_base += s.elapsed();

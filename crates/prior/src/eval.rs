@@ -310,7 +310,7 @@ pub fn baseline_reports(traces: &[&Trace], cfg: &EvalConfig) -> Vec<MethodReport
 mod tests {
     use super::*;
     use crate::model::tests::synthetic_corpus;
-    use maslens_trace::{DecisiveLabel, Step};
+    use maslens_trace::{AgentKind, DecisiveLabel, Step};
 
     fn labelled(id: &str, agents: &[(&str, AgentKind)], label: (&str, usize)) -> Trace {
         let mut t = Trace::new(id);

@@ -178,7 +178,7 @@ fn render(out: &EvalOutput) -> String {
         ));
         for m in &p.methods {
             for (g, r) in &m.groups {
-                let cell = |x: &maslens_prior::Metric| {
+                let cell = |x: &maslens_prior::Accuracy| {
                     format!(
                         "{} [{},{}] ({}/{})",
                         pct(x.value),
