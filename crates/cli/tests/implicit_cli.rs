@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// First line of the content of `[Step k]` in a rendered prompt (what a careful judge quotes).
+/// First line of the content of step `k` in a rendered prompt (what a careful judge quotes).
 fn step_line(prompt: &str, k: usize) -> Option<String> {
-    let at = prompt.find(&format!("[Step {k}] "))?;
+    let at = prompt.find(&format!("Step {k} | agent: "))?;
     let rest = &prompt[at..];
     let body = &rest[rest.find('\n')? + 1..];
     let line = body.lines().find(|l| l.trim().len() > 10)?;
@@ -30,9 +30,9 @@ fn fixture_handler(prompts: Arc<Mutex<Vec<String>>>) -> maslens_llm::testing::se
         let text = if u.starts_with("Analyze this multi-agent execution trace") {
             let quote = step_line(&u, 1).unwrap_or_default();
             let agent = u
-                .find("[Step 1] ")
+                .find("Step 1 | agent: ")
                 .map(|i| {
-                    u[i + 9..]
+                    u[i + 16..]
                         .split([':', ' ', '\n'])
                         .next()
                         .unwrap_or("")

@@ -29,10 +29,10 @@ use serde_json::json;
 use std::collections::BTreeMap;
 
 pub const GENERIC_TURN_EVAL: Template = prompt_template!("credit/generic_turn_eval.v1");
-pub const GENERIC_TURN_EVAL_INPUT: Template = prompt_template!("credit/generic_turn_eval_input.v1");
+pub const GENERIC_TURN_EVAL_INPUT: Template = prompt_template!("credit/generic_turn_eval_input.v2");
 pub const GENERIC_WINDOW_JUDGE: Template = prompt_template!("credit/generic_window_judge.v1");
 pub const GENERIC_WINDOW_JUDGE_INPUT: Template =
-    prompt_template!("credit/generic_window_judge_input.v1");
+    prompt_template!("credit/generic_window_judge_input.v2");
 
 /// How steps are grouped into segments.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -381,22 +381,17 @@ async fn generic_segment(
             "additionalProperties": false
         });
         for a in &acting {
-            let msgs: Vec<String> = seg
-                .steps
-                .iter()
-                .map(|&i| &trace.steps[i])
-                .filter(|s| &s.agent == a)
-                .map(|s| {
-                    format!(
-                        "[step {}] {}",
-                        s.index,
-                        truncate(&s.content, opts.max_step_chars)
-                    )
-                })
-                .collect();
+            // The agent's steps in the segment, in the shared step format (maslens-render).
+            let (msgs, _) = maslens_render::render(
+                seg.steps
+                    .iter()
+                    .map(|&i| &trace.steps[i])
+                    .filter(|s| &s.agent == a),
+                Some(opts.max_step_chars),
+            );
             let user = GENERIC_TURN_EVAL_INPUT.render(json!({
                 "task": task, "ground_truth": gt, "outcome": outcome, "agent": a, "segment": seg_name,
-                "messages": untrusted("agent_messages", &msgs.join("\n")),
+                "messages": untrusted("agent_messages", &msgs),
             }))?;
             let mut req = ChatRequest::new(vec![
                 Message::system(GENERIC_TURN_EVAL.render(json!({}))?),
@@ -447,21 +442,14 @@ async fn generic_segment(
             },
             "additionalProperties": false
         });
-        let msgs: Vec<String> = seg
-            .steps
-            .iter()
-            .map(|&i| &trace.steps[i])
-            .map(|s| {
-                format!(
-                    "[step {}] {}:\n{}",
-                    s.index,
-                    s.agent,
-                    untrusted("message", &truncate(&s.content, opts.max_step_chars))
-                )
-            })
-            .collect();
+        // Every step of the segment, in the shared step format (maslens-render).
+        let (msgs, _) = maslens_render::render(
+            seg.steps.iter().map(|&i| &trace.steps[i]),
+            Some(opts.max_step_chars),
+        );
         let user = GENERIC_WINDOW_JUDGE_INPUT.render(json!({
-            "task": task, "ground_truth": gt, "outcome": outcome, "segment": seg_name, "messages": msgs, "agents": acting.join(", "),
+            "task": task, "ground_truth": gt, "outcome": outcome, "segment": seg_name,
+            "messages": untrusted("messages", &msgs), "agents": acting.join(", "),
         }))?;
         let mut req = ChatRequest::new(vec![
             Message::system(GENERIC_WINDOW_JUDGE.render(json!({}))?),

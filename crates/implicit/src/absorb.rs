@@ -17,7 +17,7 @@
 
 use crate::blind::{check_outcome_blind, BlindView};
 use crate::detect::ImplicitFailure;
-use crate::render::{render_roster, render_step, wrap_trace};
+use crate::render::{render_roster, wrap_trace};
 use crate::taxonomy::{Absorption, Level};
 use crate::ImplicitError;
 use maslens_llm::prompt::{untrusted, Template};
@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub const ABSORB_SYSTEM: Template = maslens_llm::prompt_template!("implicit/absorb_system.v1");
-pub const ABSORB_USER: Template = maslens_llm::prompt_template!("implicit/absorb_user.v1");
+pub const ABSORB_USER: Template = maslens_llm::prompt_template!("implicit/absorb_user.v2");
 
 /// An absorption label with the model's confidence and rationale.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,21 +112,16 @@ pub fn render_absorb_prompt(
 ) -> Result<AbsorbPrompt, ImplicitError> {
     let pos = view.position(event.step).unwrap_or(0);
     let start = pos.saturating_sub(cfg.steps_before);
-    let mut rendered = Vec::new();
-    let mut used = 0usize;
-    let mut end = start;
-    for s in &view.steps[start..] {
-        let r = render_step(s, cfg.max_step_chars);
-        let c = count(&r);
-        if let Some(b) = budget_tokens {
-            if end > pos && used + c > b {
-                break;
-            }
-        }
-        used += c;
-        rendered.push(r);
-        end += 1;
+    // From `steps_before` steps before the IF step, through the IF step at least, then as many
+    // later steps as fit.
+    let planned = maslens_render::Planner {
+        steps: view.steps,
+        count,
+        budget: budget_tokens,
+        cap: cfg.max_step_chars,
     }
+    .extend(start, pos + 1, view.steps.len());
+    let (end, rendered) = (planned.window.end, planned.text);
     let window_note = if start > 0 || end < view.steps.len() {
         format!(
             "(Excerpt of a longer trace: steps {} to {} of {} total.)",

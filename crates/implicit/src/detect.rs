@@ -4,18 +4,19 @@
 use crate::absorb::AbsorptionResult;
 use crate::blind::{check_outcome_blind, BlindView};
 use crate::evidence::{self, EvidenceCheck};
-use crate::render::{plan_windows, render_roster, render_step, wrap_trace, Window};
+use crate::render::{render_roster, wrap_trace, Window};
 use crate::taxonomy::{ErrorType, Level};
 use crate::ImplicitError;
 use maslens_llm::prompt::{untrusted, Template};
 use maslens_llm::structured::complete_json;
 use maslens_llm::{ChatModel, ChatRequest, Message, Usage};
+use maslens_render::{PlannedWindow, Planner};
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub const DETECT_SYSTEM: Template = maslens_llm::prompt_template!("implicit/detect_system.v1");
-pub const DETECT_USER: Template = maslens_llm::prompt_template!("implicit/detect_user.v1");
+pub const DETECT_USER: Template = maslens_llm::prompt_template!("implicit/detect_user.v2");
 
 /// One implicit failure as reported by a detector, with the checks maslens ran on it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -187,10 +188,7 @@ pub fn render_detect_prompt(
     window_no: usize,
     max_step_chars: usize,
 ) -> Result<DetectPrompt, ImplicitError> {
-    let steps: Vec<String> = view.steps[window.start..window.end]
-        .iter()
-        .map(|s| render_step(s, max_step_chars))
-        .collect();
+    let (steps, _) = maslens_render::render(&view.steps[window.range()], Some(max_step_chars));
     let window_note = if n_windows > 1 {
         let first = view.steps[window.start].index;
         let last = view.steps[window.end - 1].index;
@@ -218,19 +216,22 @@ pub fn render_detect_prompt(
     Ok(DetectPrompt { system, user, data })
 }
 
-/// Token costs of each rendered step, and the budget for steps in one window.
+/// The windows of one trace: the budget for steps in one window is the context minus the
+/// prompt without steps, the answer and the safety margin (no limit when the context is unknown).
 fn window_plan(
     model: &dyn ChatModel,
     view: &BlindView<'_>,
     cfg: &DetectConfig,
-) -> Result<Vec<Window>, ImplicitError> {
-    let costs: Vec<usize> = view
-        .steps
-        .iter()
-        .map(|s| model.count_tokens(&render_step(s, cfg.max_step_chars)))
-        .collect();
+) -> Result<Vec<PlannedWindow>, ImplicitError> {
+    let count = |t: &str| model.count_tokens(t);
+    let planner = |budget| Planner {
+        steps: view.steps,
+        count: &count,
+        budget,
+        cap: cfg.max_step_chars,
+    };
     let Some(ctx) = cfg.context_tokens.or_else(|| model.context_size()) else {
-        return Ok(plan_windows(&costs, usize::MAX, 0));
+        return Ok(planner(None).plan(0..view.steps.len(), 0));
     };
     // Overhead: the prompt with no steps at all.
     let empty = BlindView {
@@ -242,14 +243,14 @@ fn window_plan(
         "task": untrusted("task", empty.task),
         "roster": render_roster(empty.agents),
         "window_note": "(This is part 10 of 10 of a long trace: steps 1000-1000 of 1000. Report only errors at steps shown here.)",
-        "trace": wrap_trace(&[]),
+        "trace": wrap_trace(""),
     }))?;
     let overhead = model.count_tokens(&system)
         + model.count_tokens(&user)
         + cfg.safety_tokens
         + cfg.max_tokens as usize;
     let budget = ctx.saturating_sub(overhead).max(1);
-    Ok(plan_windows(&costs, budget, cfg.overlap_steps))
+    Ok(planner(Some(budget)).plan(0..view.steps.len(), cfg.overlap_steps))
 }
 
 fn level(v: &Value, key: &str) -> Option<Level> {
@@ -421,8 +422,9 @@ pub async fn detect(
     let windows = window_plan(model, &view, cfg)?;
     let schema = detect_schema(cfg.max_events);
     let mut all = Vec::new();
-    for (no, w) in windows.iter().enumerate() {
-        let p = render_detect_prompt(&view, *w, windows.len(), no, cfg.max_step_chars)?;
+    for (no, planned) in windows.iter().enumerate() {
+        let w = &planned.window;
+        let p = render_detect_prompt(&view, *w, windows.len(), no, planned.cap)?;
         check_outcome_blind(trace, &format!("{}\n{}", p.system, p.user), &p.data)?;
         let req = ChatRequest::new(vec![Message::system(p.system), Message::user(p.user)])
             .max_tokens(cfg.max_tokens)
@@ -539,12 +541,12 @@ mod tests {
             ..Default::default()
         };
         // Dry run to learn the windows, then pick a step inside the first overlap.
-        let dry = ScriptedModel::new("fixture").rule("[Step", answer(&[]));
+        let dry = ScriptedModel::new("fixture").rule("<trace>", answer(&[]));
         let plan = detect(&dry, &t, &cfg).await.unwrap().windows;
         assert!(plan.len() >= 2, "expected several windows, got {plan:?}");
         assert!(plan[1].0 <= plan[0].1, "windows must overlap: {plan:?}");
         let k = plan[1].0;
-        let needle = format!("[Step {k}]");
+        let needle = format!("Step {k} | agent:");
         let evidence = format!("searched the census page number {k}");
         // Every window that shows step k reports the same event (fixture answers, not a model).
         let m = ScriptedModel::new("fixture")
@@ -552,7 +554,7 @@ mod tests {
                 needle.clone(),
                 answer(&[(k, "WebSurfer", "unnecessary_action", evidence.as_str())]),
             )
-            .rule("[Step", answer(&[]));
+            .rule("<trace>", answer(&[]));
         let d = detect(&m, &t, &cfg).await.unwrap();
         assert_eq!(d.windows, plan);
         // Task and roster repeated in every window.

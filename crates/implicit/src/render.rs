@@ -1,45 +1,17 @@
-//! Rendering traces into prompt text, and splitting long traces into overlapping windows.
+//! What implicit adds to the shared step renderer (`maslens-render`, which owns the step format,
+//! the cut rules and the window planner): the agent roster line and the `<trace>` wrapper.
 //!
 //! Only the task, the agent roster and the steps are ever rendered: never the ground truth,
 //! the outcome, labels or metadata (see [`crate::blind`]).
 
 use maslens_llm::prompt::untrusted;
-use maslens_trace::{Agent, Step};
+use maslens_trace::Agent;
 
-/// Render one step as `[Step i] agent (speaker):\ncontent`, tool calls appended, cut to
-/// `max_chars` characters (a note says how much was cut).
-pub fn render_step(step: &Step, max_chars: usize) -> String {
-    let mut head = format!("[Step {}] {}", step.index, step.agent);
-    if !step.speaker.is_empty() && step.speaker != step.agent {
-        head.push_str(&format!(" ({})", step.speaker));
-    }
-    let mut body = step.content.clone();
-    for call in &step.tool_calls {
-        body.push_str(&format!("\n[tool call] {}({})", call.name, call.arguments));
-    }
-    if let Some(id) = &step.tool_call_id {
-        body.push_str(&format!("\n[result of tool call {id}]"));
-    }
-    format!("{head}:\n{}\n", truncate_chars(&body, max_chars))
-}
+pub use maslens_render::Window;
 
-/// Cut `s` to at most `max` characters, keeping head and tail, with a note of what was cut.
-pub fn truncate_chars(s: &str, max: usize) -> String {
-    let n = s.chars().count();
-    if n <= max {
-        return s.to_string();
-    }
-    let keep_head = max * 3 / 4;
-    let keep_tail = max - keep_head;
-    let head: String = s.chars().take(keep_head).collect();
-    let tail: String = s.chars().skip(n - keep_tail).collect();
-    format!(
-        "{head}\n[... {} characters omitted ...]\n{tail}",
-        n - keep_head - keep_tail
-    )
-}
-
-/// The agent roster line repeated in every window.
+/// The agent roster line repeated in every window (implicit-specific: the detector and the
+/// absorption classifier judge roles, e.g. orchestrator vs. peer, and a window may not show
+/// every agent acting). Role descriptions are cut to 120 characters.
 pub fn render_roster(agents: &[Agent]) -> String {
     if agents.is_empty() {
         return "Agents: (not listed)".to_string();
@@ -52,7 +24,7 @@ pub fn render_roster(agents: &[Agent]) -> String {
                     "{} ({}; {})",
                     a.name,
                     a.kind.as_str(),
-                    crate::render::truncate_chars(role, 120)
+                    maslens_render::truncate_text(role, 120).0
                 )
             }
             _ => format!("{} ({})", a.name, a.kind.as_str()),
@@ -61,88 +33,43 @@ pub fn render_roster(agents: &[Agent]) -> String {
     format!("Agents: {}", list.join(", "))
 }
 
-/// Wrap rendered steps as untrusted trace data.
-pub fn wrap_trace(rendered_steps: &[String]) -> String {
-    untrusted("trace", &rendered_steps.concat())
-}
-
-/// A window of consecutive step positions `[start, end)` into `Trace::steps`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Window {
-    pub start: usize,
-    pub end: usize,
-}
-
-/// Greedy windows over steps whose token costs are `costs`: each window holds as many
-/// consecutive steps as fit in `budget` tokens (at least one), and the next window starts
-/// `overlap` steps before the previous one ended (always moving forward by at least one step).
-pub fn plan_windows(costs: &[usize], budget: usize, overlap: usize) -> Vec<Window> {
-    let mut out = Vec::new();
-    if costs.is_empty() {
-        return out;
-    }
-    let mut start = 0;
-    loop {
-        let mut end = start;
-        let mut used = 0usize;
-        while end < costs.len() && (end == start || used + costs[end] <= budget) {
-            used += costs[end];
-            end += 1;
-        }
-        out.push(Window { start, end });
-        if end >= costs.len() {
-            break;
-        }
-        start = end.saturating_sub(overlap).max(start + 1);
-    }
-    out
+/// Wrap rendered steps (one [`maslens_render::render`] text) as untrusted trace data.
+pub fn wrap_trace(rendered_steps: &str) -> String {
+    untrusted("trace", rendered_steps)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use maslens_trace::AgentKind;
 
     #[test]
-    fn windows_cover_everything_with_overlap() {
-        let w = plan_windows(&[10; 10], 30, 1);
-        assert_eq!(w[0], Window { start: 0, end: 3 });
-        assert_eq!(w[1], Window { start: 2, end: 5 });
-        assert_eq!(w.last().unwrap().end, 10);
-        // every step is in some window
-        for i in 0..10 {
-            assert!(w.iter().any(|x| x.start <= i && i < x.end));
-        }
-        // a single huge step still gets its own window and progress is made
-        let w = plan_windows(&[5, 100, 5], 20, 2);
-        assert_eq!(w.last().unwrap().end, 3);
-        assert!(w.windows(2).all(|p| p[1].start > p[0].start));
+    fn roster_lists_kinds_and_cuts_long_roles() {
+        assert_eq!(render_roster(&[]), "Agents: (not listed)");
+        let agents = vec![
+            Agent {
+                name: "Orchestrator".into(),
+                kind: AgentKind::Orchestrator,
+                role: None,
+                system_prompt: None,
+            },
+            Agent {
+                name: "WebSurfer".into(),
+                kind: AgentKind::Worker,
+                role: Some("x".repeat(300)),
+                system_prompt: None,
+            },
+        ];
+        let r = render_roster(&agents);
+        assert!(r.starts_with("Agents: Orchestrator (orchestrator), WebSurfer (worker; xxx"));
+        assert!(r.contains("[... 180 characters omitted by maslens ...]"));
+    }
+
+    #[test]
+    fn trace_wrapper_neutralizes_the_closing_tag() {
         assert_eq!(
-            plan_windows(&[1, 2, 3], 1000, 2),
-            vec![Window { start: 0, end: 3 }]
+            wrap_trace("a </trace> b"),
+            "<trace>\na </ trace> b\n</trace>"
         );
-        assert!(plan_windows(&[], 10, 1).is_empty());
-    }
-
-    #[test]
-    fn truncation_keeps_head_and_tail() {
-        let s: String = "a".repeat(50) + &"b".repeat(50);
-        let t = truncate_chars(&s, 20);
-        assert!(
-            t.starts_with("aaaa") && t.ends_with("bbbbb") && t.contains("80 characters omitted")
-        );
-        assert_eq!(truncate_chars("short", 20), "short");
-    }
-
-    #[test]
-    fn step_rendering_shows_index_agent_speaker() {
-        let step = Step {
-            index: 4,
-            agent: "Orchestrator".into(),
-            speaker: "Orchestrator (thought)".into(),
-            content: "Plan: search".into(),
-            ..Default::default()
-        };
-        let r = render_step(&step, 100);
-        assert!(r.starts_with("[Step 4] Orchestrator (Orchestrator (thought)):\nPlan: search"));
     }
 }

@@ -2,7 +2,6 @@
 //! IF step, and matched replay plans (no-op and fix) for the user's own system to resume from.
 
 use crate::detect::ImplicitFailure;
-use crate::render::{render_step, truncate_chars};
 use crate::ImplicitError;
 use maslens_llm::prompt::{untrusted, Template};
 use maslens_llm::{ChatModel, ChatRequest, Message, Usage};
@@ -11,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 pub const REPAIR_SYSTEM: Template = maslens_llm::prompt_template!("implicit/repair_system.v1");
-pub const REPAIR_USER: Template = maslens_llm::prompt_template!("implicit/repair_user.v1");
-pub const PROMPT_VERSION: &str = "implicit/repair_system.v1+implicit/repair_user.v1";
+pub const REPAIR_USER: Template = maslens_llm::prompt_template!("implicit/repair_user.v2");
+pub const PROMPT_VERSION: &str = "implicit/repair_system.v1+implicit/repair_user.v2";
 
 #[derive(Debug, Clone)]
 pub struct RepairConfig {
@@ -86,30 +85,21 @@ pub fn render_repair_prompt(
     budget: Option<usize>,
     count: &dyn Fn(&str) -> usize,
 ) -> Result<(String, String), ImplicitError> {
-    let mut kept: Vec<String> = Vec::new();
-    let mut used = 0usize;
-    for s in trace.steps[..pos].iter().rev() {
-        let r = render_step(s, cfg.max_step_chars);
-        let c = count(&r);
-        if budget.is_some_and(|b| used + c > b) {
-            kept.push(format!(
-                "[... {} earlier steps omitted ...]\n",
-                pos - kept.len()
-            ));
-            break;
-        }
-        used += c;
-        kept.push(r);
+    let history = maslens_render::Planner {
+        steps: &trace.steps,
+        count,
+        budget,
+        cap: cfg.max_step_chars,
     }
-    kept.reverse();
+    .tail(0..pos, "earlier history beyond the context budget");
     let buggy = &trace.steps[pos];
     let system = REPAIR_SYSTEM.render(json!({}))?;
     let user = REPAIR_USER.render(json!({
         "question": untrusted("task", &trace.task),
-        "prefix": untrusted("history", &kept.concat()),
+        "prefix": untrusted("history", &history.text),
         "step_index": buggy.index,
         "agent": buggy.agent,
-        "buggy_message": untrusted("buggy_message", &truncate_chars(&buggy.content, cfg.max_step_chars)),
+        "buggy_message": untrusted("buggy_message", &maslens_render::truncate_step(&buggy.content, cfg.max_step_chars, buggy.index).0),
         "error_type": event.error_type.as_str(),
         "error_description": event.description,
         "severity": event.severity.as_str(),
@@ -273,7 +263,7 @@ mod tests {
         assert_eq!(plans.unwrap()[1].prefix.len(), 19);
         let calls = m.calls.lock().unwrap();
         let user = &calls[0].messages[1].content;
-        assert!(user.contains("earlier steps omitted"));
+        assert!(user.contains("left out by maslens: earlier history beyond the context budget"));
         assert!(user.contains("message 18 "));
         assert!(!user.contains("message 0 "));
         let total: usize = calls[0]
