@@ -3,6 +3,7 @@
 
 mod cmd;
 mod llm_args;
+mod ui;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

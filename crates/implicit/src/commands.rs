@@ -386,6 +386,15 @@ fn pct(a: &Accuracy) -> String {
 }
 
 impl SelectResult {
+    /// The JSON `maslens select` prints and writes: pretty-printed, object keys sorted
+    /// alphabetically at every level (the shape it has always had).
+    pub fn to_json(&self) -> String {
+        // Numbers, strings, options and vectors only: converting cannot fail.
+        serde_json::to_value(self)
+            .and_then(|v| serde_json::to_string_pretty(&v))
+            .unwrap_or_default()
+    }
+
     /// The Markdown report: accuracy per N and scorer, and the weight-sensitivity summary.
     pub fn markdown(&self) -> String {
         let sel = &self.selection;
@@ -761,8 +770,12 @@ mod tests {
             md.starts_with("# Best-of-N selection\n") && md.contains("| 2 | 6 |"),
             "{md}"
         );
-        let v = serde_json::to_value(&r.value).unwrap();
+        let json = r.value.to_json();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert!(v.get("selection").is_some() && v.get("sensitivity").is_some());
+        // Sorted keys: `candidates` before `prm_available` before `results` before `seed`.
+        let at = |k: &str| json.find(&format!("\"{k}\"")).unwrap();
+        assert!(at("candidates") < at("prm_available") && at("results") < at("seed"));
         let bad = SelectOptions {
             tune_fraction: 1.0,
             ..Default::default()
