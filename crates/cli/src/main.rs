@@ -5,6 +5,7 @@ mod cmd;
 mod llm_args;
 mod locate_args;
 mod progress;
+mod ui;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

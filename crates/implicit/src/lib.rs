@@ -8,25 +8,37 @@
 //! - [`scan`] and [`report`]: per-trace scans and corpus reports (tables 1-3 shapes);
 //! - [`select`]: best-of-N with IF / PRM / PRM+IF / random scorers, weight sensitivity;
 //! - [`repair`] and [`replay`]: listings 5-6 replay plans, SPR / RR / delta-RR statistics;
-//! - [`grpo`]: IF-GRPO advantages (eq. 1-4).
+//! - [`grpo`]: IF-GRPO advantages (eq. 1-4);
+//! - [`scan_file`]: the versioned scan file (`maslens scan --out`), read back by `select` / `repair`;
+//! - [`commands`]: what each `maslens` implicit command calls (scan, select, repair, replay-stats,
+//!   advantages), with typed options and results; [`jsonl`]: JSON Lines input with warnings.
 
 pub mod absorb;
 pub mod blind;
+pub mod commands;
 pub mod detect;
 pub mod evidence;
 pub mod group;
 pub mod grpo;
+pub mod jsonl;
 pub mod render;
 pub mod repair;
 pub mod replay;
 pub mod report;
 pub mod scan;
+pub mod scan_file;
 pub mod select;
 pub mod taxonomy;
 pub mod weights;
 
+pub use commands::{
+    advantages_from_jsonl, read_prm_scores, repair_scanned, replay_stats_from_jsonl, scan_traces,
+    select_from_scans, RepairOptions, ReplayStatsOptions, ScanOptions, ScanSettings, SelectOptions,
+};
 pub use detect::ImplicitFailure;
+pub use jsonl::WithWarnings;
 pub use scan::{scan_trace, ScanConfig, TraceScan};
+pub use scan_file::{read_trace_scans, ScanFile, ScanFileError, SCAN_FILE_VERSION};
 pub use taxonomy::{Absorption, ErrorType, Level};
 pub use weights::Weights;
 
@@ -43,4 +55,14 @@ pub enum ImplicitError {
     Weights { file: String, message: String },
     #[error("configuration: {0}")]
     Config(String),
+    #[error(transparent)]
+    ScanFile(#[from] scan_file::ScanFileError),
+    #[error("cannot read {file}: {message}")]
+    Read { file: String, message: String },
+    /// Input records that cannot be used together (e.g. a non-finite cost).
+    #[error("{0}")]
+    Input(String),
+    /// Writing output (a callback's I/O error).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }

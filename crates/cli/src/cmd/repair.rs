@@ -1,15 +1,14 @@
 //! `maslens repair`: corrected replacement steps for implicit failures (MASIF listings 5-6) and
 //! matched no-op / fix replay plans as JSONL for the user's own system to resume from.
 
-use crate::cmd::scan::{load_scans, read_traces};
-use crate::cmd::{block_on, EXIT_OK, EXIT_PROBLEMS};
+use crate::cmd::block_on;
 use crate::llm_args::LlmArgs;
+use crate::ui::{exit_code, read_traces, sink, write_jsonl};
 use crate::Global;
-use anyhow::Context;
-use maslens_implicit::repair::{repair_event, RepairConfig};
+use maslens_implicit::commands::RepairEvent;
+use maslens_implicit::repair::RepairConfig;
+use maslens_implicit::{read_trace_scans, repair_scanned, RepairOptions};
 use maslens_trace::import::Format;
-use std::collections::HashMap;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -37,67 +36,38 @@ pub struct Args {
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
-    let scans = load_scans(&args.scan)?;
-    let by_id: HashMap<&str, &maslens_implicit::TraceScan> =
-        scans.iter().map(|s| (s.id.as_str(), s)).collect();
+    let scans = read_trace_scans(&args.scan)?;
     let (traces, read_errors) = read_traces(&args.inputs, args.format, None);
-    let mut problems = read_errors.len();
-    let mut sink: Box<dyn Write> = match &args.out {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        )),
-        None => Box::new(std::io::stdout().lock()),
+    let mut out = sink(args.out.as_deref())?;
+    let opts = RepairOptions {
+        config: RepairConfig {
+            max_tokens: args.max_tokens,
+            ..Default::default()
+        },
+        max_per_trace: args.max_per_trace,
     };
-    let cfg = RepairConfig {
-        max_tokens: args.max_tokens,
-        ..Default::default()
-    };
-    let quiet = global.quiet;
-    let written = block_on(async {
+    let summary = block_on(async {
         let stack = args.llm.build().await?;
-        let mut written = 0usize;
-        for t in &traces {
-            let Some(scan) = by_id.get(t.id.as_str()) else {
-                continue;
-            };
-            let events = scan
-                .events
-                .iter()
-                .take(args.max_per_trace.unwrap_or(usize::MAX));
-            for (i, e) in events.enumerate() {
-                let (plans, _) = repair_event(stack.model.as_ref(), t, i, e, &cfg).await?;
-                match plans {
-                    Ok(pair) => {
-                        for p in pair {
-                            writeln!(sink, "{}", serde_json::to_string(&p)?)?;
-                            written += 1;
-                        }
-                    }
-                    Err(why) => {
-                        eprintln!("warning: {why}");
-                        problems += 1;
-                    }
-                }
+        let summary = repair_scanned(stack.model.as_ref(), &traces, &scans, &opts, |e| match e {
+            RepairEvent::Plans(pair) => pair.iter().try_for_each(|p| write_jsonl(&mut out, p)),
+            RepairEvent::Skipped(why) => {
+                eprintln!("warning: {why}");
+                Ok(())
             }
-        }
-        sink.flush()?;
-        crate::llm_args::finish(&stack, quiet);
-        anyhow::Ok(written)
+        })
+        .await?;
+        std::io::Write::flush(&mut out)?;
+        crate::llm_args::finish(&stack, global.quiet);
+        anyhow::Ok(summary)
     })??;
-    let unmatched = scans
-        .iter()
-        .filter(|s| !traces.iter().any(|t| t.id == s.id))
-        .count();
+    let unmatched = summary.unmatched_scans.len();
     if unmatched > 0 {
         eprintln!("warning: {unmatched} scanned trace(s) were not found among the inputs");
-        problems += 1;
     }
-    if !quiet {
-        eprintln!("wrote {written} replay plan line(s)");
+    if !global.quiet {
+        eprintln!("wrote {} replay plan line(s)", summary.plans);
     }
-    Ok(ExitCode::from(if problems == 0 {
-        EXIT_OK
-    } else {
-        EXIT_PROBLEMS
-    }))
+    Ok(exit_code(
+        read_errors.len() + summary.skipped + usize::from(unmatched > 0),
+    ))
 }

@@ -1,11 +1,10 @@
 //! `maslens replay-stats`: SPR, RR and delta-RR per configuration from matched no-op and fix
 //! replay outcomes, with paired task-cluster bootstrap 95% intervals.
 
-use crate::cmd::scan::write_output;
-use crate::cmd::{EXIT_OK, EXIT_PROBLEMS};
+use crate::ui::{emit, exit_code, warn_all};
 use crate::Global;
-use anyhow::Context;
-use maslens_implicit::replay::{markdown, replay_stats, ReplayOutcome};
+use maslens_implicit::replay::markdown;
+use maslens_implicit::{jsonl, replay_stats_from_jsonl, ReplayStatsOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -24,55 +23,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.input)
-        .with_context(|| format!("cannot read {}", args.input.display()))?;
-    let mut rows = Vec::new();
-    let mut problems = 0usize;
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<ReplayOutcome>(line) {
-            Ok(r) if r.intervention == "noop" || r.intervention == "fix" => rows.push(r),
-            Ok(r) => {
-                eprintln!(
-                    "warning: {}: line {}: field intervention: {:?} is not noop or fix",
-                    args.input.display(),
-                    i + 1,
-                    r.intervention
-                );
-                problems += 1;
-            }
-            Err(e) => {
-                eprintln!("warning: {}: line {}: {e}", args.input.display(), i + 1);
-                problems += 1;
-            }
-        }
-    }
-    let stats = replay_stats(&rows, args.resamples, args.seed).map_err(anyhow::Error::msg)?;
-    for s in &stats {
-        if !s.unmatched_traces.is_empty() {
-            eprintln!(
-                "warning: config {}: {} trace(s) lack a matched noop/fix pair and were left out: {}",
-                s.config,
-                s.unmatched_traces.len(),
-                s.unmatched_traces.join(", ")
-            );
-            problems += 1;
-        }
-    }
-    let json = serde_json::to_string_pretty(&stats)?;
-    if let Some(p) = &args.out {
-        write_output(Some(p), &json)?;
-    }
-    if global.json {
-        write_output(None, &json)?;
-    } else {
-        write_output(None, &markdown(&stats))?;
-    }
-    Ok(ExitCode::from(if problems == 0 {
-        EXIT_OK
-    } else {
-        EXIT_PROBLEMS
-    }))
+    let opts = ReplayStatsOptions {
+        resamples: args.resamples,
+        seed: args.seed,
+    };
+    let name = args.input.display().to_string();
+    let stats = replay_stats_from_jsonl(&name, jsonl::open(&args.input)?, &opts)?;
+    let problems = warn_all(&stats.warnings);
+    let json = serde_json::to_string_pretty(&stats.value)?;
+    emit(args.out.as_deref(), &json, global.json, || {
+        markdown(&stats.value)
+    })?;
+    Ok(exit_code(problems))
 }

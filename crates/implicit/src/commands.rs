@@ -1,0 +1,859 @@
+//! What the `maslens` implicit-failure commands call, one function each, so that a server or a
+//! Python binding can call exactly the same: [`scan_traces`] (`scan`), [`select_from_scans`] with
+//! [`read_prm_scores`] (`select`), [`repair_scanned`] (`repair`), [`replay_stats_from_jsonl`]
+//! (`replay-stats`) and [`advantages_from_jsonl`] (`advantages`). They return values and
+//! warnings and never print; progress goes to a callback.
+
+use crate::grpo::{if_grpo_advantages, AdvantageInput, AdvantageOutput};
+use crate::jsonl::{read_jsonl, WithWarnings};
+use crate::repair::{repair_event, RepairConfig, ReplayPlan};
+use crate::replay::{replay_stats, ConfigStats, ReplayOutcome};
+use crate::report::corpus_report;
+use crate::scan::{scan_trace, ScanConfig, TraceScan};
+use crate::scan_file::{prompt_versions, ScanFile, SCAN_FILE_VERSION};
+use crate::select::{
+    best_of_n, normalize_scores, weight_sensitivity, Accuracy, Candidate, Pooling, SelectConfig,
+    SelectionReport, Sensitivity,
+};
+use crate::weights::Weights;
+use crate::ImplicitError;
+use maslens_llm::{ChatModel, LlmError, Usage};
+use maslens_trace::{Outcome, Trace};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::io::BufRead;
+use std::path::Path;
+
+/// The severity weights of a TOML override file, or the defaults (tables 7-8) without one.
+pub fn weights_or_default(path: Option<&Path>) -> Result<Weights, ImplicitError> {
+    path.map_or_else(|| Ok(Weights::default()), Weights::from_toml_file)
+}
+
+// ---------------------------------------------------------------------------------------------
+// scan
+
+/// Settings of a corpus scan besides the weights (the `maslens scan` flags), recorded in the
+/// scan file as `config`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ScanSettings {
+    /// Classify absorption of each counted IF (otherwise IFs weigh as unknown absorption).
+    pub classify_absorption: bool,
+    /// Count IFs whose evidence was not found in the trace (default: flagged, not counted).
+    pub count_unsupported: bool,
+    /// Multi-judge threshold k; `None`: a majority of the judges. The scan file records the k used.
+    pub min_judges: Option<usize>,
+    /// Context window to plan windows for (`None`: the model's own).
+    pub window_tokens: Option<usize>,
+    /// Steps repeated between consecutive windows of a long trace.
+    pub overlap_steps: usize,
+    /// Completion token limit of the detector.
+    pub detect_max_tokens: u32,
+    /// Most IFs the detector may report per window (at least 1).
+    pub max_events: usize,
+    /// Completion token limit of the absorption classifier.
+    pub absorb_max_tokens: u32,
+    /// Seed of the bootstrap intervals of the corpus report.
+    pub seed: u64,
+}
+
+impl Default for ScanSettings {
+    fn default() -> Self {
+        ScanSettings {
+            classify_absorption: true,
+            count_unsupported: false,
+            min_judges: None,
+            window_tokens: None,
+            overlap_steps: 2,
+            detect_max_tokens: 1024,
+            max_events: 10,
+            absorb_max_tokens: 256,
+            seed: 0,
+        }
+    }
+}
+
+impl ScanSettings {
+    /// The judge threshold for `n_judges` judges: `min_judges` (or a majority) within 1..=n.
+    pub fn judges_needed(&self, n_judges: usize) -> usize {
+        let n = n_judges.max(1);
+        self.min_judges.unwrap_or(n / 2 + 1).clamp(1, n)
+    }
+
+    /// The per-trace configuration for `n_judges` judges scoring with `weights`.
+    pub fn scan_config(&self, weights: &Weights, n_judges: usize) -> ScanConfig {
+        ScanConfig {
+            weights: weights.clone(),
+            classify_absorption: self.classify_absorption,
+            count_unsupported: self.count_unsupported,
+            min_judges: self.judges_needed(n_judges),
+            detect: crate::detect::DetectConfig {
+                context_tokens: self.window_tokens,
+                overlap_steps: self.overlap_steps,
+                max_tokens: self.detect_max_tokens,
+                max_events: self.max_events.max(1),
+                ..Default::default()
+            },
+            absorb: crate::absorb::AbsorbConfig {
+                context_tokens: self.window_tokens,
+                max_tokens: self.absorb_max_tokens,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+}
+
+/// How to scan a corpus.
+#[derive(Debug, Clone, Default)]
+pub struct ScanOptions {
+    pub weights: Weights,
+    pub settings: ScanSettings,
+}
+
+/// Progress of [`scan_traces`], one call per trace.
+#[derive(Debug)]
+pub enum ScanProgress<'a> {
+    /// Trace `done` of `total` was scanned.
+    Scanned {
+        done: usize,
+        total: usize,
+        scan: &'a TraceScan,
+    },
+    /// A trace could not be scanned; it is recorded in `errors` and the scan goes on.
+    Failed {
+        trace: &'a str,
+        error: &'a ImplicitError,
+    },
+    /// A budget ran out at `trace`; the scan stops with the `scanned` traces done so far.
+    BudgetExhausted {
+        trace: &'a str,
+        message: &'a str,
+        scanned: usize,
+    },
+}
+
+impl std::fmt::Display for ScanProgress<'_> {
+    /// One line, as `maslens scan` prints it on stderr (`Failed` with a `warning: ` prefix).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScanProgress::Scanned { done, total, scan: s } => write!(
+                f,
+                "[{done}/{total}] {}: {} IF(s), {} flagged, risk {:.4}, {} tokens, {:.1}s",
+                s.id,
+                s.events.len(),
+                s.flagged.len(),
+                s.risk,
+                s.usage.prompt_tokens + s.usage.completion_tokens,
+                s.seconds
+            ),
+            ScanProgress::Failed { trace, error } => write!(f, "trace {trace}: {error}"),
+            ScanProgress::BudgetExhausted { trace, message, scanned } => write!(
+                f,
+                "budget exhausted at trace {trace} ({message}); reporting the {scanned} traces scanned"
+            ),
+        }
+    }
+}
+
+/// Scan every trace (`models[0]` also classifies absorption; more models are a judge panel) and
+/// build the scan file: corpus report, per-trace scans, and the traces that failed in `errors`.
+/// A budget stop ends the scan early and keeps what was scanned. Errors only without a model.
+pub async fn scan_traces(
+    models: &[&dyn ChatModel],
+    traces: &[Trace],
+    opts: &ScanOptions,
+    mut progress: impl FnMut(ScanProgress<'_>),
+) -> Result<ScanFile, ImplicitError> {
+    let Some(first) = models.first() else {
+        return Err(ImplicitError::Config("no model given".into()));
+    };
+    let cfg = opts.settings.scan_config(&opts.weights, models.len());
+    let mut scans = Vec::new();
+    let mut errors = Vec::new();
+    for (i, t) in traces.iter().enumerate() {
+        match scan_trace(models, t, &cfg).await {
+            Ok(s) => {
+                progress(ScanProgress::Scanned {
+                    done: i + 1,
+                    total: traces.len(),
+                    scan: &s,
+                });
+                scans.push(s);
+            }
+            Err(ImplicitError::Llm(LlmError::Budget(msg))) => {
+                progress(ScanProgress::BudgetExhausted {
+                    trace: &t.id,
+                    message: &msg,
+                    scanned: scans.len(),
+                });
+                errors.push(format!("{}: budget exhausted: {msg}", t.id));
+                break;
+            }
+            Err(e) => {
+                progress(ScanProgress::Failed {
+                    trace: &t.id,
+                    error: &e,
+                });
+                errors.push(format!("{}: {e}", t.id));
+            }
+        }
+    }
+    let judges: Vec<String> = models.iter().map(|m| m.id().to_string()).collect();
+    Ok(ScanFile {
+        format_version: SCAN_FILE_VERSION,
+        maslens_version: Some(env!("CARGO_PKG_VERSION").into()),
+        model: first.id().to_string(),
+        judges: if judges.len() > 1 { judges } else { Vec::new() },
+        prompt_versions: prompt_versions(),
+        weights: opts.weights.clone(),
+        config: Some(ScanSettings {
+            min_judges: Some(cfg.min_judges),
+            ..opts.settings.clone()
+        }),
+        report: corpus_report(&scans, opts.settings.seed),
+        traces: scans,
+        errors,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// select
+
+/// Raw range of PRM scores, mapped to [0, 1] before pooling (`"LO,HI"`, e.g. `-4,4` for PRInTS).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrmRange {
+    pub lo: f64,
+    pub hi: f64,
+}
+
+impl std::str::FromStr for PrmRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (lo, hi) = s.split_once(',').ok_or("must look like LO,HI")?;
+        let lo: f64 = lo.trim().parse().map_err(|_| "LO is not a number")?;
+        let hi: f64 = hi.trim().parse().map_err(|_| "HI is not a number")?;
+        if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+            return Err("needs finite LO < HI".into());
+        }
+        Ok(PrmRange { lo, hi })
+    }
+}
+
+/// Step scores of an external process reward model, by trace id.
+pub type PrmScores = HashMap<String, Vec<f64>>;
+
+#[derive(Deserialize)]
+struct PrmLine {
+    id: String,
+    #[serde(alias = "step_scores")]
+    scores: Vec<f64>,
+}
+
+/// Read PRM step scores: JSONL lines `{"id": TRACE_ID, "scores": [..]}` (`step_scores` also
+/// accepted), normalized with `range` when given. Unreadable lines and non-finite scores are
+/// warnings; a later line for the same id replaces an earlier one.
+pub fn read_prm_scores(
+    path: &Path,
+    range: Option<PrmRange>,
+) -> Result<WithWarnings<PrmScores>, ImplicitError> {
+    let name = path.display().to_string();
+    let lines = read_jsonl::<PrmLine>(&name, crate::jsonl::open(path)?, "", |l| {
+        if l.scores.iter().all(|x| x.is_finite()) {
+            Ok(())
+        } else {
+            Err(format!("field scores: non-finite score for {}", l.id))
+        }
+    })?;
+    let value = lines
+        .value
+        .into_iter()
+        .map(|l| match range {
+            Some(r) => (l.id, normalize_scores(&l.scores, r.lo, r.hi)),
+            None => (l.id, l.scores),
+        })
+        .collect();
+    Ok(WithWarnings {
+        value,
+        warnings: lines.warnings,
+    })
+}
+
+/// Best-of-N settings (the `maslens select` flags).
+#[derive(Debug, Clone)]
+pub struct SelectOptions {
+    /// Candidate counts N.
+    pub ns: Vec<usize>,
+    /// Share of tasks used to tune pooling and w, in [0, 1).
+    pub tune_fraction: f64,
+    /// Seed of the split, the candidate subsets, the random scorer and the sensitivity trials.
+    pub seed: u64,
+    pub weights: Weights,
+    /// Weight-sensitivity trials (0: none).
+    pub trials: usize,
+    /// Largest relative perturbation of each weight in the sensitivity study.
+    pub spread: f64,
+}
+
+impl Default for SelectOptions {
+    fn default() -> Self {
+        SelectOptions {
+            ns: vec![4, 8, 16],
+            tune_fraction: 0.2,
+            seed: 0,
+            weights: Weights::default(),
+            trials: 1000,
+            spread: 0.1,
+        }
+    }
+}
+
+/// What `maslens select` reports (its JSON output).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SelectResult {
+    pub selection: SelectionReport,
+    pub sensitivity: Option<Sensitivity>,
+}
+
+/// Best-of-N selection over scanned candidates (traces with an unknown outcome are left out
+/// with a warning; PRM scorers run only if every candidate has PRM scores) and the
+/// weight-sensitivity study.
+pub fn select_from_scans(
+    scans: &[TraceScan],
+    prm: Option<&PrmScores>,
+    opts: &SelectOptions,
+) -> Result<WithWarnings<SelectResult>, ImplicitError> {
+    if !(0.0..1.0).contains(&opts.tune_fraction) {
+        return Err(ImplicitError::Config(format!(
+            "tune fraction must be in [0, 1), got {}",
+            opts.tune_fraction
+        )));
+    }
+    let mut warnings = Vec::new();
+    let mut cands = Vec::new();
+    for s in scans {
+        let success = match s.outcome {
+            Outcome::Success => true,
+            Outcome::Failure => false,
+            Outcome::Unknown => {
+                warnings.push(format!(
+                    "trace {}: outcome unknown, left out of selection",
+                    s.id
+                ));
+                continue;
+            }
+        };
+        cands.push(Candidate {
+            id: s.id.clone(),
+            task: s.task.clone(),
+            success,
+            steps: s.steps,
+            events: s.weighted_events(),
+            prm: prm.and_then(|p| p.get(&s.id).cloned()),
+        });
+    }
+    let missing = cands.iter().filter(|c| c.prm.is_none()).count();
+    if prm.is_some() && missing > 0 {
+        warnings.push(format!(
+            "{missing} candidate(s) have no PRM scores; PRM scorers are skipped"
+        ));
+    }
+    let cfg = SelectConfig {
+        ns: opts.ns.clone(),
+        tune_fraction: opts.tune_fraction,
+        seed: opts.seed,
+        weights: opts.weights.clone(),
+        ..Default::default()
+    };
+    let selection = best_of_n(&cands, &cfg);
+    let sensitivity = (opts.trials > 0)
+        .then(|| weight_sensitivity(&cands, &opts.weights, opts.trials, opts.spread, opts.seed));
+    Ok(WithWarnings {
+        value: SelectResult {
+            selection,
+            sensitivity,
+        },
+        warnings,
+    })
+}
+
+fn pct(a: &Accuracy) -> String {
+    match a.accuracy {
+        Some(v) => format!("{:.1} ({}/{})", v * 100.0, a.correct, a.tasks),
+        None => "n/a".into(),
+    }
+}
+
+impl SelectResult {
+    /// The JSON `maslens select` prints and writes: pretty-printed, object keys sorted
+    /// alphabetically at every level (the shape it has always had).
+    pub fn to_json(&self) -> String {
+        // Numbers, strings, options and vectors only: converting cannot fail.
+        serde_json::to_value(self)
+            .and_then(|v| serde_json::to_string_pretty(&v))
+            .unwrap_or_default()
+    }
+
+    /// The Markdown report: accuracy per N and scorer, and the weight-sensitivity summary.
+    pub fn markdown(&self) -> String {
+        let sel = &self.selection;
+        let mut md = String::new();
+        let _ = writeln!(md, "# Best-of-N selection\n");
+        let _ = writeln!(
+            md,
+            "{} candidates over {} tasks; {:.0}/{:.0} tuning/test split of tasks (seed {}). Accuracy on the test split, % (k/n).\n",
+            sel.candidates,
+            sel.tasks,
+            sel.tune_fraction * 100.0,
+            (1.0 - sel.tune_fraction) * 100.0,
+            sel.seed
+        );
+        let _ = writeln!(
+            md,
+            "| N | test tasks | random | random (expected) | PRM | IF | PRM+IF | oracle |"
+        );
+        let _ = writeln!(md, "|---:|---:|---|---:|---|---|---|---|");
+        for r in &sel.results {
+            let prm = r
+                .prm
+                .as_ref()
+                .map(|a| format!("{} [{:?}]", pct(a), r.prm_pooling.unwrap_or(Pooling::Mean)))
+                .unwrap_or_else(|| "n/a".into());
+            let prm_if = r
+                .prm_if
+                .as_ref()
+                .map(|a| format!("{} [w={:.1}]", pct(a), r.prm_if_w.unwrap_or(0.0)))
+                .unwrap_or_else(|| "n/a".into());
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.n,
+                r.test_tasks,
+                pct(&r.random),
+                r.random_expected
+                    .map(|v| format!("{:.1}", v * 100.0))
+                    .unwrap_or_else(|| "n/a".into()),
+                prm,
+                pct(&r.if_scorer),
+                prm_if,
+                pct(&r.oracle)
+            );
+        }
+        if let Some(s) = &self.sensitivity {
+            let f = |x: Option<f64>| x.map(|v| format!("{v:.4}")).unwrap_or_else(|| "n/a".into());
+            let _ = writeln!(
+                md,
+                "\nWeight sensitivity: {} trials, each weight perturbed independently by up to ±{:.0}%: global Spearman of candidate risks mean {}, min {}, 5th percentile {} ({} trials defined); mean within-task Spearman {}.",
+                s.trials,
+                s.spread * 100.0,
+                f(s.global_mean),
+                f(s.global_min),
+                f(s.global_p05),
+                s.defined,
+                f(s.within_task_mean)
+            );
+        }
+        md
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// repair
+
+/// Repair settings (the `maslens repair` flags).
+#[derive(Debug, Clone, Default)]
+pub struct RepairOptions {
+    pub config: RepairConfig,
+    /// Repair at most this many IFs per trace (`None`: all).
+    pub max_per_trace: Option<usize>,
+}
+
+/// One result of [`repair_scanned`], in trace and IF order.
+#[derive(Debug)]
+pub enum RepairEvent<'a> {
+    /// The matched no-op and fix replay plans of one IF (two JSONL lines of `repair --out`).
+    Plans(&'a [ReplayPlan; 2]),
+    /// An IF that could not be repaired (step not in the trace, empty correction), with why.
+    Skipped(&'a str),
+}
+
+/// What [`repair_scanned`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RepairSummary {
+    /// Replay plans produced (two per repaired IF).
+    pub plans: usize,
+    /// IFs skipped.
+    pub skipped: usize,
+    /// Ids of scanned traces that were not among the traces given.
+    pub unmatched_scans: Vec<String>,
+    pub usage: Usage,
+}
+
+/// For each trace (in order) with a scan, repair its counted IFs (listings 5-6) and hand each
+/// matched no-op / fix pair to `on_event` as it is made. An error of `on_event` (e.g. writing
+/// the output) stops the run; so does a model error.
+pub async fn repair_scanned(
+    model: &dyn ChatModel,
+    traces: &[Trace],
+    scans: &[TraceScan],
+    opts: &RepairOptions,
+    mut on_event: impl FnMut(RepairEvent<'_>) -> std::io::Result<()>,
+) -> Result<RepairSummary, ImplicitError> {
+    let by_id: HashMap<&str, &TraceScan> = scans.iter().map(|s| (s.id.as_str(), s)).collect();
+    let mut summary = RepairSummary::default();
+    for t in traces {
+        let Some(scan) = by_id.get(t.id.as_str()) else {
+            continue;
+        };
+        let events = scan
+            .events
+            .iter()
+            .take(opts.max_per_trace.unwrap_or(usize::MAX));
+        for (i, e) in events.enumerate() {
+            let (plans, usage) = repair_event(model, t, i, e, &opts.config).await?;
+            summary.usage += usage;
+            match plans {
+                Ok(pair) => {
+                    on_event(RepairEvent::Plans(&pair))?;
+                    summary.plans += pair.len();
+                }
+                Err(why) => {
+                    on_event(RepairEvent::Skipped(&why))?;
+                    summary.skipped += 1;
+                }
+            }
+        }
+    }
+    let ids: HashSet<&str> = traces.iter().map(|t| t.id.as_str()).collect();
+    summary.unmatched_scans = scans
+        .iter()
+        .filter(|s| !ids.contains(s.id.as_str()))
+        .map(|s| s.id.clone())
+        .collect();
+    Ok(summary)
+}
+
+// ---------------------------------------------------------------------------------------------
+// replay-stats and advantages
+
+/// Replay statistics settings (the `maslens replay-stats` flags).
+#[derive(Debug, Clone)]
+pub struct ReplayStatsOptions {
+    /// Bootstrap resamples.
+    pub resamples: usize,
+    pub seed: u64,
+}
+
+impl Default for ReplayStatsOptions {
+    fn default() -> Self {
+        ReplayStatsOptions {
+            resamples: maslens_eval::stats::DEFAULT_RESAMPLES,
+            seed: 0,
+        }
+    }
+}
+
+/// SPR, RR and delta-RR per configuration from JSONL replay outcomes (`name` names the input in
+/// warnings). Unreadable lines, interventions other than `noop` / `fix`, and traces without a
+/// matched pair are warnings.
+pub fn replay_stats_from_jsonl(
+    name: &str,
+    reader: impl BufRead,
+    opts: &ReplayStatsOptions,
+) -> Result<WithWarnings<Vec<ConfigStats>>, ImplicitError> {
+    let rows = read_jsonl::<ReplayOutcome>(name, reader, "", |r| {
+        if r.intervention == "noop" || r.intervention == "fix" {
+            Ok(())
+        } else {
+            Err(format!(
+                "field intervention: {:?} is not noop or fix",
+                r.intervention
+            ))
+        }
+    })?;
+    let mut warnings = rows.warnings;
+    let stats =
+        replay_stats(&rows.value, opts.resamples, opts.seed).map_err(ImplicitError::Input)?;
+    for s in &stats {
+        if !s.unmatched_traces.is_empty() {
+            warnings.push(format!(
+                "config {}: {} trace(s) lack a matched noop/fix pair and were left out: {}",
+                s.config,
+                s.unmatched_traces.len(),
+                s.unmatched_traces.join(", ")
+            ));
+        }
+    }
+    Ok(WithWarnings {
+        value: stats,
+        warnings,
+    })
+}
+
+/// IF-GRPO advantages of JSONL lines `{"group","id","success":bool,"if_cost":number}`, in input
+/// order (`name` names the input in warnings). Unreadable lines and non-finite costs are
+/// warnings and left out.
+pub fn advantages_from_jsonl(
+    name: &str,
+    reader: impl BufRead,
+) -> Result<WithWarnings<Vec<AdvantageOutput>>, ImplicitError> {
+    let hint = r#" (expected {"group","id","success":bool,"if_cost":number})"#;
+    let inputs = read_jsonl::<AdvantageInput>(name, reader, hint, |x| {
+        if x.if_cost.is_finite() {
+            Ok(())
+        } else {
+            Err(format!(
+                "field if_cost: {} is not a finite number (id {:?})",
+                x.if_cost, x.id
+            ))
+        }
+    })?;
+    let value =
+        if_grpo_advantages(&inputs.value).map_err(|e| ImplicitError::Input(e.to_string()))?;
+    Ok(WithWarnings {
+        value,
+        warnings: inputs.warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maslens_llm::testing::ScriptedModel;
+    use maslens_trace::{AgentKind, Step};
+    use serde_json::json;
+
+    fn trace(id: &str, task: &str, outcome: Outcome) -> Trace {
+        let mut t = Trace::new(id);
+        t.task = task.into();
+        t.outcome = outcome;
+        t.ensure_agent("Solver", AgentKind::Worker);
+        t.steps = ["2 + 2 = 5", "Checking: 2 + 2 = 4.", "FINAL 4"]
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Step {
+                index: i,
+                agent: "Solver".into(),
+                content: (*c).into(),
+                ..Default::default()
+            })
+            .collect();
+        t
+    }
+
+    fn detection() -> String {
+        json!({"implicit_failures": [{"error_step": 0, "error_agent": "Solver",
+            "error_type": "reasoning_error", "error_description": "d", "error_evidence": "2 + 2 = 5",
+            "severity": "low", "confidence": "high"}]})
+        .to_string()
+    }
+
+    #[tokio::test]
+    async fn scan_traces_records_settings_scans_and_failures() {
+        // Fixture: one detection answer (then the script runs out, so the second trace fails),
+        // absorption by rule.
+        let m = ScriptedModel::new("fixture")
+            .rule(
+                "Classify how the execution trace",
+                r#"{"absorption_pattern":"self_corrected","confidence":"high","rationale":"r"}"#,
+            )
+            .then(detection());
+        let traces = [
+            trace("a", "t", Outcome::Failure),
+            trace("b", "t", Outcome::Success),
+        ];
+        let opts = ScanOptions::default();
+        let mut lines = Vec::new();
+        let file = scan_traces(&[&m], &traces, &opts, |p| lines.push(p.to_string()))
+            .await
+            .unwrap();
+        assert_eq!(file.format_version, SCAN_FILE_VERSION);
+        assert_eq!(file.model, "fixture");
+        assert!(file.judges.is_empty());
+        assert_eq!(file.traces.len(), 1);
+        assert_eq!(file.traces[0].events.len(), 1);
+        assert_eq!(file.report.traces, 1);
+        assert_eq!(file.errors.len(), 1);
+        assert!(file.errors[0].starts_with("b: "), "{:?}", file.errors);
+        let cfg = file.config.as_ref().unwrap();
+        assert_eq!(cfg.min_judges, Some(1));
+        assert_eq!(cfg.overlap_steps, 2);
+        assert!(
+            lines[0].starts_with("[1/2] a: 1 IF(s), 0 flagged, risk "),
+            "{lines:?}"
+        );
+        assert!(lines[1].starts_with("trace b: "), "{lines:?}");
+        assert!(matches!(
+            scan_traces(&[], &traces, &opts, |_| {}).await,
+            Err(ImplicitError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn judge_threshold_defaults_to_a_majority() {
+        let s = ScanSettings::default();
+        assert_eq!([1, 2, 3, 4].map(|n| s.judges_needed(n)), [1, 2, 2, 3]);
+        let s = ScanSettings {
+            min_judges: Some(9),
+            ..Default::default()
+        };
+        assert_eq!(s.judges_needed(3), 3);
+        assert_eq!(s.scan_config(&Weights::default(), 3).min_judges, 3);
+    }
+
+    #[test]
+    fn prm_range_parses_and_checks() {
+        assert_eq!(
+            "-4, 4".parse::<PrmRange>(),
+            Ok(PrmRange { lo: -4.0, hi: 4.0 })
+        );
+        assert_eq!("4".parse::<PrmRange>().unwrap_err(), "must look like LO,HI");
+        assert!("x,1".parse::<PrmRange>().unwrap_err().contains("LO"));
+        assert!("1,0".parse::<PrmRange>().unwrap_err().contains("LO < HI"));
+    }
+
+    fn scan(id: &str, task: &str, outcome: Outcome, ifs: usize) -> TraceScan {
+        let events: Vec<_> = (0..ifs)
+            .map(|_| {
+                json!({"step": 1, "agent": "A", "error_type": "hallucination", "description": "d",
+                "evidence": "e", "severity": "high", "confidence": "high", "windows": [0],
+                "evidence_check": {"status": "verbatim", "coverage": 1.0, "agent_matches": true}})
+            })
+            .collect();
+        serde_json::from_value(
+            json!({"id": id, "task": task, "outcome": outcome, "steps": 10,
+            "events": events, "cost": 0.0, "risk": 0.0, "risk_grouped": 0.0, "windows": 1,
+            "abstentions": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0}, "calls": 1,
+            "seconds": 0.0}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn select_warns_about_unknown_outcomes_and_missing_prm() {
+        let mut scans = Vec::new();
+        for t in 0..6 {
+            for c in 0..2 {
+                let ok = c == t % 2;
+                let outcome = if ok {
+                    Outcome::Success
+                } else {
+                    Outcome::Failure
+                };
+                scans.push(scan(
+                    &format!("t{t}c{c}"),
+                    &format!("task {t}"),
+                    outcome,
+                    usize::from(!ok),
+                ));
+            }
+        }
+        scans.push(scan("u", "task 0", Outcome::Unknown, 0));
+        let prm: PrmScores = [("t0c0".to_string(), vec![0.5])].into();
+        let opts = SelectOptions {
+            ns: vec![2],
+            trials: 10,
+            tune_fraction: 0.0,
+            ..Default::default()
+        };
+        let r = select_from_scans(&scans, Some(&prm), &opts).unwrap();
+        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+        assert!(r.warnings[0].contains("trace u: outcome unknown"));
+        assert!(r.warnings[1].starts_with("11 candidate(s) have no PRM scores"));
+        let n2 = &r.value.selection.results[0];
+        assert_eq!(n2.if_scorer.accuracy, Some(1.0));
+        assert!(n2.prm.is_none());
+        assert_eq!(r.value.sensitivity.as_ref().unwrap().trials, 10);
+        let md = r.value.markdown();
+        assert!(
+            md.starts_with("# Best-of-N selection\n") && md.contains("| 2 | 6 |"),
+            "{md}"
+        );
+        let json = r.value.to_json();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert!(v.get("selection").is_some() && v.get("sensitivity").is_some());
+        // Sorted keys: `candidates` before `prm_available` before `results` before `seed`.
+        let at = |k: &str| json.find(&format!("\"{k}\"")).unwrap();
+        assert!(at("candidates") < at("prm_available") && at("results") < at("seed"));
+        let bad = SelectOptions {
+            tune_fraction: 1.0,
+            ..Default::default()
+        };
+        assert!(select_from_scans(&scans, None, &bad).is_err());
+    }
+
+    #[test]
+    fn prm_scores_are_normalized_and_bad_lines_warned() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("prm.jsonl");
+        std::fs::write(
+            &p,
+            "{\"id\":\"a\",\"scores\":[-4,4]}\n{\"id\":\"b\",\"step_scores\":[0]}\nnope\n",
+        )
+        .unwrap();
+        let r = read_prm_scores(&p, Some(PrmRange { lo: -4.0, hi: 4.0 })).unwrap();
+        assert_eq!(r.value["a"], vec![0.0, 1.0]);
+        assert_eq!(r.value["b"], vec![0.5]);
+        assert_eq!(r.warnings.len(), 1);
+        assert!(r.warnings[0].contains("prm.jsonl: line 3: "));
+        let e = read_prm_scores(&dir.path().join("none.jsonl"), None).unwrap_err();
+        assert!(e.to_string().starts_with("cannot read ") && e.to_string().contains("none.jsonl"));
+    }
+
+    #[tokio::test]
+    async fn repair_scanned_reports_pairs_skips_and_unmatched_scans() {
+        let t = trace("a", "t", Outcome::Failure);
+        let mut s = scan("a", "t", Outcome::Failure, 2);
+        s.events[1].step = 99; // not in the trace: skipped
+        let m = ScriptedModel::new("fixture").then("FixedMessage: fixed");
+        let scans = [s, scan("gone", "t", Outcome::Failure, 1)];
+        let mut got = Vec::new();
+        let summary = repair_scanned(&m, &[t], &scans, &RepairOptions::default(), |e| {
+            got.push(match e {
+                RepairEvent::Plans(p) => format!("{} {}", p[0].intervention, p[1].intervention),
+                RepairEvent::Skipped(why) => why.to_string(),
+            });
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(got[0], "noop fix");
+        assert!(got[1].contains("step 99"), "{got:?}");
+        assert_eq!(summary.plans, 2);
+        assert_eq!(summary.skipped, 1);
+        assert_eq!(summary.unmatched_scans, ["gone"]);
+    }
+
+    #[test]
+    fn replay_and_advantage_jsonl_warn_and_go_on() {
+        let rows = [
+            r#"{"task":"t","trace":"f","original_success":false,"intervention":"noop","success":false}"#,
+            r#"{"task":"t","trace":"f","original_success":false,"intervention":"fix","success":true}"#,
+            r#"{"task":"t","trace":"g","original_success":false,"intervention":"redo","success":true}"#,
+            r#"{"task":"t","trace":"h","original_success":false,"intervention":"fix","success":true}"#,
+        ]
+        .join("\n");
+        let r = replay_stats_from_jsonl("r.jsonl", rows.as_bytes(), &ReplayStatsOptions::default())
+            .unwrap();
+        assert_eq!(r.value[0].rr_fix, Some(1.0));
+        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+        assert_eq!(
+            r.warnings[0],
+            "r.jsonl: line 3: field intervention: \"redo\" is not noop or fix"
+        );
+        assert!(r.warnings[1].starts_with("config all: 1 trace(s) lack a matched noop/fix pair"));
+
+        let groups = "{\"group\":\"g\",\"id\":\"a\",\"success\":true,\"if_cost\":1}\n{\"group\":\"g\",\"id\":\"b\"}\n{\"group\":\"g\",\"id\":\"c\",\"success\":false,\"if_cost\":0}\n";
+        let a = advantages_from_jsonl("<stdin>", groups.as_bytes()).unwrap();
+        assert_eq!(a.value.len(), 2);
+        assert!(a.value[0].advantage > 0.0 && a.value[1].advantage < 0.0);
+        assert!(
+            a.warnings[0].starts_with("<stdin>: line 2: ")
+                && a.warnings[0]
+                    .ends_with(r#"(expected {"group","id","success":bool,"if_cost":number})"#),
+            "{:?}",
+            a.warnings
+        );
+    }
+}
