@@ -101,6 +101,30 @@ pub fn credit_table_view(t: &CreditTable, title: &str) -> Table {
     }
 }
 
+/// The role x segment credit table of `maslens credit` as Markdown.
+pub fn credit_markdown(t: &CreditTable, title: &str) -> String {
+    credit_table_view(t, title).markdown()
+}
+
+/// The self-contained HTML page of `maslens credit`: the role x segment heatmap (last row:
+/// temporal credit) and the credit table.
+pub fn credit_html(t: &CreditTable, title: &str) -> String {
+    let rows: Vec<String> = t
+        .roles
+        .iter()
+        .cloned()
+        .chain(["temporal credit".to_string()])
+        .collect();
+    let mut vals = t.cell.clone();
+    vals.push(t.round_credit.clone());
+    let svg = heatmap_svg("Role x segment credit", &rows, &t.rounds, &vals, (0.0, 1.0))
+        .unwrap_or_else(|e| format!("<p>plot unavailable: {}</p>", esc(&e.to_string())));
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>maslens credit</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}</style></head><body>\n<h1>maslens credit</h1>\n<div>{svg}</div>\n{}</body></html>\n",
+        credit_table_view(t, title).html()
+    )
+}
+
 fn shift_row(name: &str, s: &Shift) -> Vec<String> {
     let n = s.total().max(1) as f64;
     vec![
