@@ -338,6 +338,48 @@ mod tests {
         }
     }
 
+    /// The shared corpus: two successes, two failures, every absorption kind, a trace id with a
+    /// table separator.
+    fn sample_scans() -> Vec<TraceScan> {
+        use Absorption::*;
+        use ErrorType::*;
+        vec![
+            scan(
+                "s1",
+                Outcome::Success,
+                vec![
+                    ev(WrongAction, Some(SelfCorrected)),
+                    ev(Hallucination, Some(UnresolvedPropagation)),
+                ],
+            ),
+            scan("s2", Outcome::Success, vec![]),
+            scan(
+                "f1",
+                Outcome::Failure,
+                vec![ev(WrongAction, Some(TrivialIssue))],
+            ),
+            scan(
+                "f2",
+                Outcome::Failure,
+                vec![
+                    ev(FailedToolUse, None),
+                    ev(FailedToolUse, Some(PeerRepair)),
+                    ev(FailedToolUse, Some(PeerRepair)),
+                ],
+            ),
+        ]
+    }
+
+    #[test]
+    fn markdown_snapshot() {
+        let mut scans = sample_scans();
+        scans[3].id = "f2|<script>".into();
+        scans[3].risk = 0.125;
+        scans[3].cost = 1.5;
+        let r = corpus_report(&scans, 1);
+        insta::assert_snapshot!("corpus_report_md", markdown(&r, &scans));
+    }
+
     #[test]
     fn prevalence_intensity_and_absorption_shares() {
         use Absorption::*;
