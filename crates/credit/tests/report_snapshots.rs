@@ -66,7 +66,10 @@ prompt = "Aggregate the answers."
     config.roles[1].name = role.into();
     let initial = config.prompts();
     let best = PromptSet {
-        roles: vec![initial.roles[0].clone(), "Check the arithmetic first.".into()],
+        roles: vec![
+            initial.roles[0].clone(),
+            "Check the arithmetic first.".into(),
+        ],
         aggregators: initial.aggregators.clone(),
     };
     let mut labels = BTreeMap::new();
@@ -147,7 +150,10 @@ prompt = "Aggregate the answers."
             seeds: vec![1],
             ..Default::default()
         },
-        prompt_versions: vec!["credit/agent_turn_eval.v1".into(), "credit/rewrite.v1".into()],
+        prompt_versions: vec![
+            "credit/agent_turn_eval.v1".into(),
+            "credit/rewrite.v1".into(),
+        ],
         summary: vec![
             MethodSummary {
                 method: "baseline".into(),
@@ -179,7 +185,8 @@ fn plain() -> Experiment {
     experiment("skeptic", "Misses arithmetic slips.")
 }
 
-const CREDIT_TITLE: &str = "Credit over 2 trace(s), model fixture-model (cells: fused c; last row: temporal credit)";
+const CREDIT_TITLE: &str =
+    "Credit over 2 trace(s), model fixture-model (cells: fused c; last row: temporal credit)";
 
 #[test]
 fn optimize_markdown_snapshot() {
@@ -194,7 +201,10 @@ fn optimize_html_snapshot() {
 #[test]
 fn credit_markdown_snapshot() {
     let t = table(&["solver", "skeptic | critic"]);
-    insta::assert_snapshot!("credit_report_md", report::credit_markdown(&t, CREDIT_TITLE));
+    insta::assert_snapshot!(
+        "credit_report_md",
+        report::credit_markdown(&t, CREDIT_TITLE)
+    );
 }
 
 #[test]

@@ -3,6 +3,8 @@
 pub mod html;
 pub mod markdown;
 pub mod metrics;
+pub mod page;
 pub mod plot;
 pub mod report;
 pub mod stats;
+mod view;

@@ -41,13 +41,25 @@ fn case(
 /// The shared report: two subsets, one baseline, a failed case, a model and a split.
 fn sample(agent: &str, error: &str) -> LocateReport {
     let cases = vec![
-        case("AG/1", "AG", ("Orchestrator", 1), Some(("Orchestrator", 1)), 100),
+        case(
+            "AG/1",
+            "AG",
+            ("Orchestrator", 1),
+            Some(("Orchestrator", 1)),
+            100,
+        ),
         case("AG/2", "AG", (agent, 2), Some(("Orchestrator", 3)), 200),
         case("HC/1", "HC", ("WebSurfer", 9), None, 900),
         case("HC/2", "HC", ("Coder", 4), Some(("Coder", 5)), 400),
     ];
     let base = vec![
-        case("AG/1", "AG", ("Orchestrator", 1), Some(("Orchestrator", 0)), 100),
+        case(
+            "AG/1",
+            "AG",
+            ("Orchestrator", 1),
+            Some(("Orchestrator", 0)),
+            100,
+        ),
         case("AG/2", "AG", (agent, 2), Some((agent, 2)), 200),
         case("HC/1", "HC", ("WebSurfer", 9), Some(("WebSurfer", 9)), 900),
         case("HC/2", "HC", ("Coder", 4), Some(("Coder", 7)), 400),
