@@ -1,5 +1,7 @@
-//! Reports of `maslens optimize` (and the credit table of `maslens credit`): Markdown and
-//! self-contained HTML with SVG plots. JSON is the serde form of [`Experiment`].
+//! Reports of `maslens optimize` and `maslens credit`: Markdown and self-contained HTML with SVG
+//! plots, rendered through the templates in `templates/` (HTML in the shared page shell of
+//! [`maslens_eval::page`], every data string auto-escaped). JSON is the serde form of
+//! [`Experiment`].
 //!
 //! Sections follow the paper's tables: accuracy mean +- std over seeds (table 1), outcome shift
 //! (table 2), overall statistics (table 3), per-round counts and scores (table 4), failure-label
@@ -9,21 +11,39 @@
 use crate::credit::CreditTable;
 use crate::critic::FAILURE_LABELS;
 use crate::experiment::{Experiment, FinalEval, Shift};
+use maslens_eval::page::Figure;
 use maslens_eval::plot::{bar_chart_svg, heatmap_svg, histogram_svg, line_chart_svg, Series};
+use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
-/// Escape text for HTML.
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
+/// The report templates (`templates/`), compiled in.
+const TEMPLATES: [(&str, &str); 6] = [
+    ("table.md.j2", include_str!("../templates/table.md.j2")),
+    ("table.html.j2", include_str!("../templates/table.html.j2")),
+    (
+        "optimize_report.md.j2",
+        include_str!("../templates/optimize_report.md.j2"),
+    ),
+    (
+        "optimize_report.html.j2",
+        include_str!("../templates/optimize_report.html.j2"),
+    ),
+    (
+        "credit_report.md.j2",
+        include_str!("../templates/credit_report.md.j2"),
+    ),
+    (
+        "credit_report.html.j2",
+        include_str!("../templates/credit_report.html.j2"),
+    ),
+];
+
+fn render<S: Serialize>(name: &str, ctx: S) -> String {
+    maslens_eval::page::render_or_note(&TEMPLATES, name, ctx)
 }
 
 /// A simple table: header and rows of cells.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Table {
     pub title: String,
     pub header: Vec<String>,
@@ -31,38 +51,13 @@ pub struct Table {
 }
 
 impl Table {
+    /// Markdown (`templates/table.md.j2`).
     pub fn markdown(&self) -> String {
-        let mut s = format!("### {}\n\n", self.title);
-        let cell = |c: &String| c.replace('|', "\\|").replace('\n', " ");
-        s.push_str(&format!(
-            "| {} |\n",
-            self.header.iter().map(cell).collect::<Vec<_>>().join(" | ")
-        ));
-        s.push_str(&format!("|{}\n", " --- |".repeat(self.header.len())));
-        for r in &self.rows {
-            s.push_str(&format!(
-                "| {} |\n",
-                r.iter().map(cell).collect::<Vec<_>>().join(" | ")
-            ));
-        }
-        s.push('\n');
-        s
+        render("table.md.j2", serde_json::json!({ "t": self }))
     }
+    /// An HTML fragment (`templates/table.html.j2`), every cell escaped.
     pub fn html(&self) -> String {
-        let mut s = format!("<h3>{}</h3>\n<table>\n<tr>", esc(&self.title));
-        for h in &self.header {
-            let _ = write!(s, "<th>{}</th>", esc(h));
-        }
-        s.push_str("</tr>\n");
-        for r in &self.rows {
-            s.push_str("<tr>");
-            for c in r {
-                let _ = write!(s, "<td>{}</td>", esc(c));
-            }
-            s.push_str("</tr>\n");
-        }
-        s.push_str("</table>\n");
-        s
+        render("table.html.j2", serde_json::json!({ "t": self }))
     }
 }
 
@@ -99,6 +94,43 @@ pub fn credit_table_view(t: &CreditTable, title: &str) -> Table {
         header,
         rows,
     }
+}
+
+/// The role x segment credit table of `maslens credit` as Markdown
+/// (`templates/credit_report.md.j2`).
+pub fn credit_markdown(t: &CreditTable, title: &str) -> String {
+    render(
+        "credit_report.md.j2",
+        serde_json::json!({ "t": credit_table_view(t, title) }),
+    )
+}
+
+/// The self-contained HTML page of `maslens credit` (`templates/credit_report.html.j2`): the
+/// role x segment heatmap (last row: temporal credit) and the credit table.
+pub fn credit_html(t: &CreditTable, title: &str) -> String {
+    let rows: Vec<String> = t
+        .roles
+        .iter()
+        .cloned()
+        .chain(["temporal credit".to_string()])
+        .collect();
+    let mut vals = t.cell.clone();
+    vals.push(t.round_credit.clone());
+    let heatmap = Figure::from(heatmap_svg(
+        "Role x segment credit",
+        &rows,
+        &t.rounds,
+        &vals,
+        (0.0, 1.0),
+    ));
+    render(
+        "credit_report.html.j2",
+        serde_json::json!({
+            "title": "maslens credit",
+            "heatmap": heatmap,
+            "t": credit_table_view(t, title),
+        }),
+    )
 }
 
 fn shift_row(name: &str, s: &Shift) -> Vec<String> {
@@ -473,24 +505,32 @@ fn prompt_tables(x: &Experiment) -> Vec<Table> {
     }]
 }
 
-/// Markdown report.
+/// The header fields shared by the Markdown and HTML reports.
+fn header(x: &Experiment) -> serde_json::Value {
+    serde_json::json!({
+        "name": x.name,
+        "model": x.model,
+        "dataset": x.dataset,
+        "n_optimization": x.n_optimization,
+        "n_test": x.n_test,
+        "roles": x.config.roles.len(),
+        "rounds": x.config.rounds,
+        "seeds": format!("{:?}", x.options.seeds),
+        "prompt_versions": x.prompt_versions,
+    })
+}
+
+fn all_tables(x: &Experiment) -> Vec<Table> {
+    let mut t = tables(x);
+    t.extend(prompt_tables(x));
+    t
+}
+
+/// Markdown report (`templates/optimize_report.md.j2`).
 pub fn markdown(x: &Experiment) -> String {
-    let mut s = format!(
-        "# maslens optimize: {}\n\nModel `{}`, dataset `{}`, {} optimization / {} held-out questions, {} roles x {} rounds, seeds {:?}.\nPrompt templates: {}.\n\n",
-        x.name,
-        x.model,
-        x.dataset,
-        x.n_optimization,
-        x.n_test,
-        x.config.roles.len(),
-        x.config.rounds,
-        x.options.seeds,
-        x.prompt_versions.join(", ")
-    );
-    for t in tables(x).iter().chain(prompt_tables(x).iter()) {
-        s.push_str(&t.markdown());
-    }
-    s
+    let mut ctx = header(x);
+    ctx["tables"] = serde_json::json!(all_tables(x));
+    render("optimize_report.md.j2", ctx)
 }
 
 fn curves(x: &Experiment, by_calls: bool) -> Vec<Series> {
@@ -542,27 +582,8 @@ fn curves(x: &Experiment, by_calls: bool) -> Vec<Series> {
     out
 }
 
-/// Self-contained HTML report with plots.
+/// Self-contained HTML report with plots (`templates/optimize_report.html.j2`).
 pub fn html(x: &Experiment) -> String {
-    let mut s = String::from(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>maslens optimize</title><style>\
-         body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:0.5em 0 1.5em}\
-         td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;vertical-align:top}th{background:#f2f2f2}\
-         .plots{display:flex;flex-wrap:wrap;gap:12px}</style></head><body>\n",
-    );
-    let _ = write!(
-        s,
-        "<h1>maslens optimize: {}</h1>\n<p>Model <code>{}</code>, dataset <code>{}</code>, {} optimization / {} held-out questions, {} roles x {} rounds, seeds {:?}.</p>\n",
-        esc(&x.name),
-        esc(&x.model),
-        esc(&x.dataset),
-        x.n_optimization,
-        x.n_test,
-        x.config.roles.len(),
-        x.config.rounds,
-        x.options.seeds
-    );
-    s.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
     let mut plots: Vec<Result<String, maslens_eval::plot::PlotError>> = Vec::new();
     if let Some(c) = x
         .seeds
@@ -628,24 +649,10 @@ pub fn html(x: &Experiment) -> String {
             "score 0-5",
         ));
     }
-    for p in plots {
-        match p {
-            Ok(svg) => {
-                let _ = writeln!(s, "<div>{svg}</div>");
-            }
-            Err(e) => {
-                let _ = writeln!(s, "<p>plot unavailable: {}</p>", esc(&e.to_string()));
-            }
-        }
-    }
-    s.push_str("</div>\n<h2>Tables</h2>\n");
-    for t in tables(x).iter().chain(prompt_tables(x).iter()) {
-        s.push_str(&t.html());
-    }
-    let _ = write!(
-        s,
-        "<p>Prompt templates: {}</p>\n</body></html>\n",
-        esc(&x.prompt_versions.join(", "))
-    );
-    s
+    let plots: Vec<Figure> = plots.into_iter().map(Figure::from).collect();
+    let mut ctx = header(x);
+    ctx["title"] = "maslens optimize".into();
+    ctx["plots"] = serde_json::json!(plots);
+    ctx["tables"] = serde_json::json!(all_tables(x));
+    render("optimize_report.html.j2", ctx)
 }

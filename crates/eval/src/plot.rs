@@ -1,6 +1,7 @@
-//! Shared SVG chart helpers for self-contained HTML reports: heatmap, line chart, bar chart and
-//! histogram, each returning an SVG document as a `String` (plotters, SVG backend only; text is
-//! emitted as SVG `<text>` so no font files are needed).
+//! The one plotting path of every report: heatmap, line chart, line chart with an interval band,
+//! bar chart, grouped bar chart with interval whiskers and histogram, each returning an SVG
+//! document as a `String` (plotters, SVG backend only; text is emitted as SVG `<text>` so no font
+//! files are needed).
 //!
 //! Labels are escaped by the SVG backend; callers embed the returned string directly in HTML.
 
@@ -279,6 +280,183 @@ pub fn bar_chart_svg(
     Ok(out)
 }
 
+/// One bar of a [`grouped_bar_chart_svg`]: its series, value in [0, 1] and optional interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bar {
+    pub series: usize,
+    pub value: f64,
+    pub interval: Option<[f64; 2]>,
+}
+
+/// A labelled group of bars.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BarGroup {
+    pub label: String,
+    pub bars: Vec<Bar>,
+}
+
+/// Grouped bars of shares in [0, 1] (y axis in percent), one colour per series, with interval
+/// whiskers; a legend when there is more than one series.
+pub fn grouped_bar_chart_svg(
+    title: &str,
+    series: &[String],
+    groups: &[BarGroup],
+) -> Result<String, PlotError> {
+    let n = groups.len().max(1);
+    let per = series.len().max(1) as f64;
+    let bar_w = 0.8 / per;
+    let mut out = String::new();
+    {
+        let w = (160 + 110 * n as u32).max(480);
+        let root = SVGBackend::with_string(&mut out, (w, 340)).into_drawing_area();
+        root.fill(&WHITE).map_err(err(title))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(if series.len() > 1 { 52 } else { 30 })
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..n as f64, 0f64..1.0f64)
+            .map_err(err(title))?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_labels(5)
+            .y_label_formatter(&|v| format!("{:.0}%", 100.0 * v))
+            .draw()
+            .map_err(err(title))?;
+        let x0 = |g: usize, si: usize| g as f64 + 0.1 + bar_w * si as f64;
+        for si in 0..series.len() {
+            let color = PALETTE[si % PALETTE.len()];
+            let bars: Vec<(usize, Bar)> = groups
+                .iter()
+                .enumerate()
+                .flat_map(|(g, grp)| grp.bars.iter().map(move |b| (g, *b)))
+                .filter(|(_, b)| b.series == si && b.value.is_finite())
+                .collect();
+            chart
+                .draw_series(bars.iter().map(|(g, b)| {
+                    Rectangle::new(
+                        [
+                            (x0(*g, si), 0.0),
+                            (x0(*g, si) + bar_w * 0.95, b.value.clamp(0.0, 1.0)),
+                        ],
+                        color.filled(),
+                    )
+                }))
+                .map_err(err(title))?;
+            chart
+                .draw_series(bars.iter().filter_map(|(g, b)| {
+                    let [lo, hi] = b.interval?;
+                    let cx = x0(*g, si) + bar_w * 0.475;
+                    Some(PathElement::new(
+                        vec![(cx, lo.clamp(0.0, 1.0)), (cx, hi.clamp(0.0, 1.0))],
+                        BLACK.stroke_width(1),
+                    ))
+                }))
+                .map_err(err(title))?;
+        }
+        for (g, grp) in groups.iter().enumerate() {
+            let (x, y) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+            root.draw(&Text::new(
+                grp.label.clone(),
+                (x, y + 8),
+                ("sans-serif", 12).into_font().into_text_style(&root).pos(
+                    plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Center,
+                        plotters::style::text_anchor::VPos::Top,
+                    ),
+                ),
+            ))
+            .map_err(err(title))?;
+        }
+        if series.len() > 1 {
+            for (si, name) in series.iter().enumerate() {
+                let x = 60 + 130 * si as i32;
+                let y = 340 - 18;
+                root.draw(&Rectangle::new(
+                    [(x, y - 5), (x + 10, y + 5)],
+                    PALETTE[si % PALETTE.len()].filled(),
+                ))
+                .map_err(err(title))?;
+                root.draw(&Text::new(
+                    name.clone(),
+                    (x + 14, y - 6),
+                    ("sans-serif", 12).into_font(),
+                ))
+                .map_err(err(title))?;
+            }
+        }
+        root.present().map_err(err(title))?;
+    }
+    Ok(out)
+}
+
+/// A line of shares in [0, 1] (y axis in percent) over integer x values, with a shaded interval
+/// band: `points` are `(x, value, [lo, hi])`; x ticks read `±x` when `plus_minus`.
+pub fn interval_line_chart_svg(
+    title: &str,
+    x_label: &str,
+    points: &[(u32, f64, [f64; 2])],
+    plus_minus: bool,
+) -> Result<String, PlotError> {
+    let xmax = points.iter().map(|p| p.0).max().unwrap_or(1).max(1);
+    let color = PALETTE[0];
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (640, 320)).into_drawing_area();
+        root.fill(&WHITE).map_err(err(title))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0u32..xmax, 0f64..1.0f64)
+            .map_err(err(title))?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_labels(5)
+            .x_label_formatter(&|x| {
+                if plus_minus {
+                    format!("±{x}")
+                } else {
+                    x.to_string()
+                }
+            })
+            .y_label_formatter(&|v| format!("{:.0}%", 100.0 * v))
+            .draw()
+            .map_err(err(title))?;
+        let pts: Vec<(u32, f64, [f64; 2])> = points
+            .iter()
+            .copied()
+            .filter(|p| p.1.is_finite() && p.2.iter().all(|v| v.is_finite()))
+            .collect();
+        if !pts.is_empty() {
+            let band: Vec<(u32, f64)> = pts
+                .iter()
+                .map(|p| (p.0, p.2[1].clamp(0.0, 1.0)))
+                .chain(pts.iter().rev().map(|p| (p.0, p.2[0].clamp(0.0, 1.0))))
+                .collect();
+            chart
+                .draw_series(std::iter::once(Polygon::new(
+                    band,
+                    color.mix(0.15).filled(),
+                )))
+                .map_err(err(title))?;
+        }
+        let line: Vec<(u32, f64)> = pts.iter().map(|p| (p.0, p.1.clamp(0.0, 1.0))).collect();
+        chart
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
+            .map_err(err(title))?;
+        chart
+            .draw_series(line.iter().map(|p| Circle::new(*p, 3, color.filled())))
+            .map_err(err(title))?;
+        root.present().map_err(err(title))?;
+    }
+    Ok(out)
+}
+
 /// A histogram of `values` in `bins` equal-width bins.
 pub fn histogram_svg(
     title: &str,
@@ -342,6 +520,53 @@ mod tests {
         assert!(svg.contains("a&amp;b"), "labels must be escaped");
         assert!(!svg.contains("<roles>"));
         assert!(svg.matches("<rect").count() >= 5);
+    }
+
+    #[test]
+    fn grouped_bars_and_interval_line_render() {
+        let groups = vec![
+            BarGroup {
+                label: "m<1>".into(),
+                bars: vec![
+                    Bar {
+                        series: 0,
+                        value: 0.5,
+                        interval: Some([0.2, 0.8]),
+                    },
+                    Bar {
+                        series: 1,
+                        value: 0.25,
+                        interval: None,
+                    },
+                ],
+            },
+            BarGroup {
+                label: "last-agent".into(),
+                bars: vec![],
+            },
+        ];
+        let svg =
+            grouped_bar_chart_svg("acc", &["agent-level".into(), "step-level".into()], &groups)
+                .unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains("m&lt;1&gt;") && svg.contains("last-agent"));
+        assert!(svg.contains("step-level"), "legend");
+        assert!(svg.matches("<rect").count() >= 3);
+        let svg = interval_line_chart_svg(
+            "tol",
+            "k",
+            &[(0, 0.25, [0.0, 0.5]), (2, 0.75, [0.5, 1.0])],
+            true,
+        )
+        .unwrap();
+        assert!(
+            svg.contains("<polygon") && svg.contains("<polyline"),
+            "{svg}"
+        );
+        assert!(svg.contains("±2"));
+        assert!(interval_line_chart_svg("none", "k", &[], false)
+            .unwrap()
+            .starts_with("<svg"));
     }
 
     #[test]

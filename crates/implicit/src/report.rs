@@ -3,13 +3,14 @@
 //! - error type distribution;
 //! - absorption by outcome (unknown = no label);
 //! - absorbed-versus-propagated share among informative labels (all but trivial/unknown).
+//!
+//! Rendered as Markdown through the template `templates/corpus_report.md.j2`.
 
 use crate::scan::TraceScan;
 use crate::taxonomy::{Absorption, ErrorType};
 use maslens_eval::stats::{bootstrap_proportion_ci, Interval};
 use maslens_trace::Outcome;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write;
 
 /// Prevalence and intensity for one outcome stratum.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -181,101 +182,92 @@ fn pct(x: Option<f64>) -> String {
         .unwrap_or_else(|| "n/a".into())
 }
 
+fn fixed(x: Option<f64>, decimals: usize) -> String {
+    x.map(|v| format!("{v:.decimals$}"))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+/// The Markdown template (`templates/corpus_report.md.j2`).
+pub const MARKDOWN_TEMPLATE: &str = include_str!("../templates/corpus_report.md.j2");
+
 /// Markdown rendering of a corpus report and its per-trace lines.
 pub fn markdown(report: &CorpusReport, scans: &[TraceScan]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "# Implicit failures: corpus report\n");
-    let _ = writeln!(
-        s,
-        "{} traces, {} counted IFs, {} flagged events not counted, {} detector abstentions.\n",
-        report.traces,
-        report
-            .strata
-            .iter()
-            .find(|x| x.outcome == "all")
-            .map(|x| x.ifs)
-            .unwrap_or(0),
-        report.flagged,
-        report.abstentions
-    );
-    let _ = writeln!(s, "## Prevalence and intensity by outcome\n");
-    let _ = writeln!(
-        s,
-        "| outcome | traces | with IF | prevalence [95% CI] | IFs | IFs / trace | mean risk |"
-    );
-    let _ = writeln!(s, "|---|---:|---:|---|---:|---:|---:|");
-    for st in &report.strata {
-        let ci = st
-            .prevalence_ci
-            .map(|c| format!(" [{:.1}, {:.1}]", c.lo * 100.0, c.hi * 100.0))
-            .unwrap_or_default();
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {}{} | {} | {} | {} |",
-            st.outcome,
-            st.traces,
-            st.with_if,
-            pct(st.prevalence),
-            ci,
-            st.ifs,
-            st.intensity
-                .map(|v| format!("{v:.2}"))
-                .unwrap_or_else(|| "n/a".into()),
-            st.mean_risk
-                .map(|v| format!("{v:.4}"))
-                .unwrap_or_else(|| "n/a".into())
-        );
-    }
-    let _ = writeln!(s, "\n## Error types\n");
-    let _ = writeln!(s, "| type | IFs | share |");
-    let _ = writeln!(s, "|---|---:|---:|");
-    for c in &report.error_types {
-        let _ = writeln!(s, "| {} | {} | {} |", c.label, c.count, pct(c.share));
-    }
-    let _ = writeln!(s, "\n## Absorption by outcome\n");
-    let _ = writeln!(
-        s,
-        "| absorption | success | failure | unknown outcome | total | share |"
-    );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
-    for r in &report.absorption {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} |",
-            r.label,
-            r.success,
-            r.failure,
-            r.unknown_outcome,
-            r.total,
-            pct(r.share)
-        );
-    }
-    let _ = writeln!(s, "\nAmong {} IFs with informative labels (excluding trivial/unknown): {} absorbed or repaired, {} unresolved propagation.\n",
-        report.informative, pct(report.absorbed_share), pct(report.propagated_share));
-    let _ = writeln!(s, "## Cost\n\n{} calls, {} prompt + {} completion tokens, {:.1} s in all; {} tokens and {} s per trace.\n",
-        report.calls, report.prompt_tokens, report.completion_tokens, report.seconds,
-        report.tokens_per_trace.map(|v| format!("{v:.0}")).unwrap_or_else(|| "n/a".into()),
-        report.seconds_per_trace.map(|v| format!("{v:.1}")).unwrap_or_else(|| "n/a".into()));
-    let _ = writeln!(s, "## Traces\n");
-    let _ = writeln!(
-        s,
-        "| trace | outcome | steps | IFs | flagged | risk | cost |"
-    );
-    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|");
-    for t in scans {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {:.4} | {:.3} |",
-            t.id.replace('|', "\\|"),
-            t.outcome.as_str(),
-            t.steps,
-            t.events.len(),
-            t.flagged.len(),
-            t.risk,
-            t.cost
-        );
-    }
-    s
+    let strata: Vec<_> = report
+        .strata
+        .iter()
+        .map(|st| {
+            let ci = st
+                .prevalence_ci
+                .map(|c| format!(" [{:.1}, {:.1}]", c.lo * 100.0, c.hi * 100.0))
+                .unwrap_or_default();
+            serde_json::json!({
+                "outcome": st.outcome,
+                "traces": st.traces,
+                "with_if": st.with_if,
+                "prevalence": format!("{}{ci}", pct(st.prevalence)),
+                "ifs": st.ifs,
+                "intensity": fixed(st.intensity, 2),
+                "mean_risk": fixed(st.mean_risk, 4),
+            })
+        })
+        .collect();
+    let error_types: Vec<_> = report
+        .error_types
+        .iter()
+        .map(|c| serde_json::json!({ "label": c.label, "count": c.count, "share": pct(c.share) }))
+        .collect();
+    let absorption: Vec<_> = report
+        .absorption
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "label": r.label,
+                "success": r.success,
+                "failure": r.failure,
+                "unknown_outcome": r.unknown_outcome,
+                "total": r.total,
+                "share": pct(r.share),
+            })
+        })
+        .collect();
+    let traces: Vec<_> = scans
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "id": t.id,
+                "outcome": t.outcome.as_str(),
+                "steps": t.steps,
+                "ifs": t.events.len(),
+                "flagged": t.flagged.len(),
+                "risk": format!("{:.4}", t.risk),
+                "cost": format!("{:.3}", t.cost),
+            })
+        })
+        .collect();
+    let ctx = serde_json::json!({
+        "traces": report.traces,
+        "ifs": report.strata.iter().find(|x| x.outcome == "all").map(|x| x.ifs).unwrap_or(0),
+        "flagged": report.flagged,
+        "abstentions": report.abstentions,
+        "strata": strata,
+        "error_types": error_types,
+        "absorption": absorption,
+        "informative": report.informative,
+        "absorbed_share": pct(report.absorbed_share),
+        "propagated_share": pct(report.propagated_share),
+        "calls": report.calls,
+        "prompt_tokens": report.prompt_tokens,
+        "completion_tokens": report.completion_tokens,
+        "seconds": format!("{:.1}", report.seconds),
+        "tokens_per_trace": fixed(report.tokens_per_trace, 0),
+        "seconds_per_trace": fixed(report.seconds_per_trace, 1),
+        "scans": traces,
+    });
+    maslens_eval::page::render_or_note(
+        &[("corpus_report.md.j2", MARKDOWN_TEMPLATE)],
+        "corpus_report.md.j2",
+        ctx,
+    )
 }
 
 #[cfg(test)]
@@ -336,6 +328,48 @@ mod tests {
             calls: 1,
             seconds: 2.0,
         }
+    }
+
+    /// The shared corpus: two successes, two failures, every absorption kind, a trace id with a
+    /// table separator.
+    fn sample_scans() -> Vec<TraceScan> {
+        use Absorption::*;
+        use ErrorType::*;
+        vec![
+            scan(
+                "s1",
+                Outcome::Success,
+                vec![
+                    ev(WrongAction, Some(SelfCorrected)),
+                    ev(Hallucination, Some(UnresolvedPropagation)),
+                ],
+            ),
+            scan("s2", Outcome::Success, vec![]),
+            scan(
+                "f1",
+                Outcome::Failure,
+                vec![ev(WrongAction, Some(TrivialIssue))],
+            ),
+            scan(
+                "f2",
+                Outcome::Failure,
+                vec![
+                    ev(FailedToolUse, None),
+                    ev(FailedToolUse, Some(PeerRepair)),
+                    ev(FailedToolUse, Some(PeerRepair)),
+                ],
+            ),
+        ]
+    }
+
+    #[test]
+    fn markdown_snapshot() {
+        let mut scans = sample_scans();
+        scans[3].id = "f2|<script>".into();
+        scans[3].risk = 0.125;
+        scans[3].cost = 1.5;
+        let r = corpus_report(&scans, 1);
+        insta::assert_snapshot!("corpus_report_md", markdown(&r, &scans));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use crate::llm_args::LlmArgs;
 use crate::Global;
 use anyhow::Context;
 use maslens_credit::config::Decoding;
-use maslens_credit::report::{credit_table_view, esc};
+use maslens_credit::report::{credit_html, credit_markdown};
 use maslens_credit::trace_credit::{
     corpus_table, trace_credit, Segmenting, TraceCredit, TraceCreditOptions,
 };
@@ -136,7 +136,6 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         "Credit over {} trace(s), model {model_id} (cells: fused c; last row: temporal credit)",
         ok.len()
     );
-    let view = credit_table_view(&table, &title);
     if let Some(p) = &args.out {
         let v = serde_json::json!({
             "model": model_id, "lambda": args.lambda, "table": table, "traces": ok, "errors": errors,
@@ -147,27 +146,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(p) = &args.html {
-        let rows: Vec<String> = table
-            .roles
-            .iter()
-            .cloned()
-            .chain(["temporal credit".to_string()])
-            .collect();
-        let mut vals = table.cell.clone();
-        vals.push(table.round_credit.clone());
-        let svg = maslens_eval::plot::heatmap_svg(
-            "Role x segment credit",
-            &rows,
-            &table.rounds,
-            &vals,
-            (0.0, 1.0),
-        )
-        .unwrap_or_else(|e| format!("<p>plot unavailable: {}</p>", esc(&e.to_string())));
-        let html = format!(
-            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>maslens credit</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}</style></head><body>\n<h1>maslens credit</h1>\n<div>{svg}</div>\n{}</body></html>\n",
-            view.html()
-        );
-        std::fs::write(p, html).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, credit_html(&table, &title))
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(p) = &args.write_verdicts {
         let mut f = std::io::BufWriter::new(
@@ -203,7 +183,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             )?
         )?;
     } else {
-        writeln!(out, "{}", view.markdown())?;
+        writeln!(out, "{}", credit_markdown(&table, &title))?;
         for e in &errors {
             writeln!(out, "problem: {e}")?;
         }
