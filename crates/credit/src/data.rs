@@ -44,19 +44,21 @@ impl Mcq {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LoadProblem {
     pub file: String,
-    /// 1-based line / record number.
+    /// 1-based record number (JSON lines: the line; CSV: the row, as in the question's id).
     pub record: usize,
+    /// 1-based line where the record starts (a CSV record may span lines).
+    pub line: usize,
     pub field: String,
     pub message: String,
 }
 
 impl std::fmt::Display for LoadProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: record {}: field {}: {}",
-            self.file, self.record, self.field, self.message
-        )
+        write!(f, "{}: record {}", self.file, self.record)?;
+        if self.line != self.record {
+            write!(f, " (line {})", self.line)?;
+        }
+        write!(f, ": field {}: {}", self.field, self.message)
     }
 }
 
@@ -133,136 +135,150 @@ fn read(path: &Path) -> Result<String, DataError> {
     })
 }
 
-/// MMLU CSV: no header; `question,A,B,C,D,answer`. A folder loads every `*.csv` in name order.
+/// MMLU CSV: no header; `question,A,B,C,D,answer` (RFC 4180 quoting, embedded newlines, an
+/// optional UTF-8 BOM). A folder loads every `*.csv` regular file in it (not below) in name order.
+/// Ids count records (`mmlu/<stem>/<n>`, blank lines not counted); a bad row is a
+/// [`LoadProblem`] with its record, line and field, and the rows after it still load.
 pub fn load_mmlu(path: &Path) -> Result<Loaded, DataError> {
     let mut files: Vec<PathBuf> = Vec::new();
     if path.is_dir() {
-        let rd = std::fs::read_dir(path).map_err(|source| DataError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        for entry in rd.flatten() {
-            let p = entry.path();
-            if p.extension().is_some_and(|e| e == "csv") {
-                files.push(p);
+        let walk = walkdir::WalkDir::new(path)
+            .min_depth(1)
+            .max_depth(1)
+            .follow_links(true)
+            .sort_by_file_name();
+        for entry in walk {
+            let entry = entry.map_err(|e| walk_error(path, e))?;
+            // Regular files only (after symlinks): a FIFO named `x.csv` would block the read.
+            if entry.file_type().is_file() && entry.path().extension().is_some_and(|e| e == "csv") {
+                files.push(entry.into_path());
             }
         }
-        files.sort();
     } else {
         files.push(path.to_path_buf());
     }
     let mut out = Loaded::default();
     for file in files {
-        let text = read(&file)?;
-        let stem = file
-            .file_stem()
-            .map(|s| s.to_string_lossy().to_string())
-            .unwrap_or_default();
-        let subject = stem
-            .trim_end_matches("_test")
-            .trim_end_matches("_dev")
-            .trim_end_matches("_val")
-            .to_string();
-        let fname = file.display().to_string();
-        for (n, rec) in parse_csv(&text).into_iter().enumerate() {
-            let record = n + 1;
-            let rec = match rec {
-                Ok(r) => r,
-                Err(message) => {
-                    out.problems.push(LoadProblem {
-                        file: fname.clone(),
-                        record,
-                        field: "csv".into(),
-                        message,
-                    });
-                    continue;
-                }
-            };
-            if rec.len() != 6 {
-                out.problems.push(LoadProblem {
-                    file: fname.clone(),
-                    record,
-                    field: "columns".into(),
-                    message: format!(
-                        "expected 6 columns (question,A,B,C,D,answer), found {}",
-                        rec.len()
-                    ),
-                });
-                continue;
-            }
-            let ans = rec[5].trim().to_ascii_uppercase();
-            let answer = match ans.chars().next() {
-                Some(c @ 'A'..='D') if ans.len() == 1 => c,
-                _ => {
-                    out.problems.push(LoadProblem {
-                        file: fname.clone(),
-                        record,
-                        field: "answer".into(),
-                        message: format!("expected one of A-D, found {:?}", rec[5]),
-                    });
-                    continue;
-                }
-            };
-            out.items.push(Mcq {
-                id: format!("mmlu/{stem}/{record}"),
-                question: rec[0].clone(),
-                options: rec[1..5].to_vec(),
-                answer,
-                subject: Some(subject.clone()),
-            });
-        }
+        load_mmlu_file(&file, &mut out)?;
     }
     Ok(out)
 }
 
-/// Parse RFC 4180 CSV (quoted fields, doubled quotes, newlines inside quotes). One entry per
-/// record; an unterminated quote is an error for that (last) record.
-pub fn parse_csv(text: &str) -> Vec<Result<Vec<String>, String>> {
-    let mut records = Vec::new();
-    let mut fields: Vec<String> = Vec::new();
-    let mut field = String::new();
-    let mut in_quotes = false;
-    let mut chars = text.chars().peekable();
-    let mut any = false;
-    while let Some(c) = chars.next() {
-        any = true;
-        if in_quotes {
-            if c == '"' {
-                if chars.peek() == Some(&'"') {
-                    field.push('"');
-                    chars.next();
-                } else {
-                    in_quotes = false;
-                }
-            } else {
-                field.push(c);
+fn walk_error(root: &Path, e: walkdir::Error) -> DataError {
+    let path = e.path().unwrap_or(root).display().to_string();
+    let source = e
+        .into_io_error()
+        .unwrap_or_else(|| std::io::Error::other("symbolic link loop"));
+    DataError::Io { path, source }
+}
+
+/// MMLU column names, as [`LoadProblem::field`] names them.
+const MMLU_FIELDS: [&str; 6] = ["question", "A", "B", "C", "D", "answer"];
+
+fn load_mmlu_file(file: &Path, out: &mut Loaded) -> Result<(), DataError> {
+    let reader = std::fs::File::open(file).map_err(|source| DataError::Io {
+        path: file.display().to_string(),
+        source,
+    })?;
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    read_mmlu(reader, &file.display().to_string(), &stem, out)
+}
+
+/// Read MMLU rows from `reader` (named `fname`, questions `mmlu/<stem>/<n>`) into `out`.
+fn read_mmlu(
+    reader: impl std::io::Read,
+    fname: &str,
+    stem: &str,
+    out: &mut Loaded,
+) -> Result<(), DataError> {
+    let subject = stem
+        .trim_end_matches("_test")
+        .trim_end_matches("_dev")
+        .trim_end_matches("_val")
+        .to_string();
+    let mut csv = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(reader);
+    let mut record = 0usize;
+    let mut row = csv::StringRecord::new();
+    loop {
+        let line_before = csv.position().line() as usize;
+        let read = csv.read_record(&mut row);
+        record += 1;
+        let problem = |line: usize, field: &str, message: String| LoadProblem {
+            file: fname.to_string(),
+            record,
+            line,
+            field: field.into(),
+            message,
+        };
+        match read {
+            Ok(true) => {}
+            Ok(false) => break,
+            // A read error is the file's, not a row's: stop as an unreadable file does.
+            Err(e) if matches!(e.kind(), csv::ErrorKind::Io(_)) => {
+                return Err(DataError::Io {
+                    path: fname.to_string(),
+                    source: match e.into_kind() {
+                        csv::ErrorKind::Io(source) => source,
+                        other => std::io::Error::other(format!("{other:?}")),
+                    },
+                });
             }
+            Err(e) => {
+                let (line, field, message) = match e.kind() {
+                    csv::ErrorKind::Utf8 { pos, err } => (
+                        pos.as_ref().map_or(line_before, |p| p.line() as usize),
+                        MMLU_FIELDS.get(err.field()).copied().unwrap_or("csv"),
+                        "invalid UTF-8".to_string(),
+                    ),
+                    _ => (
+                        e.position().map_or(line_before, |p| p.line() as usize),
+                        "csv",
+                        e.to_string(),
+                    ),
+                };
+                out.problems.push(problem(line, field, message));
+                continue;
+            }
+        }
+        let line = row.position().map_or(line_before, |p| p.line() as usize);
+        if row.len() != 6 {
+            out.problems.push(problem(
+                line,
+                "columns",
+                format!(
+                    "expected 6 columns (question,A,B,C,D,answer), found {}",
+                    row.len()
+                ),
+            ));
             continue;
         }
-        match c {
-            '"' if field.is_empty() => in_quotes = true,
-            ',' => fields.push(std::mem::take(&mut field)),
-            '\r' => {}
-            '\n' => {
-                fields.push(std::mem::take(&mut field));
-                let rec = std::mem::take(&mut fields);
-                if !(rec.len() == 1 && rec[0].is_empty()) {
-                    records.push(Ok(rec));
-                }
-                any = false;
+        let ans = row[5].trim().to_ascii_uppercase();
+        let answer = match ans.chars().next() {
+            Some(c @ 'A'..='D') if ans.len() == 1 => c,
+            _ => {
+                out.problems.push(problem(
+                    line,
+                    "answer",
+                    format!("expected one of A-D, found {:?}", &row[5]),
+                ));
+                continue;
             }
-            _ => field.push(c),
-        }
+        };
+        out.items.push(Mcq {
+            id: format!("mmlu/{stem}/{record}"),
+            question: row[0].to_string(),
+            options: row.iter().skip(1).take(4).map(str::to_string).collect(),
+            answer,
+            subject: Some(subject.clone()),
+        });
     }
-    if in_quotes {
-        records.push(Err("unterminated quoted field at end of file".to_string()));
-    } else if any {
-        fields.push(field);
-        if !(fields.len() == 1 && fields[0].is_empty()) {
-            records.push(Ok(fields));
-        }
-    }
-    records
+    Ok(())
 }
 
 fn strip_letter_prefix(option: &str, letter: char) -> String {
@@ -304,6 +320,7 @@ fn load_json_lines(
             Err((field, message)) => out.problems.push(LoadProblem {
                 file: fname.clone(),
                 record,
+                line: record,
                 field: field.into(),
                 message,
             }),
@@ -461,23 +478,75 @@ pub fn split(items: &[Mcq], opt_size: usize, test_size: Option<usize>, seed: u64
 mod tests {
     use super::*;
 
+    /// Load an MMLU CSV snippet; `(items, problems)`.
+    fn mmlu(text: &[u8]) -> (Vec<Mcq>, Vec<LoadProblem>) {
+        let mut out = Loaded::default();
+        read_mmlu(text, "t.csv", "t_test", &mut out).unwrap();
+        (out.items, out.problems)
+    }
+
     #[test]
-    fn csv_quotes_and_newlines() {
-        let recs = parse_csv("\"a, b\",c\n\"he said \"\"x\"\"\",\"multi\nline\"\nlast,row");
-        assert_eq!(recs.len(), 3);
+    fn csv_quotes_newlines_and_bom() {
+        let (items, problems) = mmlu(
+            b"\xef\xbb\xbf\"a, b\",x,y,z,w,A\r\n\"he said \"\"x\"\"\",\"multi\nline\",c,d,e,b\n\nlast,row,1,2,3,D",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(items.len(), 3);
+        // The BOM is not part of the first question; CRLF ends a record.
+        assert_eq!(items[0].question, "a, b");
+        assert_eq!(items[0].options, vec!["x", "y", "z", "w"]);
+        assert_eq!(items[1].question, "he said \"x\"");
+        assert_eq!(items[1].options[0], "multi\nline");
+        assert_eq!(items[1].answer, 'B');
+        // Blank lines are not records: ids count records, as before.
         assert_eq!(
-            recs[0].as_ref().unwrap(),
-            &vec!["a, b".to_string(), "c".into()]
+            items.iter().map(|q| q.id.as_str()).collect::<Vec<_>>(),
+            vec!["mmlu/t_test/1", "mmlu/t_test/2", "mmlu/t_test/3"]
+        );
+        assert_eq!(items[2].subject.as_deref(), Some("t"));
+    }
+
+    #[test]
+    fn bad_csv_rows_name_file_line_and_field_and_the_rest_loads() {
+        let (items, problems) = mmlu(
+            b"q1,a,b,c,d,A\n\"q2\nspans\",a,b,c,d,E\nq3,a,b\nq4,\xff\xfe,b,c,d,C\nq5,a,b,c,d,\"B\"\n",
         );
         assert_eq!(
-            recs[1].as_ref().unwrap(),
-            &vec!["he said \"x\"".to_string(), "multi\nline".into()]
+            items.iter().map(|q| q.id.as_str()).collect::<Vec<_>>(),
+            vec!["mmlu/t_test/1", "mmlu/t_test/5"]
         );
+        let got: Vec<(usize, usize, &str)> = problems
+            .iter()
+            .map(|p| (p.record, p.line, p.field.as_str()))
+            .collect();
+        assert_eq!(got, vec![(2, 2, "answer"), (3, 4, "columns"), (4, 5, "A")]);
         assert_eq!(
-            recs[2].as_ref().unwrap(),
-            &vec!["last".to_string(), "row".into()]
+            problems[1].to_string(),
+            "t.csv: record 3 (line 4): field columns: expected 6 columns (question,A,B,C,D,answer), found 3"
         );
-        assert!(parse_csv("\"open").last().unwrap().is_err());
+        assert_eq!(problems[2].message, "invalid UTF-8");
+        assert_eq!(
+            problems[0].to_string(),
+            "t.csv: record 2: field answer: expected one of A-D, found \"E\""
+        );
+    }
+
+    #[test]
+    fn csv_unterminated_quote_and_odd_quotes() {
+        // An unterminated quote swallows the rest of the file into one field: that row has too
+        // few columns and is reported; nothing panics.
+        let (items, problems) = mmlu(b"q1,a,b,c,d,A\n\"open,a,b,c,d,B\nq3,a,b,c,d,C\n");
+        assert_eq!(items.len(), 1);
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].field, "columns");
+        assert_eq!(problems[0].line, 2);
+        // A quote inside an unquoted field is kept as text.
+        let (items, problems) = mmlu(b"5\" of rain,a,b,c,d,A\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(items[0].question, "5\" of rain");
+        // Empty input: nothing, no problem.
+        assert_eq!(mmlu(b"").0.len(), 0);
+        assert_eq!(mmlu(b"\n\n").1.len(), 0);
     }
 
     #[test]

@@ -181,41 +181,66 @@ fn parse_lenient(s: &str) -> Option<Value> {
     serde_json::from_str(&out).ok()
 }
 
-/// Validate `value` against the subset of JSON Schema maslens uses: `type` (one or several),
-/// `properties`, `required`, `additionalProperties` (false or a schema), `enum`, `const`,
-/// `items`, `minItems`, `maxItems`, `minLength`, `maxLength`, `minimum`, `maximum`,
-/// `exclusiveMinimum`, `exclusiveMaximum`, `anyOf`, `oneOf`, `allOf`, and local `$ref`s
-/// (`#/$defs/..`, `#/definitions/..`, as schemars writes them).
-/// Returns the first problem as `path: message`.
+/// Validate `value` against `schema` (JSON Schema, draft 2020-12 unless the schema says
+/// otherwise; local `$ref`s such as schemars' `#/$defs/..` resolve, remote ones do not).
+/// Returns the first problem as `path: message`, the path written `$.field[2].sub`.
 pub fn validate(value: &Value, schema: &Value) -> Result<(), String> {
-    validate_at(value, schema, schema, "$", 0)
-}
-
-fn type_matches(value: &Value, ty: &str) -> bool {
-    match ty {
-        "object" => value.is_object(),
-        "array" => value.is_array(),
-        "string" => value.is_string(),
-        // JSON Schema: a number with a zero fractional part (3.0) is an integer.
-        "integer" => {
-            value.as_i64().is_some()
-                || value.as_u64().is_some()
-                || value.as_f64().is_some_and(|f| f.fract() == 0.0)
-        }
-        "number" => value.is_number(),
-        "boolean" => value.is_boolean(),
-        "null" => value.is_null(),
-        _ => true,
+    let validator = compile(schema)?;
+    match first_problem(&validator, value) {
+        Some(problem) => Err(problem),
+        None => Ok(()),
     }
 }
 
-fn resolve<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
-    let pointer = reference.strip_prefix('#')?;
-    root.pointer(pointer)
+/// Compile `schema` once; a schema that does not compile (bad keyword value, unresolvable
+/// `$ref`) is reported as a problem of the schema, not of the answer.
+fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::validator_for(schema).map_err(|e| match e.kind() {
+        jsonschema::error::ValidationErrorKind::Referencing(r) => {
+            format!("$: unresolvable $ref in the schema: {r}")
+        }
+        _ => format!("$: invalid schema: {e}"),
+    })
+}
+
+/// The first problem of `value` under `validator`, written `path: message`.
+fn first_problem(validator: &jsonschema::Validator, value: &Value) -> Option<String> {
+    let error = validator.iter_errors(value).next()?;
+    Some(describe(&error, value))
+}
+
+/// `$.a.b[0]` for the JSON pointer `/a/b/0` into `root` (a segment is an index only where the
+/// value there is an array, so an object key `"0"` stays `.0`).
+fn json_path(pointer: &str, root: &Value) -> String {
+    let mut out = String::from("$");
+    let mut at = Some(root);
+    for raw in pointer.split('/').skip(1) {
+        let seg = raw.replace("~1", "/").replace("~0", "~");
+        match at {
+            Some(Value::Array(items)) => {
+                out.push_str(&format!("[{seg}]"));
+                at = seg.parse::<usize>().ok().and_then(|i| items.get(i));
+            }
+            Some(Value::Object(map)) => {
+                out.push('.');
+                out.push_str(&seg);
+                at = map.get(&seg);
+            }
+            _ => {
+                out.push('.');
+                out.push_str(&seg);
+                at = None;
+            }
+        }
+    }
+    out
 }
 
 fn short(value: &Value) -> String {
-    let mut s = value.to_string();
+    short_str(value.to_string())
+}
+
+fn short_str(mut s: String) -> String {
     if let Some((i, _)) = s.char_indices().nth(80) {
         s.truncate(i);
         s.push_str("...");
@@ -223,167 +248,86 @@ fn short(value: &Value) -> String {
     s
 }
 
-fn validate_at(
-    value: &Value,
-    schema: &Value,
-    root: &Value,
-    path: &str,
-    depth: usize,
-) -> Result<(), String> {
-    if depth > 64 {
-        return Err(format!("{path}: schema nesting too deep (recursive $ref?)"));
+/// A number as written in messages: `2` for integral values, else as JSON writes it.
+fn num(v: &Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+        _ => v.to_string(),
     }
-    let Some(schema) = schema.as_object() else {
-        return Ok(());
+}
+
+/// `path: message` for one validation error; `root` is the validated value.
+fn describe(error: &jsonschema::ValidationError<'_>, root: &Value) -> String {
+    use jsonschema::error::{TypeKind, ValidationErrorKind as K};
+    let path = json_path(error.instance_path().as_str(), root);
+    let value = error.instance();
+    let value: &Value = value;
+    let message = match error.kind() {
+        K::Type {
+            kind: TypeKind::Single(t),
+        } => format!("expected \"{t}\", got {}", short(value)),
+        K::Type {
+            kind: TypeKind::Multiple(ts),
+        } => {
+            let names: Vec<Value> = ts.iter().map(|t| Value::from(t.to_string())).collect();
+            format!("expected {}, got {}", Value::Array(names), short(value))
+        }
+        K::Enum { options } => format!("{} is not one of {}", short(value), short(options)),
+        K::Constant { expected_value } => {
+            format!("expected {}, got {}", short(expected_value), short(value))
+        }
+        K::AnyOf { context } | K::OneOfNotValid { context } => {
+            let first = context
+                .iter()
+                .flatten()
+                .next()
+                .map(|e| describe(e, root))
+                .unwrap_or_default();
+            format!(
+                "matches none of the {} alternatives (first: {first})",
+                error.kind().keyword()
+            )
+        }
+        K::OneOfMultipleValid { context } => format!(
+            "matches {} of the oneOf alternatives, expected exactly one",
+            context.len().max(2)
+        ),
+        K::Minimum { limit } => format!("{} is below the minimum {}", num(value), num(limit)),
+        K::Maximum { limit } => format!("{} is above the maximum {}", num(value), num(limit)),
+        K::ExclusiveMinimum { limit } => {
+            format!("{} must be greater than {}", num(value), num(limit))
+        }
+        K::ExclusiveMaximum { limit } => {
+            format!("{} must be less than {}", num(value), num(limit))
+        }
+        K::MinLength { limit } => format!("string shorter than {limit} characters"),
+        K::MaxLength { limit } => format!("string longer than {limit} characters"),
+        K::Required { property } => match property.as_str() {
+            Some(key) => format!("missing required field \"{key}\""),
+            None => format!("missing required field {property}"),
+        },
+        K::AdditionalProperties { unexpected } => match unexpected.as_slice() {
+            [one] => format!("unexpected field \"{one}\""),
+            many => format!(
+                "unexpected fields {}",
+                many.iter()
+                    .map(|k| format!("\"{k}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
+        K::MinItems { limit } => format!(
+            "{} items, at least {limit} expected",
+            value.as_array().map_or(0, Vec::len)
+        ),
+        K::MaxItems { limit } => format!(
+            "{} items, at most {limit} expected",
+            value.as_array().map_or(0, Vec::len)
+        ),
+        // Every other keyword: the crate's own wording, shortened (it quotes the whole value).
+        _ => short_str(error.to_string()),
     };
-    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
-        let target = resolve(root, r)
-            .ok_or_else(|| format!("{path}: unresolvable $ref {r:?} in the schema"))?;
-        validate_at(value, target, root, path, depth + 1)?;
-    }
-    if let Some(ty) = schema.get("type") {
-        let ok = match ty {
-            Value::String(t) => type_matches(value, t),
-            Value::Array(ts) => ts
-                .iter()
-                .filter_map(Value::as_str)
-                .any(|t| type_matches(value, t)),
-            _ => true,
-        };
-        if !ok {
-            return Err(format!("{path}: expected {ty}, got {}", short(value)));
-        }
-    }
-    if let Some(Value::Array(options)) = schema.get("enum") {
-        if !options.contains(value) {
-            return Err(format!(
-                "{path}: {} is not one of {}",
-                short(value),
-                short(&Value::Array(options.clone()))
-            ));
-        }
-    }
-    if let Some(c) = schema.get("const") {
-        if c != value {
-            return Err(format!(
-                "{path}: expected {}, got {}",
-                short(c),
-                short(value)
-            ));
-        }
-    }
-    for (kw, any) in [("anyOf", true), ("oneOf", false)] {
-        if let Some(Value::Array(subs)) = schema.get(kw) {
-            let results: Vec<Result<(), String>> = subs
-                .iter()
-                .map(|sub| validate_at(value, sub, root, path, depth + 1))
-                .collect();
-            let n_ok = results.iter().filter(|r| r.is_ok()).count();
-            if n_ok == 0 {
-                let first = results
-                    .into_iter()
-                    .find_map(Result::err)
-                    .unwrap_or_default();
-                return Err(format!(
-                    "{path}: matches none of the {kw} alternatives (first: {first})"
-                ));
-            }
-            if !any && n_ok > 1 {
-                return Err(format!(
-                    "{path}: matches {n_ok} of the oneOf alternatives, expected exactly one"
-                ));
-            }
-        }
-    }
-    if let Some(Value::Array(subs)) = schema.get("allOf") {
-        for sub in subs {
-            validate_at(value, sub, root, path, depth + 1)?;
-        }
-    }
-    if let Some(n) = value.as_f64() {
-        let num = |k: &str| schema.get(k).and_then(Value::as_f64);
-        if let Some(min) = num("minimum") {
-            if n < min {
-                return Err(format!("{path}: {n} is below the minimum {min}"));
-            }
-        }
-        if let Some(max) = num("maximum") {
-            if n > max {
-                return Err(format!("{path}: {n} is above the maximum {max}"));
-            }
-        }
-        if let Some(min) = num("exclusiveMinimum") {
-            if n <= min {
-                return Err(format!("{path}: {n} must be greater than {min}"));
-            }
-        }
-        if let Some(max) = num("exclusiveMaximum") {
-            if n >= max {
-                return Err(format!("{path}: {n} must be less than {max}"));
-            }
-        }
-    }
-    if let Some(text) = value.as_str() {
-        let len = text.chars().count() as u64;
-        if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
-            if len < min {
-                return Err(format!("{path}: string shorter than {min} characters"));
-            }
-        }
-        if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
-            if len > max {
-                return Err(format!("{path}: string longer than {max} characters"));
-            }
-        }
-    }
-    if let Some(obj) = value.as_object() {
-        if let Some(Value::Array(required)) = schema.get("required") {
-            for key in required.iter().filter_map(Value::as_str) {
-                if !obj.contains_key(key) {
-                    return Err(format!("{path}: missing required field \"{key}\""));
-                }
-            }
-        }
-        let props = schema.get("properties").and_then(Value::as_object);
-        for (key, v) in obj {
-            match props.and_then(|p| p.get(key)) {
-                Some(sub) => validate_at(v, sub, root, &format!("{path}.{key}"), depth + 1)?,
-                None => match schema.get("additionalProperties") {
-                    Some(Value::Bool(false)) => {
-                        return Err(format!("{path}: unexpected field \"{key}\""))
-                    }
-                    Some(sub @ Value::Object(_)) => {
-                        validate_at(v, sub, root, &format!("{path}.{key}"), depth + 1)?
-                    }
-                    _ => {}
-                },
-            }
-        }
-    }
-    if let Some(arr) = value.as_array() {
-        if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
-            if (arr.len() as u64) < min {
-                return Err(format!(
-                    "{path}: {} items, at least {min} expected",
-                    arr.len()
-                ));
-            }
-        }
-        if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
-            if arr.len() as u64 > max {
-                return Err(format!(
-                    "{path}: {} items, at most {max} expected",
-                    arr.len()
-                ));
-            }
-        }
-        if let Some(items) = schema.get("items") {
-            for (i, v) in arr.iter().enumerate() {
-                validate_at(v, items, root, &format!("{path}[{i}]"), depth + 1)?;
-            }
-        }
-    }
-    Ok(())
+    format!("{path}: {message}")
 }
 
 /// The first candidate in `text` that satisfies `schema`; else the problem with the first one.
@@ -397,12 +341,13 @@ fn check(text: &str, finish_reason: &str, schema: &Value) -> Result<Value, Strin
     let Some(first) = candidates.first() else {
         return Err(format!("no JSON object found in the answer{cut}"));
     };
-    if let Some(ok) = candidates.iter().find(|c| validate(c, schema).is_ok()) {
+    let validator = compile(schema)?;
+    if let Some(ok) = candidates.iter().find(|c| validator.is_valid(c)) {
         return Ok(ok.clone());
     }
-    match validate(first, schema) {
-        Err(problem) => Err(format!("{problem}{cut}")),
-        Ok(()) => Ok(first.clone()),
+    match first_problem(&validator, first) {
+        Some(problem) => Err(format!("{problem}{cut}")),
+        None => Ok(first.clone()),
     }
 }
 
@@ -583,10 +528,133 @@ mod tests {
         assert!(validate(&json!({}), &bad_ref)
             .unwrap_err()
             .contains("unresolvable"));
+        // A `$ref` cycle without constraints ends (the hand-written validator stopped it with a
+        // "too deep" error; jsonschema resolves it and accepts, as the spec reads).
         let recursive = json!({"$defs": {"A": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"});
-        assert!(validate(&json!({}), &recursive)
+        assert!(validate(&json!({}), &recursive).is_ok());
+    }
+
+    /// The problem with `value`, or a panic naming the value when it validates.
+    fn problem(value: Value, schema: &Value) -> String {
+        match validate(&value, schema) {
+            Err(p) => p,
+            Ok(()) => panic!("{value} should not validate"),
+        }
+    }
+
+    #[test]
+    fn violations_name_the_path_nested_enum_array_min_max() {
+        let schema = json!({
+            "type": "object",
+            "required": ["verdict", "steps", "scores"],
+            "properties": {
+                "verdict": {"type": "object", "required": ["agent", "label"],
+                    "properties": {"agent": {"type": "string", "minLength": 2, "maxLength": 5},
+                                   "label": {"enum": ["explicit", "implicit", "none"]},
+                                   "detail": {"type": "object", "properties": {"conf": {"type": "number", "minimum": 0, "maximum": 1}}}}},
+                "steps": {"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "integer", "exclusiveMinimum": -1}},
+                "scores": {"type": "object", "additionalProperties": {"type": "number", "exclusiveMaximum": 10}},
+                "note": {"type": ["string", "null"]}
+            }
+        });
+        let ok = json!({"verdict": {"agent": "ab", "label": "none"}, "steps": [0, 2], "scores": {"x": 9.5}, "note": null});
+        assert_eq!(validate(&ok, &schema), Ok(()));
+        let base = |f: &dyn Fn(&mut Value)| {
+            let mut v = ok.clone();
+            f(&mut v);
+            problem(v, &schema)
+        };
+        // Nested: the full path, in `$.a.b` / `[i]` form.
+        assert_eq!(
+            base(&|v| v["verdict"]["detail"] = json!({"conf": 1.5})),
+            "$.verdict.detail.conf: 1.5 is above the maximum 1"
+        );
+        assert_eq!(
+            base(&|v| v["verdict"]["detail"] = json!({"conf": -0.25})),
+            "$.verdict.detail.conf: -0.25 is below the minimum 0"
+        );
+        assert_eq!(
+            base(&|v| v["verdict"]
+                .as_object_mut()
+                .unwrap()
+                .retain(|k, _| k != "agent")),
+            "$.verdict: missing required field \"agent\""
+        );
+        // Enum.
+        assert_eq!(
+            base(&|v| v["verdict"]["label"] = json!("maybe")),
+            "$.verdict.label: \"maybe\" is not one of [\"explicit\",\"implicit\",\"none\"]"
+        );
+        // Arrays: size limits and the failing item's index.
+        assert_eq!(
+            base(&|v| v["steps"] = json!([])),
+            "$.steps: 0 items, at least 1 expected"
+        );
+        assert_eq!(
+            base(&|v| v["steps"] = json!([1, 2, 3, 4])),
+            "$.steps: 4 items, at most 3 expected"
+        );
+        assert_eq!(
+            base(&|v| v["steps"] = json!([1, "two"])),
+            "$.steps[1]: expected \"integer\", got \"two\""
+        );
+        assert_eq!(
+            base(&|v| v["steps"] = json!([3, -1])),
+            "$.steps[1]: -1 must be greater than -1"
+        );
+        // String lengths.
+        assert_eq!(
+            base(&|v| v["verdict"]["agent"] = json!("a")),
+            "$.verdict.agent: string shorter than 2 characters"
+        );
+        assert_eq!(
+            base(&|v| v["verdict"]["agent"] = json!("abcdef")),
+            "$.verdict.agent: string longer than 5 characters"
+        );
+        // additionalProperties as a schema; an object key that looks like an index stays `.0`.
+        assert_eq!(
+            base(&|v| v["scores"] = json!({"0": 10})),
+            "$.scores.0: 10 must be less than 10"
+        );
+        // Several allowed types.
+        let e = base(&|v| v["note"] = json!(3));
+        assert!(e.starts_with("$.note: expected ["), "{e}");
+        assert!(e.contains("\"string\"") && e.contains("\"null\""), "{e}");
+        // The root itself.
+        assert_eq!(
+            problem(json!([1]), &schema),
+            "$: expected \"object\", got [1]"
+        );
+        // Long values are shortened in messages.
+        let long = "x".repeat(500);
+        let e = problem(json!(long), &json!({"type": "integer"}));
+        assert!(e.len() < 120 && e.ends_with("..."), "{e}");
+    }
+
+    #[test]
+    fn recursive_schemas_and_one_of() {
+        let tree = json!({
+            "$defs": {"Node": {"type": "object", "required": ["name"], "properties": {
+                "name": {"type": "string"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}},
+            "$ref": "#/$defs/Node"
+        });
+        let deep = json!({"name": "a", "children": [{"name": "b", "children": [{"name": "c"}, {"name": 4}]}]});
+        assert_eq!(
+            problem(deep, &tree),
+            "$.children[0].children[1].name: expected \"string\", got 4"
+        );
+        let one_of = json!({"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0}]});
+        assert!(validate(&json!(-1.5), &one_of)
             .unwrap_err()
-            .contains("too deep"));
+            .contains("none of the oneOf"));
+        assert!(validate(&json!(2), &one_of)
+            .unwrap_err()
+            .contains("exactly one"));
+        assert_eq!(validate(&json!(-2), &one_of), Ok(()));
+        // A schema that does not compile is named as the schema's problem.
+        let e = problem(json!(1), &json!({"type": 5}));
+        assert!(e.contains("invalid schema"), "{e}");
     }
 
     #[tokio::test]

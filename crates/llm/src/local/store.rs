@@ -162,19 +162,32 @@ impl ModelStore {
     /// Every model with a manifest in the store.
     pub fn list(&self) -> Result<Vec<StoredModel>, LlmError> {
         let mut out = Vec::new();
-        let entries = match std::fs::read_dir(&self.root) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => {
-                return Err(LlmError::Local(format!(
-                    "cannot read {}: {e}",
-                    self.root.display()
-                )))
-            }
-        };
-        for entry in entries.flatten() {
+        let entries = walkdir::WalkDir::new(&self.root)
+            .min_depth(1)
+            .max_depth(1)
+            .follow_links(true)
+            .sort_by_file_name();
+        for entry in entries {
+            let entry = match entry {
+                Ok(e) => e,
+                // No store yet: no models.
+                Err(e) if e.depth() == 0 => {
+                    if e.io_error().map(std::io::Error::kind) == Some(std::io::ErrorKind::NotFound)
+                    {
+                        return Ok(out);
+                    }
+                    return Err(LlmError::Local(format!(
+                        "cannot read {}: {}",
+                        self.root.display(),
+                        e.io_error()
+                            .map_or_else(|| e.to_string(), ToString::to_string)
+                    )));
+                }
+                // A dangling link in the store is not a model.
+                Err(_) => continue,
+            };
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
+            if name.starts_with('.') || !entry.file_type().is_dir() {
                 continue;
             }
             if let Some(manifest) = self.manifest(&name)? {
@@ -452,6 +465,41 @@ mod tests {
         write_file(&dir.join("t.gguf"), b"NOPE\x03\x00\x00\x00rest");
         let err = store.resolve("tiny").unwrap_err().to_string();
         assert!(err.contains("not a GGUF file"), "{err}");
+        std::fs::remove_dir_all(&home).unwrap();
+    }
+
+    #[test]
+    fn list_reads_model_folders_only() {
+        let home = scratch("list");
+        let store = ModelStore::new(&home);
+        // No store folder yet: no models, no error.
+        assert_eq!(store.list().unwrap(), vec![]);
+        for name in ["b-model", "a-model", ".hidden"] {
+            let dir = store.root().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let manifest = Manifest {
+                name: name.into(),
+                file: "m.gguf".into(),
+                sha256: String::new(),
+                bytes: 0,
+                packages: vec![],
+            };
+            std::fs::write(
+                dir.join("manifest.json"),
+                serde_json::to_string(&manifest).unwrap(),
+            )
+            .unwrap();
+        }
+        // A folder without a manifest and a stray file are not models.
+        std::fs::create_dir_all(store.root().join("partial")).unwrap();
+        std::fs::write(store.root().join("notes.txt"), "x").unwrap();
+        let names: Vec<String> = store
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|m| m.manifest.name)
+            .collect();
+        assert_eq!(names, vec!["a-model", "b-model"]);
         std::fs::remove_dir_all(&home).unwrap();
     }
 

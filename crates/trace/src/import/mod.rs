@@ -345,13 +345,7 @@ pub fn parse_record_detect(
 /// time. In directories only `.json`, `.jsonl` and `.ndjson` files are read (hidden entries are
 /// skipped); a file named explicitly is always read.
 pub fn read_path(path: &Path, format: Format) -> TraceReader {
-    TraceReader {
-        format,
-        stack: vec![(path.to_path_buf(), true)],
-        current: None,
-        threads: None,
-        visited: Default::default(),
-    }
+    read_paths(&[path.to_path_buf()], format)
 }
 
 /// The first trace of a file (or directory): a convenience for commands that take one trace.
@@ -371,18 +365,37 @@ pub fn read_trace(path: &Path, format: Format) -> Result<Imported, ImportError> 
 pub fn read_paths(paths: &[PathBuf], format: Format) -> TraceReader {
     TraceReader {
         format,
-        stack: paths.iter().rev().map(|p| (p.clone(), true)).collect(),
+        roots: paths.iter().rev().cloned().collect(),
+        walk: None,
         current: None,
         threads: None,
         visited: Default::default(),
     }
 }
 
+/// The walk under one named path: symlinks followed (loops end: walkdir reports a link back to
+/// an ancestor, which is skipped), entries in natural name order, hidden entries below the
+/// named path left out.
+type Walk = walkdir::FilterEntry<walkdir::IntoIter, fn(&walkdir::DirEntry) -> bool>;
+
+fn walk_under(root: &Path) -> Walk {
+    fn shown(e: &walkdir::DirEntry) -> bool {
+        e.depth() == 0 || !is_hidden(e.path())
+    }
+    walkdir::WalkDir::new(root)
+        .follow_links(true)
+        .sort_by(|a, b| natural_cmp(a.path(), b.path()))
+        .into_iter()
+        .filter_entry(shown as fn(&walkdir::DirEntry) -> bool)
+}
+
 /// Streaming iterator over the records of files and directories; see [`read_path`].
 pub struct TraceReader {
     format: Format,
-    /// Paths still to visit (popped from the end), with whether they were named explicitly.
-    stack: Vec<(PathBuf, bool)>,
+    /// Named paths still to read (popped from the end).
+    roots: Vec<PathBuf>,
+    /// The walk under the named path being read.
+    walk: Option<Walk>,
     /// Parser threads for large line-per-record files (`None`: [`parser_threads`]).
     threads: Option<usize>,
     current: Option<FileRecords>,
@@ -431,51 +444,41 @@ impl Iterator for TraceReader {
                     None => self.current = None,
                 }
             }
-            let (path, explicit) = self.stack.pop()?;
-            let display = path.display().to_string();
-            let meta = match std::fs::metadata(&path) {
-                Ok(m) => m,
-                Err(e) => {
-                    return Some(Err(ImportError {
-                        file: display,
-                        record: None,
-                        path: None,
-                        message: format!("cannot read: {e}"),
-                    }))
+            let Some(walk) = &mut self.walk else {
+                let root = self.roots.pop()?;
+                self.walk = Some(walk_under(&root));
+                continue;
+            };
+            let entry = match walk.next() {
+                Some(Ok(entry)) => entry,
+                Some(Err(e)) => match walk_error(e) {
+                    Some(err) => return Some(Err(err)),
+                    None => continue,
+                },
+                None => {
+                    self.walk = None;
+                    continue;
                 }
             };
-            if meta.is_dir() {
-                if let Ok(canonical) = std::fs::canonicalize(&path) {
+            // A path named by the caller is always read (a pipe such as `<(zcat x.jsonl.gz)`
+            // included); below a directory only regular trace files are.
+            let explicit = entry.depth() == 0;
+            if entry.file_type().is_dir() {
+                // A directory reached twice (two links to it, or named twice) is read once.
+                if let Ok(canonical) = std::fs::canonicalize(entry.path()) {
                     if !self.visited.insert(canonical) {
-                        continue;
+                        walk.skip_current_dir();
                     }
                 }
-                let entries = match std::fs::read_dir(&path) {
-                    Ok(rd) => rd
-                        .filter_map(|e| e.ok().map(|e| e.path()))
-                        .filter(|p| !is_hidden(p))
-                        .collect::<Vec<_>>(),
-                    Err(e) => {
-                        return Some(Err(ImportError {
-                            file: display,
-                            record: None,
-                            path: None,
-                            message: format!("cannot list directory: {e}"),
-                        }))
-                    }
-                };
-                let mut entries: Vec<(PathBuf, bool)> = entries
-                    .into_iter()
-                    .filter(|p| p.is_dir() || is_trace_file(p))
-                    .map(|p| (p, false))
-                    .collect();
-                entries.sort_by(|a, b| natural_cmp(&a.0, &b.0));
-                self.stack.extend(entries.into_iter().rev());
                 continue;
             }
-            if !explicit && !is_trace_file(&path) {
+            let regular = entry.file_type().is_file();
+            let path = entry.into_path();
+            let wanted = explicit || (regular && is_trace_file(&path));
+            if !wanted {
                 continue;
             }
+            let display = path.display().to_string();
             match FileRecords::open(
                 path,
                 display,
@@ -487,6 +490,33 @@ impl Iterator for TraceReader {
             }
         }
     }
+}
+
+/// The error for a failed walk step, or `None` for what is skipped silently: a link back to a
+/// directory being walked, and (below the named path) entries that are neither a directory nor
+/// a trace file, such as a dangling `notes.txt` link.
+fn walk_error(e: walkdir::Error) -> Option<ImportError> {
+    if e.loop_ancestor().is_some() {
+        return None;
+    }
+    let path = e.path().map(Path::to_path_buf).unwrap_or_default();
+    let listing = std::fs::metadata(&path).is_ok_and(|m| m.is_dir());
+    if e.depth() > 0 && !listing && !is_trace_file(&path) {
+        return None;
+    }
+    let io = e
+        .io_error()
+        .map_or_else(|| e.to_string(), ToString::to_string);
+    Some(ImportError {
+        file: path.display().to_string(),
+        record: None,
+        path: None,
+        message: if listing {
+            format!("cannot list directory: {io}")
+        } else {
+            format!("cannot read: {io}")
+        },
+    })
 }
 
 /// Sort by name, with digit runs compared as numbers (`2.json` before `10.json`).

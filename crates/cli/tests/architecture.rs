@@ -1,0 +1,202 @@
+//! Dependencies point down: every workspace crate may depend only on the crates of ours that the
+//! map below allows. The same map is the table under "Dependencies point down" in
+//! docs/ARCHITECTURE.md; change both together.
+//!
+//! Normal and build dependencies are checked against the map. Dev-dependencies are checked only
+//! for the two crates at the top: nothing depends on `maslens` (the binary), and only `maslens`
+//! depends on `maslens-server`.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// What a crate of ours may depend on.
+enum May {
+    /// Only these crates of ours.
+    Only(&'static [&'static str]),
+    /// Any crate of ours (the binary).
+    Anything,
+}
+
+const TRACE: &str = "maslens-trace";
+const LLM: &str = "maslens-llm";
+const RENDER: &str = "maslens-render";
+const EVAL: &str = "maslens-eval";
+const LOCATE: &str = "maslens-locate";
+const IMPLICIT: &str = "maslens-implicit";
+const CREDIT: &str = "maslens-credit";
+const PRIOR: &str = "maslens-prior";
+const CORE: &str = "maslens-core";
+const SERVER: &str = "maslens-server";
+const CLI: &str = "maslens";
+
+/// The dependency map. A crate listed here that does not exist (yet) is fine; a workspace crate
+/// missing from it is an error, so every new crate gets a place.
+const MAP: &[(&str, May)] = &[
+    (TRACE, May::Only(&[])),
+    (LLM, May::Only(&[])),
+    (RENDER, May::Only(&[TRACE, LLM])),
+    (EVAL, May::Only(&[TRACE, LLM])),
+    // Method crates: never one another.
+    (LOCATE, May::Only(&[TRACE, LLM, RENDER, EVAL])),
+    (IMPLICIT, May::Only(&[TRACE, LLM, RENDER, EVAL])),
+    (CREDIT, May::Only(&[TRACE, LLM, RENDER, EVAL])),
+    (PRIOR, May::Only(&[TRACE, EVAL])),
+    (
+        CORE,
+        May::Only(&[TRACE, LLM, RENDER, EVAL, LOCATE, IMPLICIT, CREDIT, PRIOR]),
+    ),
+    (
+        SERVER,
+        May::Only(&[
+            TRACE, LLM, RENDER, EVAL, LOCATE, IMPLICIT, CREDIT, PRIOR, CORE,
+        ]),
+    ),
+    (CLI, May::Anything),
+];
+
+const SEE: &str = "see \"Dependencies point down\" in docs/ARCHITECTURE.md";
+
+/// Workspace crates and their dependencies on other workspace crates: `(name, [(dep, kind)])`,
+/// kind being `normal`, `build` or `dev`.
+fn workspace() -> BTreeMap<String, Vec<(String, String)>> {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("cargo metadata writes JSON");
+    let packages = meta["packages"].as_array().expect("packages list");
+    let ours: Vec<String> = packages
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(str::to_string))
+        .collect();
+    packages
+        .iter()
+        .map(|p| {
+            let name = p["name"].as_str().unwrap_or_default().to_string();
+            let deps = p["dependencies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|d| {
+                    let dep = d["name"].as_str()?;
+                    ours.iter().any(|o| o == dep).then(|| {
+                        let kind = d["kind"].as_str().unwrap_or("normal").to_string();
+                        (dep.to_string(), kind)
+                    })
+                })
+                .collect();
+            (name, deps)
+        })
+        .collect()
+}
+
+/// Every forbidden edge of `crates`, as one line each.
+fn violations(crates: &BTreeMap<String, Vec<(String, String)>>) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (name, deps) in crates {
+        let Some((_, may)) = MAP.iter().find(|(n, _)| n == name) else {
+            bad.push(format!(
+                "workspace crate {name} is not in the dependency map: give it a place in the \
+                 map of crates/cli/tests/architecture.rs and the table in docs/ARCHITECTURE.md"
+            ));
+            continue;
+        };
+        for (dep, kind) in deps {
+            if dep == name {
+                continue;
+            }
+            if dep == CLI {
+                bad.push(format!(
+                    "{name} -> {dep} ({kind} dependency): nothing depends on the binary crate"
+                ));
+                continue;
+            }
+            if dep == SERVER && name != CLI {
+                bad.push(format!(
+                    "{name} -> {dep} ({kind} dependency): only {CLI} depends on {SERVER}"
+                ));
+                continue;
+            }
+            if kind == "dev" {
+                continue;
+            }
+            let allowed = match may {
+                May::Anything => true,
+                May::Only(list) => list.contains(&dep.as_str()),
+            };
+            if !allowed {
+                let list = match may {
+                    May::Only([]) => "none of ours".to_string(),
+                    May::Only(list) => list.join(", "),
+                    May::Anything => unreachable!(),
+                };
+                bad.push(format!(
+                    "{name} -> {dep} ({kind} dependency) is forbidden: {name} may depend on {list}"
+                ));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn dependencies_point_down() {
+    let crates = workspace();
+    assert!(
+        crates.contains_key(TRACE) && crates.contains_key(CLI),
+        "cargo metadata lists the workspace: {:?}",
+        crates.keys().collect::<Vec<_>>()
+    );
+    let bad = violations(&crates);
+    assert!(bad.is_empty(), "{}\n({SEE})", bad.join("\n"));
+}
+
+/// The checker itself: forbidden edges, unknown crates and dev-dependencies are caught.
+#[test]
+fn the_check_catches_forbidden_edges() {
+    let dep = |d: &str, k: &str| (d.to_string(), k.to_string());
+    let mut crates = BTreeMap::new();
+    crates.insert(TRACE.to_string(), vec![]);
+    crates.insert(LOCATE.to_string(), vec![dep(TRACE, "normal")]);
+    crates.insert(
+        CLI.to_string(),
+        vec![dep(SERVER, "normal"), dep(LOCATE, "normal")],
+    );
+    assert!(violations(&crates).is_empty(), "{:?}", violations(&crates));
+    // A method crate on another method crate.
+    crates.insert(LOCATE.to_string(), vec![dep(PRIOR, "normal")]);
+    let v = violations(&crates);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].contains("maslens-locate -> maslens-prior"), "{v:?}");
+    // A build dependency counts; a dev-dependency below the top does not.
+    crates.insert(
+        LOCATE.to_string(),
+        vec![dep(CREDIT, "build"), dep(PRIOR, "dev")],
+    );
+    assert_eq!(violations(&crates).len(), 1);
+    // Nothing depends on the binary, even for tests; only the binary depends on the server.
+    crates.insert(TRACE.to_string(), vec![dep(CLI, "dev")]);
+    crates.insert(CORE.to_string(), vec![dep(SERVER, "dev")]);
+    assert_eq!(violations(&crates).len(), 3);
+    // A crate the map does not place.
+    crates.insert("maslens-new".to_string(), vec![]);
+    let v = violations(&crates);
+    assert!(
+        v.iter()
+            .any(|l| l.contains("maslens-new is not in the dependency map")),
+        "{v:?}"
+    );
+}
