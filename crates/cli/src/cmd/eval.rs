@@ -167,7 +167,7 @@ fn verdict_pred(v: &LocateVerdict) -> Prediction {
         step: v.step,
         error_mode: v.error_mode.clone(),
         abstained: v.step.is_none(),
-        parse_failures: v.usage.stats.abstentions,
+        parse_failures: v.usage.abstentions,
     }
 }
 
@@ -378,7 +378,7 @@ fn run_locate(args: LocateArgs, global: &Global) -> anyhow::Result<ExitCode> {
                     let p = prior.as_ref().and_then(|p| p.probs(t));
                     match locator.locate(t, p.as_deref()).await {
                         Ok(v) => {
-                            let s = &v.usage.stats;
+                            let s = &v.usage;
                             let u = maslens_llm::Usage {
                                 prompt_tokens: s.prompt_tokens,
                                 completion_tokens: s.completion_tokens,
