@@ -220,7 +220,7 @@ mod tests {
             let a: LocationAnswer = maslens_llm::typed::parse_as(text, &schema).unwrap();
             finding_from_answer(&t, Some(&a), None)
         };
-        let f = read(r#"{"reason": "r", "agent": "planner", "step": 2, "confidence": 1.5}"#);
+        let f = read(r#"{"reason": "r", "agent": "planner", "step": 2, "confidence": 1}"#);
         assert_eq!(f.location(), Some(("Coder", 2)));
         assert_eq!((f.confidence, f.agent_mismatch), (1.0, true));
         // 2.0 passes the schema as an integer; as before, it is not read as a step.
