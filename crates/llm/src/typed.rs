@@ -298,10 +298,12 @@ mod tests {
         assert!(out.value.unwrap().flag);
         assert!(out.repaired);
         assert_eq!(out.calls, 2);
-        let calls = m.calls.lock().unwrap();
-        assert_eq!(calls[1].stage, "s/repair");
-        let repair = &calls[1].messages.last().unwrap().content;
-        assert!(repair.contains("$: invalid type"), "{repair}");
+        {
+            let calls = m.calls.lock().unwrap();
+            assert_eq!(calls[1].stage, "s/repair");
+            let repair = &calls[1].messages.last().unwrap().content;
+            assert!(repair.contains("$: invalid type"), "{repair}");
+        }
 
         let m = ScriptedModel::new("fixture").then("{}").then("nope");
         let out = complete_as::<Strict>(&m, ChatRequest::new(vec![Message::user("q")]), &schema)
