@@ -139,7 +139,7 @@ pub fn finish(stack: &Stack, quiet: bool) {
         String::new()
     };
     let cost = if r.price_known {
-        format!("${:.4}", r.total.cost_usd)
+        format!("${:.4}", r.total.cost_usd.unwrap_or(0.0))
     } else {
         "unknown (no price)".into()
     };

@@ -16,10 +16,12 @@ use crate::data::Mcq;
 use crate::debate::{question_blocks, Utterance};
 use crate::CreditError;
 use maslens_llm::prompt::{untrusted, Template};
-use maslens_llm::structured::{complete_json, extract_json, validate};
+use maslens_llm::structured::extract_json;
+use maslens_llm::typed::{complete_as, from_value, lenient};
 use maslens_llm::{prompt_template, ChatModel, ChatRequest, Message};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
 pub const AGENT_TURN_EVAL: Template = prompt_template!("credit/agent_turn_eval.v1");
 pub const AGENT_TURN_EVAL_INPUT: Template = prompt_template!("credit/agent_turn_eval_input.v1");
@@ -97,6 +99,20 @@ pub fn turn_eval_schema() -> Value {
     })
 }
 
+/// The AgentTurnEval answer (`turn_eval_schema`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnEvalAnswer {
+    #[serde(default)]
+    pub correctness: String,
+    #[serde(default)]
+    pub failure_pattern: String,
+    #[serde(default)]
+    pub explanation: String,
+    #[serde(default, deserialize_with = "lenient::uint")]
+    pub score: Option<u64>,
+}
+
 /// Read the paper's line format ("Final answer correctness: ...", "Primary failure or risk
 /// pattern: ...", "Brief explanation: ...", "Score: ...") into the JSON shape.
 pub fn lines_to_json(text: &str) -> Option<Value> {
@@ -130,17 +146,15 @@ pub fn lines_to_json(text: &str) -> Option<Value> {
 /// Parse and check one critic answer against the schema and the consistency rules.
 /// `known_correct` is the verdict of the fixed answer rule.
 pub fn parse_turn_eval(value: &Value, known_correct: bool) -> Result<TurnEval, String> {
-    validate(value, &turn_eval_schema())?;
-    let correctness = value["correctness"].as_str().unwrap_or_default();
-    let label = value["failure_pattern"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let score = value["score"].as_u64().unwrap_or(99);
-    let explanation = value["explanation"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let TurnEvalAnswer {
+        correctness,
+        failure_pattern: label,
+        explanation,
+        score,
+    } = from_value(value, &turn_eval_schema())?;
+    let correctness = correctness.as_str();
+    // A score of 4.0 passes the schema as an integer but is not read as one: out of band.
+    let score = score.unwrap_or(99);
     let says_correct = correctness == "correct";
     if says_correct != known_correct {
         return Err(format!(
@@ -303,13 +317,25 @@ pub fn peer_schema(agents: &[String]) -> Value {
     })
 }
 
+/// The peer-view judge's answer (`peer_schema`): a score per agent.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerAnswer {
+    /// Agent -> score as written (`None` when not an integer).
+    #[serde(default, deserialize_with = "lenient::uint_map")]
+    pub scores: BTreeMap<String, Option<u64>>,
+}
+
 /// Read peer scores (normalized to [0, 1]) for `agents` from a validated answer.
-pub fn parse_peer(value: &Value, agents: &[String]) -> Vec<Option<f64>> {
+pub fn parse_peer(answer: &PeerAnswer, agents: &[String]) -> Vec<Option<f64>> {
     agents
         .iter()
         .map(|a| {
-            value["scores"][a.as_str()]
-                .as_u64()
+            answer
+                .scores
+                .get(a)
+                .copied()
+                .flatten()
                 .filter(|s| *s <= 5)
                 .map(|s| s as f64 / 5.0)
         })
@@ -342,7 +368,7 @@ pub async fn peer_view(
         .stage(stage);
     req.top_p = dec.top_p;
     let schema = peer_schema(&agents);
-    let out = complete_json(model, req, &schema).await?;
+    let out = complete_as::<PeerAnswer>(model, req, &schema).await?;
     Ok(match out.value {
         Some(v) => PeerView {
             scores: parse_peer(&v, &agents),

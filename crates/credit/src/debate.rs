@@ -10,6 +10,7 @@ use crate::config::{DebateConfig, Decoding, FinalDecision, PromptSet, AGGREGATOR
 use crate::data::Mcq;
 use crate::CreditError;
 use maslens_llm::prompt::untrusted;
+use maslens_llm::usage::{TrackedModel, UsageTracker};
 use maslens_llm::{prompt_template, ChatModel, ChatRequest, Message, Usage};
 use maslens_trace::{AgentKind, Outcome, Step, Trace};
 use serde::{Deserialize, Serialize};
@@ -52,22 +53,28 @@ impl ModelSet {
                 .ok_or_else(|| CreditError::UnknownModel(s.to_string())),
         }
     }
-    /// The same set with every model counted in `meter`.
-    pub fn metered(&self, meter: &Arc<crate::meter::Meter>) -> ModelSet {
+    /// The same set with every model counted in `meter` (see [`call_meter`]).
+    pub fn metered(&self, meter: &Arc<UsageTracker>) -> ModelSet {
+        let wrap = |m: &Arc<dyn ChatModel>| -> Arc<dyn ChatModel> {
+            Arc::new(TrackedModel::new(m.clone(), meter.clone()))
+        };
         ModelSet {
-            default: crate::meter::Metered::wrap(self.default.clone(), meter.clone()),
+            default: wrap(&self.default),
             named: self
                 .named
                 .iter()
-                .map(|(k, m)| {
-                    (
-                        k.clone(),
-                        crate::meter::Metered::wrap(m.clone(), meter.clone()),
-                    )
-                })
+                .map(|(k, m)| (k.clone(), wrap(m)))
                 .collect(),
         }
     }
+}
+
+/// A fresh call counter for [`ModelSet::metered`], so that the optimizer and the black-box
+/// baseline can be compared at the same number of LLM calls: it counts the tokens of cache hits
+/// too, so that its figures (and the budgets read from them) do not depend on the cache state.
+/// Calls that got an answer are `total().answered()`; tokens `total().tokens()`.
+pub fn call_meter() -> Arc<UsageTracker> {
+    Arc::new(UsageTracker::unpriced("credit").counting_cache_hits())
 }
 
 /// One role utterance u_{i,t}.

@@ -7,7 +7,6 @@ use crate::config::{DebateConfig, PromptSet};
 use crate::critic::{turn_eval, Subject};
 use crate::data::Mcq;
 use crate::debate::{accuracy, run_many, DebateRun, ModelSet};
-use crate::meter::Meter;
 use crate::optimize::{label_name, BcdResult, BlackBoxResult, Optimizer};
 use crate::CreditError;
 use serde::{Deserialize, Serialize};
@@ -235,7 +234,7 @@ pub async fn run_experiment(
     let mut seeds = Vec::new();
     for &seed in &options.seeds {
         tracing::info!(seed, "experiment seed");
-        let eval_meter = Meter::new();
+        let eval_meter = crate::debate::call_meter();
         let mut ev = TestEvaluator {
             models: models.metered(&eval_meter),
             cfg: &cfg,
@@ -311,7 +310,7 @@ pub async fn run_experiment(
             shift_blackbox,
             baseline_final,
             ours_final,
-            evaluation_calls: eval_meter.total().calls,
+            evaluation_calls: eval_meter.total().answered(),
             test_runs: vec![
                 ("baseline".into(), baseline_runs),
                 ("ours".into(), ours_runs),

@@ -23,7 +23,6 @@ pub mod critic;
 pub mod data;
 pub mod debate;
 pub mod experiment;
-pub mod meter;
 pub mod optimize;
 pub mod report;
 pub mod simulation;

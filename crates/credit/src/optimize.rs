@@ -26,10 +26,10 @@ use crate::credit::{
 use crate::critic::{peer_view, turn_eval, Subject, TurnEval, NONE_LABEL};
 use crate::data::Mcq;
 use crate::debate::{accuracy, run_many, DebateRun, ModelSet};
-use crate::meter::Meter;
 use crate::CreditError;
 use maslens_llm::prompt::{untrusted, Template};
-use maslens_llm::structured::complete_json;
+use maslens_llm::typed::{complete_as, lenient};
+use maslens_llm::usage::UsageTracker;
 use maslens_llm::{prompt_template, ChatModel, ChatRequest, Message};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -134,7 +134,7 @@ pub struct Optimizer {
     /// Model for critics and rewrites, metered.
     pub optimizer_model: Arc<dyn ChatModel>,
     pub cfg: Arc<DebateConfig>,
-    pub meter: Arc<Meter>,
+    pub meter: Arc<UsageTracker>,
     /// Decoding seed of the run.
     pub seed: u64,
 }
@@ -143,7 +143,7 @@ impl Optimizer {
     /// Build with a fresh meter around `models` (the optimizer model comes from
     /// `cfg.optimizer.model` or the default).
     pub fn new(models: &ModelSet, cfg: Arc<DebateConfig>, seed: u64) -> Result<Self, CreditError> {
-        let meter = Meter::new();
+        let meter = crate::debate::call_meter();
         let models = models.metered(&meter);
         let optimizer_model = models.get(cfg.optimizer.model.as_deref())?;
         Ok(Optimizer {
@@ -156,7 +156,7 @@ impl Optimizer {
     }
 
     fn calls(&self) -> u64 {
-        self.meter.total().calls
+        self.meter.total().answered()
     }
 
     fn budget_left(&self) -> bool {
@@ -351,7 +351,7 @@ impl Optimizer {
             iterates,
             best,
             best_opt_accuracy,
-            calls: total.calls,
+            calls: total.answered(),
             tokens: total.tokens(),
             stop_reason,
             ema_history: ema.history.clone(),
@@ -557,18 +557,14 @@ impl Optimizer {
             .temperature(dec.temperature)
             .stage("blackbox/propose");
             req.seed = Some(self.seed.wrapping_add(step));
-            let out = complete_json(self.optimizer_model.as_ref(), req, &schema).await?;
+            let out =
+                complete_as::<ProposalAnswer>(self.optimizer_model.as_ref(), req, &schema).await?;
             let proposal = out.value.and_then(|v| {
-                let roles: Vec<String> = v["roles"]
-                    .as_array()?
-                    .iter()
-                    .filter_map(|s| s.as_str().map(clean_prompt))
-                    .collect();
-                let aggs: Vec<String> = v["aggregators"]
-                    .as_array()?
-                    .iter()
-                    .filter_map(|s| s.as_str().map(clean_prompt))
-                    .collect();
+                let clean = |l: Vec<String>| -> Vec<String> {
+                    l.iter().map(String::as_str).map(clean_prompt).collect()
+                };
+                let roles = clean(v.roles?);
+                let aggs = clean(v.aggregators?);
                 (roles.len() == n_roles
                     && aggs.len() == rounds
                     && roles.iter().chain(&aggs).all(|s| !s.is_empty()))
@@ -762,6 +758,15 @@ fn first_line(s: &str) -> String {
         out.push_str(" ...");
     }
     out
+}
+
+/// The black-box optimizer's proposal: one prompt per role and per round (strings only).
+#[derive(Debug, serde::Deserialize)]
+struct ProposalAnswer {
+    #[serde(default, deserialize_with = "lenient::strings")]
+    roles: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "lenient::strings")]
+    aggregators: Option<Vec<String>>,
 }
 
 /// Clean a rewritten prompt: strip code fences, surrounding quotes and a leading label line.

@@ -21,7 +21,7 @@ use crate::data::Mcq;
 use crate::debate::Utterance;
 use crate::CreditError;
 use maslens_llm::prompt::{untrusted, Template};
-use maslens_llm::structured::complete_json;
+use maslens_llm::typed::{complete_as, lenient};
 use maslens_llm::{prompt_template, ChatModel, ChatRequest, Message};
 use maslens_trace::{AgentKind, Trace};
 use serde::{Deserialize, Serialize};
@@ -401,11 +401,11 @@ async fn generic_segment(
             .temperature(dec.temperature)
             .stage(format!("credit/generic_turn/{a}"));
             req.top_p = dec.top_p;
-            let out = complete_json(model, req, &schema).await?;
+            let out = complete_as::<GenericTurnAnswer>(model, req, &schema).await?;
             r.calls += out.calls;
-            let parsed = out.value.as_ref().and_then(|v| {
-                let score = v["score"].as_u64()?;
-                let label = v["failure_pattern"].as_str()?.to_string();
+            let parsed = out.value.and_then(|v| {
+                let score = v.score?;
+                let label = v.failure_pattern?;
                 // Consistency: low scores are failures; high scores are NONE or weak justification.
                 let ok = if score >= 3 {
                     label == "NONE" || label == "INSUFFICIENT_JUSTIFICATION"
@@ -459,20 +459,42 @@ async fn generic_segment(
         .temperature(dec.temperature)
         .stage("credit/generic_window");
         req.top_p = dec.top_p;
-        let out = complete_json(model, req, &schema).await?;
+        let out = complete_as::<GenericWindowAnswer>(model, req, &schema).await?;
         r.calls += out.calls;
         match out.value {
             Some(v) => {
                 for a in &acting {
                     let ai = agents.iter().position(|x| x == a).unwrap_or(0);
-                    r.p[ai][si] = v["scores"][a.as_str()].as_u64().map(|s| s as f64 / 5.0);
+                    r.p[ai][si] = v.scores.get(a).copied().flatten().map(|s| s as f64 / 5.0);
                 }
-                r.segment_score[si] = v["segment_score"].as_u64().map(|s| s as f64 / 5.0);
+                r.segment_score[si] = v.segment_score.map(|s| s as f64 / 5.0);
             }
             None => r.abstentions += 1,
         }
     }
     Ok(())
+}
+
+/// The generic per-agent turn evaluation answer (additionalProperties false).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GenericTurnAnswer {
+    #[serde(default, deserialize_with = "lenient::string")]
+    failure_pattern: Option<String>,
+    #[serde(default, rename = "explanation")]
+    _explanation: serde::de::IgnoredAny,
+    #[serde(default, deserialize_with = "lenient::uint")]
+    score: Option<u64>,
+}
+
+/// The generic window judge answer: a score per acting agent and one for the segment.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GenericWindowAnswer {
+    #[serde(default, deserialize_with = "lenient::uint_map")]
+    scores: BTreeMap<String, Option<u64>>,
+    #[serde(default, deserialize_with = "lenient::uint")]
+    segment_score: Option<u64>,
 }
 
 fn mean(xs: &[f64]) -> Option<f64> {

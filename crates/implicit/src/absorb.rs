@@ -21,7 +21,7 @@ use crate::render::{render_roster, wrap_trace};
 use crate::taxonomy::{Absorption, Level};
 use crate::ImplicitError;
 use maslens_llm::prompt::{untrusted, Template};
-use maslens_llm::structured::complete_json;
+use maslens_llm::typed::complete_as;
 use maslens_llm::{ChatModel, ChatRequest, Message, Usage};
 use maslens_trace::{AgentKind, Trace};
 use serde::{Deserialize, Serialize};
@@ -80,6 +80,17 @@ pub fn absorb_schema() -> Value {
             "rationale": {"type": "string", "maxLength": 400}
         }
     })
+}
+
+/// The classifier's answer (`absorb_schema`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct AbsorbAnswer {
+    #[serde(default)]
+    pub absorption_pattern: String,
+    #[serde(default)]
+    pub confidence: Option<String>,
+    #[serde(default)]
+    pub rationale: String,
 }
 
 /// The annotation shown to the classifier: the detector's fields, nothing else.
@@ -272,27 +283,17 @@ pub async fn classify(
     let req = ChatRequest::new(vec![Message::system(p.system), Message::user(p.user)])
         .max_tokens(cfg.max_tokens)
         .stage("implicit/absorb");
-    let out = complete_json(model, req, &absorb_schema()).await?;
+    let out = complete_as::<AbsorbAnswer>(model, req, &absorb_schema()).await?;
     let result = match out.value {
         Some(v) => {
-            let raw = v
-                .get("absorption_pattern")
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let raw = v.absorption_pattern.as_str();
             match Absorption::parse(raw) {
                 Some(label) => {
                     let (label, adjusted) = apply_tie_breaks(&view, event, label);
                     AbsorptionResult {
                         label: Some(label),
-                        confidence: v
-                            .get("confidence")
-                            .and_then(Value::as_str)
-                            .and_then(Level::parse),
-                        rationale: v
-                            .get("rationale")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
+                        confidence: v.confidence.as_deref().and_then(Level::parse),
+                        rationale: v.rationale,
                         adjusted,
                         abstain_reason: None,
                     }

@@ -8,7 +8,7 @@ use crate::render::{render_roster, wrap_trace, Window};
 use crate::taxonomy::{ErrorType, Level};
 use crate::ImplicitError;
 use maslens_llm::prompt::{untrusted, Template};
-use maslens_llm::structured::complete_json;
+use maslens_llm::typed::{complete_as, lenient};
 use maslens_llm::{ChatModel, ChatRequest, Message, Usage};
 use maslens_render::{PlannedWindow, Planner};
 use maslens_trace::Trace;
@@ -253,8 +253,31 @@ fn window_plan(
     Ok(planner(Some(budget)).plan(0..view.steps.len(), cfg.overlap_steps))
 }
 
-fn level(v: &Value, key: &str) -> Option<Level> {
-    v.get(key).and_then(Value::as_str).and_then(Level::parse)
+/// The detector's answer (`detect_schema`); the optional `summary` is not read.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct DetectAnswer {
+    #[serde(default)]
+    pub implicit_failures: Vec<EventAnswer>,
+}
+
+/// One entry of `implicit_failures` as the detector wrote it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct EventAnswer {
+    /// The step index; a string holding one is accepted too.
+    #[serde(default)]
+    pub error_step: lenient::UintOrString,
+    #[serde(default)]
+    pub error_agent: String,
+    #[serde(default)]
+    pub error_type: String,
+    #[serde(default)]
+    pub error_description: String,
+    #[serde(default)]
+    pub error_evidence: String,
+    #[serde(default)]
+    pub severity: Option<String>,
+    #[serde(default)]
+    pub confidence: Option<String>,
 }
 
 /// One entry of a detector answer, before checking.
@@ -270,55 +293,36 @@ pub struct RawEvent {
 }
 
 /// Read one entry of `implicit_failures`; `Err` says why it was rejected.
-pub fn parse_event(v: &Value) -> Result<RawEvent, String> {
+pub fn parse_event(v: &EventAnswer) -> Result<RawEvent, String> {
     let step = v
-        .get("error_step")
-        .and_then(|s| {
-            s.as_u64()
-                .or_else(|| s.as_str().and_then(|t| t.trim().parse().ok()))
-        })
-        .ok_or_else(|| {
-            format!(
-                "error_step is not a step index: {}",
-                v.get("error_step").unwrap_or(&Value::Null)
-            )
-        })?;
-    let ty = v.get("error_type").and_then(Value::as_str).unwrap_or("");
+        .error_step
+        .value
+        .ok_or_else(|| format!("error_step is not a step index: {}", v.error_step.written))?;
+    let ty = v.error_type.as_str();
     let error_type = ErrorType::parse(ty).ok_or_else(|| format!("unknown error_type {ty:?}"))?;
-    let s = |k: &str| {
-        v.get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .trim()
-            .to_string()
-    };
+    let level = |l: &Option<String>| l.as_deref().and_then(Level::parse);
     Ok(RawEvent {
         step: step as usize,
-        agent: s("error_agent"),
+        agent: v.error_agent.trim().to_string(),
         error_type,
-        description: s("error_description"),
-        evidence: s("error_evidence"),
-        severity: level(v, "severity").unwrap_or(Level::Medium),
-        confidence: level(v, "confidence").unwrap_or(Level::Low),
+        description: v.error_description.trim().to_string(),
+        evidence: v.error_evidence.trim().to_string(),
+        severity: level(&v.severity).unwrap_or(Level::Medium),
+        confidence: level(&v.confidence).unwrap_or(Level::Low),
     })
 }
 
 /// Turn the events of a validated answer into checked [`ImplicitFailure`]s.
 pub fn events_from_answer(
     view: &BlindView<'_>,
-    answer: &Value,
+    answer: &DetectAnswer,
     window: Window,
     window_no: usize,
     cfg: &DetectConfig,
     rejected: &mut Vec<String>,
 ) -> Vec<ImplicitFailure> {
     let mut out = Vec::new();
-    let items = answer
-        .get("implicit_failures")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for (i, item) in items.iter().enumerate() {
+    for (i, item) in answer.implicit_failures.iter().enumerate() {
         let RawEvent {
             step,
             agent,
@@ -429,7 +433,7 @@ pub async fn detect(
         let req = ChatRequest::new(vec![Message::system(p.system), Message::user(p.user)])
             .max_tokens(cfg.max_tokens)
             .stage("implicit/detect");
-        let out = complete_json(model, req, &schema).await?;
+        let out = complete_as::<DetectAnswer>(model, req, &schema).await?;
         det.usage += out.usage;
         det.calls += out.calls;
         det.windows
@@ -589,7 +593,7 @@ mod tests {
         assert_eq!(d.abstentions.len(), 1);
         let mut rejected = Vec::new();
         let view = BlindView::of(&t);
-        let v = json!({"implicit_failures": [{"error_step": "x", "error_type": "wrong_action"}, {"error_step": 1, "error_type": "nope"}]});
+        let v: DetectAnswer = serde_json::from_value(json!({"implicit_failures": [{"error_step": "x", "error_type": "wrong_action"}, {"error_step": 1, "error_type": "nope"}]})).unwrap();
         let ev = events_from_answer(
             &view,
             &v,
@@ -600,5 +604,19 @@ mod tests {
         );
         assert!(ev.is_empty());
         assert_eq!(rejected.len(), 2);
+        assert!(rejected[0].contains("error_step is not a step index: \"x\""));
+    }
+
+    #[test]
+    fn an_entry_reads_a_step_given_as_a_string() {
+        let e: EventAnswer =
+            serde_json::from_value(json!({"error_step": " 2 ", "error_agent": " Coder ",
+            "error_type": "wrong_action", "severity": "HIGH"}))
+            .unwrap();
+        let r = parse_event(&e).unwrap();
+        assert_eq!((r.step, r.agent.as_str()), (2, "Coder"));
+        assert_eq!((r.severity, r.confidence), (Level::High, Level::Low));
+        let e: EventAnswer = serde_json::from_value(json!({"error_step": 2.0})).unwrap();
+        assert!(parse_event(&e).unwrap_err().contains("2.0"));
     }
 }

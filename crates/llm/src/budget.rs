@@ -93,15 +93,9 @@ impl BudgetModel {
 }
 
 #[async_trait::async_trait]
-impl ChatModel for BudgetModel {
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-    fn context_size(&self) -> Option<usize> {
-        self.inner.context_size()
-    }
-    fn count_tokens(&self, text: &str) -> usize {
-        self.inner.count_tokens(text)
+impl crate::wrap::ModelWrapper for BudgetModel {
+    fn inner(&self) -> &dyn ChatModel {
+        &*self.inner
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {

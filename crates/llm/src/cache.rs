@@ -6,7 +6,7 @@
 //! (temperature, top_p, max_tokens, seed, stop, json_schema, grammar). The accounting label
 //! `stage` and the server's base URL are not part of it.
 
-use crate::{ChatModel, ChatRequest, ChatResponse, LlmError};
+use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Usage};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -99,9 +99,9 @@ pub struct CacheEntry {
 pub struct ModelStats {
     pub model: String,
     pub entries: u64,
-    pub prompt_tokens: u64,
-    pub cached_tokens: u64,
-    pub completion_tokens: u64,
+    /// Tokens summed over the model's entries.
+    #[serde(flatten)]
+    pub usage: Usage,
 }
 
 /// What `maslens cache stats` prints.
@@ -381,9 +381,11 @@ impl Cache {
                 Ok(ModelStats {
                     model: r.get(0)?,
                     entries: r.get::<_, i64>(1)?.max(0) as u64,
-                    prompt_tokens: r.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
-                    cached_tokens: r.get::<_, Option<i64>>(3)?.unwrap_or(0).max(0) as u64,
-                    completion_tokens: r.get::<_, Option<i64>>(4)?.unwrap_or(0).max(0) as u64,
+                    usage: Usage {
+                        prompt_tokens: r.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
+                        cached_tokens: r.get::<_, Option<i64>>(3)?.unwrap_or(0).max(0) as u64,
+                        completion_tokens: r.get::<_, Option<i64>>(4)?.unwrap_or(0).max(0) as u64,
+                    },
                 })
             })
             .map_err(&err)?
@@ -480,15 +482,9 @@ impl CachedModel {
 }
 
 #[async_trait::async_trait]
-impl ChatModel for CachedModel {
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-    fn context_size(&self) -> Option<usize> {
-        self.inner.context_size()
-    }
-    fn count_tokens(&self, text: &str) -> usize {
-        self.inner.count_tokens(text)
+impl crate::wrap::ModelWrapper for CachedModel {
+    fn inner(&self) -> &dyn ChatModel {
+        &*self.inner
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {

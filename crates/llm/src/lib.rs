@@ -19,6 +19,9 @@ pub mod spec;
 pub mod stack;
 pub mod structured;
 pub mod testing;
+pub mod typed;
 pub mod usage;
+pub mod wrap;
 
 pub use stack::{maslens_home, open, CacheMode, OpenOptions, Stack};
+pub use usage::Totals;

@@ -149,7 +149,7 @@ pub fn open_local_model(spec: &str, opts: &LocalOptions) -> Result<Arc<LocalMode
 }
 
 #[cfg(feature = "local")]
-pub use engine::{LocalModel, LocalStats};
+pub use engine::LocalModel;
 
 #[cfg(test)]
 mod tests {

@@ -2,14 +2,15 @@
 //! fences, prose around it), validate it against a schema, one repair call quoting the
 //! validation error, then an explicit abstention carrying the raw text and the reason.
 
-use crate::{ChatModel, ChatRequest, LlmError, Message, Usage};
+use crate::{ChatModel, ChatRequest, LlmError, Usage};
 use serde_json::Value;
 
-/// Result of a structured call: a validated value, or an abstention with the reason.
+/// Result of a structured call: a validated value (JSON, or typed: see [`crate::typed`]), or an
+/// abstention with the reason.
 #[derive(Debug, Clone)]
-pub struct StructuredOutput {
-    /// The validated JSON value; `None` means the model abstained / could not be parsed.
-    pub value: Option<Value>,
+pub struct StructuredOutput<T = Value> {
+    /// The validated answer; `None` means the model abstained / could not be parsed.
+    pub value: Option<T>,
     /// Raw text of the last model answer.
     pub raw: String,
     /// Why no value was produced.
@@ -330,85 +331,22 @@ fn describe(error: &jsonschema::ValidationError<'_>, root: &Value) -> String {
     format!("{path}: {message}")
 }
 
-/// The first candidate in `text` that satisfies `schema`; else the problem with the first one.
-fn check(text: &str, finish_reason: &str, schema: &Value) -> Result<Value, String> {
-    let candidates = json_candidates(text);
-    let cut = if finish_reason == "length" {
-        " (the answer was cut off at max_tokens)"
-    } else {
-        ""
-    };
-    let Some(first) = candidates.first() else {
-        return Err(format!("no JSON object found in the answer{cut}"));
-    };
-    let validator = compile(schema)?;
-    if let Some(ok) = candidates.iter().find(|c| validator.is_valid(c)) {
-        return Ok(ok.clone());
-    }
-    match first_problem(&validator, first) {
-        Some(problem) => Err(format!("{problem}{cut}")),
-        None => Ok(first.clone()),
-    }
-}
-
 /// Run `request` (its `json_schema` set to `schema`), validate, repair once, else abstain.
 /// Backend errors (network, budget, replay miss) are returned as `Err`; model answers that do
-/// not fit the schema are an abstention, never an error.
+/// not fit the schema are an abstention, never an error. [`crate::typed::complete_as`] reads the
+/// answer into a struct instead.
 pub async fn complete_json(
     model: &dyn ChatModel,
-    mut request: ChatRequest,
+    request: ChatRequest,
     schema: &Value,
 ) -> Result<StructuredOutput, LlmError> {
-    request.json_schema = Some(schema.clone());
-    let first = model.complete(&request).await?;
-    let mut usage = first.usage;
-    let problem = match check(&first.text, &first.finish_reason, schema) {
-        Ok(value) => {
-            return Ok(StructuredOutput {
-                value: Some(value),
-                raw: first.text,
-                abstain_reason: None,
-                repaired: false,
-                usage,
-                calls: 1,
-            })
-        }
-        Err(problem) => problem,
-    };
-    let mut repair = request.clone();
-    repair.stage = format!("{}/repair", request.stage);
-    repair.messages.push(Message::assistant(first.text.clone()));
-    repair.messages.push(Message::user(format!(
-        "Your answer was not valid: {problem}. Answer again with only one JSON object that \
-         satisfies this JSON schema, and nothing else:\n{schema}"
-    )));
-    let second = model.complete(&repair).await?;
-    usage += second.usage;
-    match check(&second.text, &second.finish_reason, schema) {
-        Ok(value) => Ok(StructuredOutput {
-            value: Some(value),
-            raw: second.text,
-            abstain_reason: None,
-            repaired: true,
-            usage,
-            calls: 2,
-        }),
-        Err(problem2) => Ok(StructuredOutput {
-            value: None,
-            raw: second.text,
-            abstain_reason: Some(format!(
-                "invalid after one repair: {problem2} (first answer: {problem})"
-            )),
-            repaired: true,
-            usage,
-            calls: 2,
-        }),
-    }
+    crate::typed::complete_as(model, request, schema).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Message;
     use serde_json::json;
 
     #[test]
@@ -481,15 +419,6 @@ mod tests {
         // Many unbalanced braces: bounded work, no panic.
         let noisy = "{".repeat(100_000);
         assert_eq!(extract_json(&noisy), None);
-    }
-
-    #[test]
-    fn picks_the_candidate_that_fits_the_schema() {
-        let schema = json!({"type": "object", "required": ["step"]});
-        let text = "The steps [1, 2] matter. Answer: {\"step\": 2}";
-        assert_eq!(check(text, "stop", &schema), Ok(json!({"step": 2})));
-        let err = check("{\"a\": 1", "length", &schema).unwrap_err();
-        assert!(err.contains("cut off"), "{err}");
     }
 
     #[test]

@@ -89,39 +89,135 @@ impl PriceTable {
     }
 }
 
-/// Totals of one stage (or of the run).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct StageUsage {
-    /// Requests made by the method (cache hits included).
+/// Aggregate usage: of a stage, a run, a verdict, a case. The one aggregate usage type of
+/// maslens (the per-call one is [`Usage`]); add with `+=` (another `Totals`, or one call's
+/// [`Usage`]) or [`Totals::merge`].
+///
+/// Serialized field order and names are those of a locate verdict's `usage`; `cache_hits`,
+/// `errors` and `deferred` are written only when non-zero, `cost_usd` only when the price is known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Tokens (of the calls answered by the backend, for a [`UsageTracker`]: cache hits cost
+    /// nothing there unless it counts them, see [`UsageTracker::counting_cache_hits`]).
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Prompt tokens served from the provider's prompt cache.
+    #[serde(default)]
+    pub cached_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// Requests made (cache hits, errors and repair calls included).
+    #[serde(default)]
     pub calls: u64,
     /// Requests answered from the maslens cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_hits: u64,
     /// Requests that ended in an error (deferred ones not included).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub errors: u64,
     /// Requests written to a batch file instead of being sent (export mode).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub deferred: u64,
-    /// Tokens of the calls answered by the backend in this run (cache hits cost nothing).
-    pub prompt_tokens: u64,
-    pub cached_tokens: u64,
-    pub completion_tokens: u64,
-    /// Wall time summed over calls, in milliseconds (cache hits included).
-    pub wall_ms: u64,
-    /// USD spent on backend calls in this run.
-    pub cost_usd: f64,
+    /// Structured calls that needed the repair call.
+    #[serde(default)]
+    pub repairs: u64,
+    /// Structured calls that ended in an abstention (no valid answer after one repair).
+    #[serde(default)]
+    pub abstentions: u64,
+    /// Wall time in seconds (summed over calls, or of the whole unit of work).
+    #[serde(default)]
+    pub seconds: f64,
+    /// USD spent; `None` when the price is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
-impl StageUsage {
-    fn add(&mut self, o: &StageUsage) {
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Totals {
+    /// Add another aggregate (costs add when both are known, else the known one is kept).
+    pub fn merge(&mut self, o: &Totals) {
+        self.prompt_tokens += o.prompt_tokens;
+        self.cached_tokens += o.cached_tokens;
+        self.completion_tokens += o.completion_tokens;
         self.calls += o.calls;
         self.cache_hits += o.cache_hits;
         self.errors += o.errors;
         self.deferred += o.deferred;
-        self.prompt_tokens += o.prompt_tokens;
-        self.cached_tokens += o.cached_tokens;
-        self.completion_tokens += o.completion_tokens;
-        self.wall_ms += o.wall_ms;
-        self.cost_usd += o.cost_usd;
+        self.repairs += o.repairs;
+        self.abstentions += o.abstentions;
+        self.seconds += o.seconds;
+        self.cost_usd = match (self.cost_usd, o.cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// The token counts as one [`Usage`].
+    pub fn usage(&self) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            cached_tokens: self.cached_tokens,
+        }
+    }
+
+    /// Prompt plus completion tokens.
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+
+    /// Requests that got an answer (from the backend or the cache): not errors, not deferred.
+    pub fn answered(&self) -> u64 {
+        self.calls.saturating_sub(self.errors + self.deferred)
+    }
+
+    /// Requests the backend answered (not from the cache, not errors, not deferred).
+    pub fn backend_calls(&self) -> u64 {
+        self.answered().saturating_sub(self.cache_hits)
+    }
+}
+
+impl std::ops::AddAssign<&Totals> for Totals {
+    fn add_assign(&mut self, o: &Totals) {
+        self.merge(o);
+    }
+}
+
+impl std::ops::AddAssign for Totals {
+    fn add_assign(&mut self, o: Totals) {
+        self.merge(&o);
+    }
+}
+
+/// Add one call's tokens (not a call: count it in `calls` yourself).
+impl std::ops::AddAssign<Usage> for Totals {
+    fn add_assign(&mut self, u: Usage) {
+        self.prompt_tokens += u.prompt_tokens;
+        self.cached_tokens += u.cached_tokens;
+        self.completion_tokens += u.completion_tokens;
+    }
+}
+
+impl std::iter::Sum for Totals {
+    fn sum<I: Iterator<Item = Totals>>(iter: I) -> Totals {
+        let mut t = Totals::default();
+        for x in iter {
+            t.merge(&x);
+        }
+        t
+    }
+}
+
+impl<'a> std::iter::Sum<&'a Totals> for Totals {
+    fn sum<I: Iterator<Item = &'a Totals>>(iter: I) -> Totals {
+        let mut t = Totals::default();
+        for x in iter {
+            t.merge(x);
+        }
+        t
     }
 }
 
@@ -131,8 +227,8 @@ pub struct UsageReport {
     pub model: String,
     /// False when the model has no entry in the price table (cost then reads 0).
     pub price_known: bool,
-    pub stages: BTreeMap<String, StageUsage>,
-    pub total: StageUsage,
+    pub stages: BTreeMap<String, Totals>,
+    pub total: Totals,
     /// Wall time since the tracker was created, in milliseconds.
     pub run_wall_ms: u64,
 }
@@ -141,7 +237,8 @@ pub struct UsageReport {
 pub struct UsageTracker {
     model: String,
     price: Option<Price>,
-    stages: Mutex<BTreeMap<String, StageUsage>>,
+    stages: Mutex<BTreeMap<String, Totals>>,
+    count_cache_hits: bool,
     started: Instant,
     log: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
 }
@@ -157,12 +254,30 @@ impl UsageTracker {
             );
         }
         UsageTracker {
-            model,
             price,
+            ..UsageTracker::unpriced(model)
+        }
+    }
+
+    /// A tracker without a price (cost stays unknown, no warning): for counting calls and tokens
+    /// of several models together, e.g. against a call budget.
+    pub fn unpriced(label: impl Into<String>) -> Self {
+        UsageTracker {
+            model: label.into(),
+            price: None,
             stages: Mutex::new(BTreeMap::new()),
+            count_cache_hits: false,
             started: Instant::now(),
             log: None,
         }
+    }
+
+    /// Also count the tokens of cache hits (the tokens the original call used), so that the
+    /// figures do not depend on the cache state (a budget in tokens then stops a replayed run
+    /// where it stopped the first time). Cost stays that of the backend calls.
+    pub fn counting_cache_hits(mut self) -> Self {
+        self.count_cache_hits = true;
+        self
     }
 
     /// Also append one JSON line per call to `path` (flushed per line, so a killed run keeps
@@ -186,26 +301,31 @@ impl UsageTracker {
     /// Record one call.
     pub fn record(&self, stage: &str, result: Result<&ChatResponse, &LlmError>, wall_ms: u64) {
         let stage = if stage.is_empty() { "-" } else { stage };
-        let mut s = StageUsage {
+        let mut s = Totals {
             calls: 1,
-            wall_ms,
+            seconds: wall_ms as f64 / 1000.0,
             ..Default::default()
         };
+        let mut billed = Usage::default();
         match result {
-            Ok(r) if r.from_cache => s.cache_hits = 1,
             Ok(r) => {
-                s.prompt_tokens = r.usage.prompt_tokens;
-                s.cached_tokens = r.usage.cached_tokens;
-                s.completion_tokens = r.usage.completion_tokens;
-                s.cost_usd = self.price.map(|p| p.cost(&r.usage)).unwrap_or(0.0);
+                if r.from_cache {
+                    s.cache_hits = 1;
+                } else {
+                    billed = r.usage;
+                }
+                if !r.from_cache || self.count_cache_hits {
+                    s += r.usage;
+                }
             }
             Err(LlmError::Deferred { .. }) => s.deferred = 1,
             Err(_) => s.errors = 1,
         }
+        s.cost_usd = self.price.map(|p| p.cost(&billed));
         tracing::debug!(
             model = %self.model, stage, from_cache = s.cache_hits == 1, error = s.errors == 1,
             prompt_tokens = s.prompt_tokens, cached_tokens = s.cached_tokens,
-            completion_tokens = s.completion_tokens, wall_ms, cost_usd = s.cost_usd, "llm call"
+            completion_tokens = s.completion_tokens, wall_ms, cost_usd = s.cost_usd.unwrap_or(0.0), "llm call"
         );
         if let Some(log) = &self.log {
             use std::io::Write;
@@ -218,7 +338,7 @@ impl UsageTracker {
                 "from_cache": s.cache_hits == 1, "deferred": s.deferred == 1,
                 "error": result.err().map(|e| e.to_string()),
                 "prompt_tokens": s.prompt_tokens, "cached_tokens": s.cached_tokens,
-                "completion_tokens": s.completion_tokens, "wall_ms": wall_ms, "cost_usd": s.cost_usd,
+                "completion_tokens": s.completion_tokens, "wall_ms": wall_ms, "cost_usd": s.cost_usd.unwrap_or(0.0),
             });
             let mut w = match log.lock() {
                 Ok(g) => g,
@@ -232,7 +352,15 @@ impl UsageTracker {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        stages.entry(stage.to_string()).or_default().add(&s);
+        *stages.entry(stage.to_string()).or_default() += s;
+    }
+
+    /// The total so far (all stages).
+    pub fn total(&self) -> Totals {
+        match self.stages.lock() {
+            Ok(g) => g.values().sum(),
+            Err(p) => p.into_inner().values().sum(),
+        }
     }
 
     /// Per-stage and total figures so far.
@@ -241,10 +369,7 @@ impl UsageTracker {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
         };
-        let mut total = StageUsage::default();
-        for s in stages.values() {
-            total.add(s);
-        }
+        let total = stages.values().sum();
         UsageReport {
             model: self.model.clone(),
             price_known: self.price.is_some(),
@@ -268,15 +393,9 @@ impl TrackedModel {
 }
 
 #[async_trait::async_trait]
-impl ChatModel for TrackedModel {
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-    fn context_size(&self) -> Option<usize> {
-        self.inner.context_size()
-    }
-    fn count_tokens(&self, text: &str) -> usize {
-        self.inner.count_tokens(text)
+impl crate::wrap::ModelWrapper for TrackedModel {
+    fn inner(&self) -> &dyn ChatModel {
+        &*self.inner
     }
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let start = Instant::now();
@@ -364,7 +483,75 @@ mod tests {
         assert_eq!(r.total.errors, 1);
         assert_eq!(r.stages["evaluator"].calls, 2);
         assert_eq!(r.stages["judge"].prompt_tokens, 3);
-        assert!(r.total.cost_usd > 0.0 && r.price_known);
+        assert!(r.total.cost_usd.unwrap() > 0.0 && r.price_known);
+    }
+
+    #[test]
+    fn totals_add_and_keep_the_verdict_keys() {
+        let mut a = Totals {
+            calls: 2,
+            prompt_tokens: 10,
+            repairs: 1,
+            seconds: 0.5,
+            cost_usd: Some(0.25),
+            ..Default::default()
+        };
+        a += Usage {
+            prompt_tokens: 1,
+            completion_tokens: 2,
+            cached_tokens: 3,
+        };
+        a += &Totals {
+            calls: 1,
+            cache_hits: 1,
+            abstentions: 1,
+            seconds: 0.25,
+            ..Default::default()
+        };
+        assert_eq!((a.calls, a.cache_hits, a.prompt_tokens), (3, 1, 11));
+        assert_eq!((a.tokens(), a.answered(), a.backend_calls()), (13, 3, 2));
+        assert_eq!((a.seconds, a.cost_usd), (0.75, Some(0.25)));
+        // The keys (in order) of a locate verdict's `usage` before `Totals`.
+        assert_eq!(
+            serde_json::to_string(&Totals::default()).unwrap(),
+            r#"{"prompt_tokens":0,"cached_tokens":0,"completion_tokens":0,"calls":0,"repairs":0,"abstentions":0,"seconds":0.0}"#
+        );
+        let full = serde_json::to_string(&a).unwrap();
+        assert!(full.contains(r#""cache_hits":1"#) && full.contains(r#""cost_usd":0.25"#));
+        let back: Totals = serde_json::from_value(serde_json::to_value(a).unwrap()).unwrap();
+        assert_eq!(back, a);
+        let old: Totals = serde_json::from_str(r#"{"calls": 4, "seconds": 1.5}"#).unwrap();
+        assert_eq!((old.calls, old.cost_usd), (4, None));
+        assert_eq!([a, old].iter().sum::<Totals>().calls, 7);
+    }
+
+    #[tokio::test]
+    async fn cache_hits_cost_nothing_unless_counted() {
+        let hit = ChatResponse {
+            text: "x".into(),
+            finish_reason: "stop".into(),
+            usage: Usage {
+                prompt_tokens: 5,
+                completion_tokens: 1,
+                cached_tokens: 0,
+            },
+            latency_ms: 0,
+            from_cache: true,
+        };
+        let plain = UsageTracker::new("openai:gpt-4o-mini", &PriceTable::defaults());
+        plain.record("s", Ok(&hit), 3);
+        let t = plain.total();
+        assert_eq!((t.calls, t.cache_hits, t.tokens()), (1, 1, 0));
+        assert_eq!(t.cost_usd, Some(0.0));
+        let counting = UsageTracker::unpriced("credit").counting_cache_hits();
+        counting.record("debate/a", Ok(&hit), 3);
+        counting.record("debate/a", Err(&LlmError::Other("x".into())), 3);
+        let t = counting.total();
+        assert_eq!(
+            (t.calls, t.answered(), t.tokens(), t.cost_usd),
+            (2, 1, 6, None)
+        );
+        assert!((t.seconds - 0.006).abs() < 1e-12);
     }
 
     #[tokio::test]

@@ -156,7 +156,7 @@ async fn e2e_prefix_reuse_reports_cached_tokens() {
     assert_eq!(stats.calls, 2);
     assert_eq!(stats.cached_tokens, second.usage.cached_tokens);
     assert_eq!(
-        stats.evaluated_tokens,
+        stats.prompt_tokens - stats.cached_tokens,
         first.usage.prompt_tokens + second.usage.prompt_tokens - stats.cached_tokens
     );
 

@@ -10,9 +10,11 @@
 
 use crate::judge::{call, location_schema, Settings};
 use crate::render::{self, Strategy, MIN_STEP_CHARS};
-use crate::{finding_from_json, prompts, CallStats, Finding, LocateError};
+use crate::{finding_from_answer, prompts, Finding, LocateError, LocationAnswer};
 use maslens_llm::prompt::Template;
+use maslens_llm::structured::StructuredOutput;
 use maslens_llm::ChatModel;
+use maslens_llm::Totals;
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -72,7 +74,7 @@ pub struct EvaluatorResult {
     /// Model id of this Evaluator.
     pub model: String,
     pub finding: Finding,
-    pub stats: CallStats,
+    pub stats: Totals,
 }
 
 /// The trace view shared by the all-at-once Judge and the Evaluators of one trace.
@@ -164,7 +166,7 @@ pub async fn evaluate(
     judge_ran: bool,
     settings: &Settings,
 ) -> Result<EvaluatorResult, LocateError> {
-    let mut stats = CallStats::default();
+    let mut stats = Totals::default();
     let instr = style.template().render(json!({
         "criterion": prompts::criterion()?,
         "hypothesis": hypothesis.map(|(a, t)| json!({"agent": a, "step": t})),
@@ -173,7 +175,7 @@ pub async fn evaluate(
     }))?;
     let schema = location_schema(&settings.error_modes);
     let stage = format!("evaluator/{}", style.as_str());
-    let out = call(
+    let out: StructuredOutput<LocationAnswer> = call(
         model,
         trace,
         &view.context,
@@ -187,7 +189,7 @@ pub async fn evaluate(
     Ok(EvaluatorResult {
         style,
         model: model.id().to_string(),
-        finding: finding_from_json(trace, &out),
+        finding: finding_from_answer(trace, out.value.as_ref(), out.abstain_reason.as_deref()),
         stats,
     })
 }

@@ -21,11 +21,13 @@
 //! By default no protocol sees the reference answer; `Settings::with_ground_truth` adds it.
 
 use crate::render::{self, Strategy, MIN_STEP_CHARS};
-use crate::{finding_from_json, prompts, CallStats, Finding, LocateError};
+use crate::{finding_from_answer, prompts, Finding, LocateError, LocationAnswer};
 use maslens_llm::prompt::untrusted;
-use maslens_llm::structured::{complete_json, StructuredOutput};
-use maslens_llm::ChatModel;
+use maslens_llm::structured::StructuredOutput;
+use maslens_llm::typed::complete_as;
+use maslens_llm::{ChatModel, Totals};
 use maslens_trace::Trace;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -95,7 +97,7 @@ impl Default for Settings {
 pub struct JudgeResult {
     pub protocol: Protocol,
     pub finding: Finding,
-    pub stats: CallStats,
+    pub stats: Totals,
     /// The strongest long-trace strategy any call of this protocol used.
     pub strategy: Strategy,
     /// Protocol trail: steps reviewed (step-by-step), ranges and answers (binary search),
@@ -149,8 +151,41 @@ fn window_schema(error_modes: &[String]) -> Value {
     s
 }
 
+/// A window answer (`window_schema`): a location plus whether it lies in the window.
+#[derive(Debug, Deserialize)]
+struct WindowAnswer {
+    #[serde(flatten)]
+    location: LocationAnswer,
+    #[serde(default)]
+    in_window: bool,
+    #[serde(default)]
+    summary: Option<String>,
+}
+
+/// A step-by-step answer (`step_schema`).
+#[derive(Debug, Deserialize)]
+struct StepAnswer {
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    decisive: Option<bool>,
+    #[serde(default)]
+    confidence: f64,
+}
+
+/// A binary-search answer (`binary_schema`).
+#[derive(Debug, Deserialize)]
+struct BinaryAnswer {
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    part: Option<String>,
+    #[serde(default)]
+    confidence: f64,
+}
+
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn call(
+pub(crate) async fn call<T: DeserializeOwned>(
     model: &dyn ChatModel,
     trace: &Trace,
     context: &str,
@@ -158,16 +193,16 @@ pub(crate) async fn call(
     schema: &Value,
     settings: &Settings,
     stage: &str,
-    stats: &mut CallStats,
-) -> Result<StructuredOutput, LocateError> {
+    stats: &mut Totals,
+) -> Result<StructuredOutput<T>, LocateError> {
     let req = prompts::request(context, instructions, settings.max_answer_tokens, stage)?;
-    let out = complete_json(model, req, schema)
+    let out = complete_as(model, req, schema)
         .await
         .map_err(|source| LocateError::Llm {
             trace: trace.id.clone(),
             source,
         })?;
-    stats.add(&out);
+    *stats += out.totals();
     Ok(out)
 }
 
@@ -225,7 +260,7 @@ async fn all_at_once(
     settings: &Settings,
     prior: Option<&[f64]>,
 ) -> Result<JudgeResult, LocateError> {
-    let mut stats = CallStats::default();
+    let mut stats = Totals::default();
     let n = trace.steps.len();
     let budget = budget(model, trace, settings);
     let criterion = prompts::criterion()?;
@@ -234,7 +269,7 @@ async fn all_at_once(
         let ctx = prompts::fitted_context(trace, &fitted, settings.with_ground_truth)?;
         let instr = prompts::JUDGE_ALL_AT_ONCE.render(json!({"criterion": criterion, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
         let schema = location_schema(&settings.error_modes);
-        let out = call(
+        let out: StructuredOutput<LocationAnswer> = call(
             model,
             trace,
             &ctx,
@@ -245,7 +280,7 @@ async fn all_at_once(
             &mut stats,
         )
         .await?;
-        let finding = finding_from_json(trace, &out);
+        let finding = finding_from_answer(trace, out.value.as_ref(), out.abstain_reason.as_deref());
         return Ok(JudgeResult {
             protocol: Protocol::AllAtOnce,
             finding,
@@ -285,7 +320,7 @@ async fn all_at_once(
         let instr = prompts::JUDGE_WINDOW.render(json!({
             "criterion": criterion, "windows": wins.len(), "window": k + 1, "lo": lo, "hi": hi,
             "notes": carried, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
-        let out = call(
+        let out: StructuredOutput<WindowAnswer> = call(
             model,
             trace,
             &ctx,
@@ -296,7 +331,12 @@ async fn all_at_once(
             &mut stats,
         )
         .await?;
-        let mut finding = finding_from_json(trace, &out);
+        let answer = out.value.as_ref();
+        let mut finding = finding_from_answer(
+            trace,
+            answer.map(|a| &a.location),
+            out.abstain_reason.as_deref(),
+        );
         // A window answer must point inside its window.
         if let Some(step) = finding.step {
             if step < lo || step > hi {
@@ -309,17 +349,9 @@ async fn all_at_once(
                 };
             }
         }
-        let in_window = out
-            .value
-            .as_ref()
-            .and_then(|v| v.get("in_window"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let summary = out
-            .value
-            .as_ref()
-            .and_then(|v| v.get("summary"))
-            .and_then(Value::as_str)
+        let in_window = answer.is_some_and(|a| a.in_window);
+        let summary = answer
+            .and_then(|a| a.summary.as_deref())
             .unwrap_or("(no summary)");
         let mut short: String = summary.chars().take(MAX_SUMMARY_CHARS).collect();
         if short.len() < summary.len() {
@@ -513,7 +545,7 @@ async fn step_by_step(
     settings: &Settings,
     prior: Option<&[f64]>,
 ) -> Result<JudgeResult, LocateError> {
-    let mut stats = CallStats::default();
+    let mut stats = Totals::default();
     let budget = budget(model, trace, settings);
     let criterion = prompts::criterion()?;
     let schema = step_schema();
@@ -527,7 +559,7 @@ async fn step_by_step(
         let ctx = prompts::context(trace, &text, note.as_deref(), settings.with_ground_truth)?;
         let instr = prompts::JUDGE_STEP
             .render(json!({"criterion": criterion, "step": step.index, "agent": step.agent}))?;
-        let out = call(
+        let out: StructuredOutput<StepAnswer> = call(
             model,
             trace,
             &ctx,
@@ -538,27 +570,15 @@ async fn step_by_step(
             &mut stats,
         )
         .await?;
-        let decisive = out
-            .value
-            .as_ref()
-            .and_then(|v| v.get("decisive"))
-            .and_then(Value::as_bool);
+        let decisive = out.value.as_ref().and_then(|v| v.decisive);
         trail.push(json!({"step": step.index, "decisive": decisive}));
         if decisive == Some(true) {
             let v = out.value.as_ref();
             let finding = Finding {
                 agent: Some(step.agent.clone()),
                 step: Some(step.index),
-                rationale: v
-                    .and_then(|v| v.get("reason"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                confidence: v
-                    .and_then(|v| v.get("confidence"))
-                    .and_then(Value::as_f64)
-                    .unwrap_or(0.0)
-                    .clamp(0.0, 1.0),
+                rationale: v.map(|v| v.reason.clone()).unwrap_or_default(),
+                confidence: v.map_or(0.0, |v| v.confidence).clamp(0.0, 1.0),
                 ..Default::default()
             };
             return Ok(JudgeResult {
@@ -588,7 +608,7 @@ async fn binary_search(
     settings: &Settings,
     prior: Option<&[f64]>,
 ) -> Result<JudgeResult, LocateError> {
-    let mut stats = CallStats::default();
+    let mut stats = Totals::default();
     let budget = budget(model, trace, settings);
     let criterion = prompts::criterion()?;
     let schema = binary_schema();
@@ -639,7 +659,7 @@ async fn binary_search(
         let instr = prompts::JUDGE_BINARY.render(
             json!({"criterion": criterion, "lo": ilo, "mid": imid, "mid_next": inext, "hi": ihi}),
         )?;
-        let out = call(
+        let out: StructuredOutput<BinaryAnswer> = call(
             model,
             trace,
             &ctx,
@@ -650,25 +670,12 @@ async fn binary_search(
             &mut stats,
         )
         .await?;
-        let part = out
-            .value
-            .as_ref()
-            .and_then(|v| v.get("part"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        let part = out.value.as_ref().and_then(|v| v.part.clone());
         let ambiguous = !matches!(part.as_deref(), Some("first") | Some("second"));
         if let Some(v) = &out.value {
-            let c = v
-                .get("confidence")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0)
-                .clamp(0.0, 1.0);
+            let c = v.confidence.clamp(0.0, 1.0);
             confidence = Some(confidence.map_or(c, |m: f64| m.min(c)));
-            reason = v
-                .get("reason")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
+            reason = v.reason.clone();
         }
         trail
             .push(json!({"lo": ilo, "hi": ihi, "mid": imid, "part": part, "ambiguous": ambiguous}));

@@ -25,7 +25,7 @@ pub use evaluator::Style;
 pub use judge::{Protocol, Settings};
 pub use pipeline::{LocateConfig, LocateVerdict, Locator, Variant};
 
-use maslens_llm::structured::StructuredOutput;
+use maslens_llm::typed::lenient;
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 
@@ -42,41 +42,6 @@ pub enum LocateError {
     },
     #[error(transparent)]
     Prompt(#[from] maslens_llm::prompt::PromptError),
-}
-
-/// Token and call accounting, summed exactly over every backend call made for a result.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct CallStats {
-    pub prompt_tokens: u64,
-    pub cached_tokens: u64,
-    pub completion_tokens: u64,
-    /// Backend calls (cache hits included, repairs included).
-    pub calls: u64,
-    /// Structured calls that needed the repair call.
-    pub repairs: u64,
-    /// Structured calls that ended in an abstention (no valid JSON after one repair).
-    pub abstentions: u64,
-}
-
-impl CallStats {
-    /// Add one structured call.
-    pub fn add(&mut self, out: &StructuredOutput) {
-        self.prompt_tokens += out.usage.prompt_tokens;
-        self.cached_tokens += out.usage.cached_tokens;
-        self.completion_tokens += out.usage.completion_tokens;
-        self.calls += u64::from(out.calls);
-        self.repairs += u64::from(out.repaired);
-        self.abstentions += u64::from(out.value.is_none());
-    }
-    /// Add another tally.
-    pub fn merge(&mut self, other: &CallStats) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.cached_tokens += other.cached_tokens;
-        self.completion_tokens += other.completion_tokens;
-        self.calls += other.calls;
-        self.repairs += other.repairs;
-        self.abstentions += other.abstentions;
-    }
 }
 
 /// One located failure as proposed by a Judge or an Evaluator.
@@ -158,34 +123,36 @@ pub fn normalize(
     ))
 }
 
-/// Read a model's JSON answer `{agent, step, reason, confidence[, error_mode]}` into a finding.
-pub fn finding_from_json(trace: &Trace, out: &StructuredOutput) -> Finding {
-    let Some(v) = &out.value else {
-        return Finding::abstain(
-            out.abstain_reason
-                .clone()
-                .unwrap_or_else(|| "no valid answer".into()),
-        );
+/// A model's (agent, step) answer, as [`judge::location_schema`] asks for it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct LocationAnswer {
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// The step as written; `None` when it is not an integer (`3.0` passes the schema).
+    #[serde(default, deserialize_with = "lenient::int")]
+    pub step: Option<i64>,
+    #[serde(default)]
+    pub confidence: f64,
+    #[serde(default)]
+    pub error_mode: Option<String>,
+}
+
+/// Read a model's answer `{agent, step, reason, confidence[, error_mode]}` into a finding;
+/// `answer: None` is an abstention for `abstain_reason`.
+pub fn finding_from_answer(
+    trace: &Trace,
+    answer: Option<&LocationAnswer>,
+    abstain_reason: Option<&str>,
+) -> Finding {
+    let Some(v) = answer else {
+        return Finding::abstain(abstain_reason.unwrap_or("no valid answer"));
     };
-    let rationale = v
-        .get("reason")
-        .and_then(|r| r.as_str())
-        .unwrap_or_default()
-        .to_string();
-    let confidence = v
-        .get("confidence")
-        .and_then(|c| c.as_f64())
-        .unwrap_or(0.0)
-        .clamp(0.0, 1.0);
-    let error_mode = v
-        .get("error_mode")
-        .and_then(|m| m.as_str())
-        .map(String::from);
-    match normalize(
-        trace,
-        v.get("agent").and_then(|a| a.as_str()),
-        v.get("step").and_then(|s| s.as_i64()),
-    ) {
+    let rationale = v.reason.clone();
+    let confidence = v.confidence.clamp(0.0, 1.0);
+    let error_mode = v.error_mode.clone();
+    match normalize(trace, v.agent.as_deref(), v.step) {
         Ok((agent, step, named_agent, agent_mismatch)) => Finding {
             agent: Some(agent),
             step: Some(step),
@@ -243,13 +210,35 @@ mod tests {
         assert!(normalize(&t, Some("Coder"), Some(-1)).is_err());
         assert!(normalize(&t, Some("Coder"), None).is_err());
     }
+
+    #[test]
+    fn reads_a_location_answer_as_the_untyped_code_did() {
+        let t = trace();
+        let schema = judge::location_schema(&[]);
+        let read = |text: &str| -> Finding {
+            let a: LocationAnswer = maslens_llm::typed::parse_as(text, &schema).unwrap();
+            finding_from_answer(&t, Some(&a), None)
+        };
+        let f = read(r#"{"reason": "r", "agent": "planner", "step": 2, "confidence": 1}"#);
+        assert_eq!(f.location(), Some(("Coder", 2)));
+        assert_eq!((f.confidence, f.agent_mismatch), (1.0, true));
+        // 2.0 passes the schema as an integer; as before, it is not read as a step.
+        let f = read(r#"{"reason": "r", "agent": "Coder", "step": 2.0, "confidence": 0.5}"#);
+        assert_eq!((f.location(), f.rationale.as_str()), (None, "r"));
+        assert!(f.abstain_reason.is_some());
+        let f = finding_from_answer(&t, None, Some("invalid after one repair"));
+        assert_eq!(
+            f.abstain_reason.as_deref(),
+            Some("invalid after one repair")
+        );
+    }
 }
 
 /// Test fixtures shared by the unit tests of this crate (hand-written, not models).
 #[cfg(test)]
 pub(crate) mod test_support {
     use maslens_llm::testing::ScriptedModel;
-    use maslens_llm::{ChatModel, ChatRequest, ChatResponse, LlmError};
+    use maslens_llm::ChatModel;
     use maslens_trace::{Step, Trace};
 
     /// A trace of `n` short steps; step `i` is acted by `A{i % 2}`.
@@ -300,16 +289,12 @@ pub(crate) mod test_support {
         }
     }
 
-    #[async_trait::async_trait]
-    impl ChatModel for ContextFixture {
-        fn id(&self) -> &str {
-            self.inner.id()
+    impl maslens_llm::wrap::ModelWrapper for ContextFixture {
+        fn inner(&self) -> &dyn ChatModel {
+            &self.inner
         }
         fn context_size(&self) -> Option<usize> {
             Some(self.ctx)
-        }
-        async fn complete(&self, r: &ChatRequest) -> Result<ChatResponse, LlmError> {
-            self.inner.complete(r).await
         }
     }
 }

@@ -17,8 +17,9 @@ use crate::evaluator::{evaluate, EvaluatorResult, SharedView, Style};
 use crate::judge::{judge_guided, JudgeResult, Protocol, Settings};
 use crate::render::Strategy;
 use crate::vote::{prior_ballots, vote, Ballot, VoteOutcome};
-use crate::{prompts, CallStats, LocateError};
+use crate::{prompts, LocateError};
 use maslens_llm::ChatModel;
+use maslens_llm::Totals;
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -82,15 +83,6 @@ impl Default for LocateConfig {
     }
 }
 
-/// Tokens, calls and time of one verdict.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct VerdictUsage {
-    #[serde(flatten)]
-    pub stats: CallStats,
-    /// Wall time in seconds.
-    pub seconds: f64,
-}
-
 /// Long-trace information of a verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LongTrace {
@@ -137,7 +129,8 @@ pub struct LocateVerdict {
     pub evaluators: Vec<EvaluatorResult>,
     pub vote: Option<VoteOutcome>,
     pub long_trace: LongTrace,
-    pub usage: VerdictUsage,
+    /// Tokens, calls, repairs, abstentions and wall time (`seconds`) of this verdict.
+    pub usage: Totals,
     pub prompt_versions: String,
 }
 
@@ -209,7 +202,7 @@ impl<'a> Locator<'a> {
         } else {
             None
         };
-        let mut stats = CallStats::default();
+        let mut stats = Totals::default();
         let mut templates = Vec::new();
 
         let judge_result: Option<JudgeResult> = if self.config.variant == Variant::EvaluatorsOnly {
@@ -224,7 +217,7 @@ impl<'a> Locator<'a> {
             if matches!(r.strategy, Strategy::Windows { .. }) {
                 templates.push(prompts::JUDGE_WINDOW);
             }
-            stats.merge(&r.stats);
+            stats += &r.stats;
             Some(r)
         };
         let hypothesis = judge_result.as_ref().and_then(|j| j.finding.location());
@@ -262,7 +255,7 @@ impl<'a> Locator<'a> {
                     settings,
                 )
                 .await?;
-                stats.merge(&r.stats);
+                stats += &r.stats;
                 evaluators.push(r);
             }
         }
@@ -430,9 +423,9 @@ impl<'a> Locator<'a> {
             evaluators,
             vote: vote_outcome,
             long_trace,
-            usage: VerdictUsage {
-                stats,
+            usage: Totals {
                 seconds: start.elapsed().as_secs_f64(),
+                ..stats
             },
             prompt_versions: prompts::versions(&templates),
         })
@@ -479,7 +472,7 @@ mod tests {
         assert!((v.confidence - 1.1 / 3.0).abs() < 1e-9);
         assert_eq!(v.agreement, Some(2.0 / 3.0));
         assert_eq!(v.rationale, "because A0 2");
-        assert_eq!(v.usage.stats.calls, 4);
+        assert_eq!(v.usage.calls, 4);
         assert_eq!(v.method, "locate/all-at-once+3eval");
         assert!(v.step_excerpt.unwrap().starts_with("message 2."));
         // Judge and Evaluators share the prompt prefix (everything before the instructions).
@@ -551,8 +544,8 @@ mod tests {
             (Some("A1"), Some(3), "judge")
         );
         assert!(v.note.unwrap().contains("fell back"));
-        assert_eq!(v.usage.stats.abstentions, 3);
-        assert_eq!(v.usage.stats.calls, 7);
+        assert_eq!(v.usage.abstentions, 3);
+        assert_eq!(v.usage.calls, 7);
     }
 
     #[tokio::test]
@@ -638,7 +631,7 @@ mod tests {
             Some("FM-1.3"),
             "mode of the most confident supporter"
         );
-        assert_eq!(v.usage.stats.abstentions, 1);
+        assert_eq!(v.usage.abstentions, 1);
         let calls = m.calls.lock().unwrap();
         assert!(calls[0].messages[1]
             .content

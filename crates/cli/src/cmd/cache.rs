@@ -64,9 +64,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                     table.add_row([
                         m.model.clone(),
                         m.entries.to_string(),
-                        m.prompt_tokens.to_string(),
-                        m.cached_tokens.to_string(),
-                        m.completion_tokens.to_string(),
+                        m.usage.prompt_tokens.to_string(),
+                        m.usage.cached_tokens.to_string(),
+                        m.usage.completion_tokens.to_string(),
                     ]);
                 }
                 if !stats.by_model.is_empty() {

@@ -2,7 +2,7 @@
 //! prefix-reusing KV-cache slots, grammar-constrained sampling.
 
 use super::{LocalOptions, LocalSpec};
-use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Message, Role, Usage};
+use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Message, Role, Totals, Usage};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -110,19 +110,6 @@ pub(super) fn open(spec: LocalSpec, opts: &LocalOptions) -> Result<Arc<LocalMode
     });
     engines.insert(key, engine.clone());
     Ok(engine)
-}
-
-/// Counters of one embedded model since it was opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LocalStats {
-    pub calls: u64,
-    /// Prompt tokens of all calls.
-    pub prompt_tokens: u64,
-    /// Prompt tokens served from the KV cache (prefix reuse).
-    pub cached_tokens: u64,
-    /// Prompt tokens actually evaluated (`prompt_tokens - cached_tokens`).
-    pub evaluated_tokens: u64,
-    pub completion_tokens: u64,
 }
 
 #[derive(Default)]
@@ -253,17 +240,16 @@ impl Inner {
         })
     }
 
-    /// Counters since the model was opened.
-    pub fn stats(&self) -> LocalStats {
+    /// Counters since the model was opened: calls and tokens (`cached_tokens`: prompt tokens
+    /// served from the KV cache by prefix reuse; the rest were evaluated).
+    pub fn stats(&self) -> Totals {
         let c = &self.counters;
-        let prompt_tokens = c.prompt_tokens.load(Ordering::Relaxed);
-        let cached_tokens = c.cached_tokens.load(Ordering::Relaxed);
-        LocalStats {
+        Totals {
             calls: c.calls.load(Ordering::Relaxed),
-            prompt_tokens,
-            cached_tokens,
-            evaluated_tokens: prompt_tokens.saturating_sub(cached_tokens),
+            prompt_tokens: c.prompt_tokens.load(Ordering::Relaxed),
+            cached_tokens: c.cached_tokens.load(Ordering::Relaxed),
             completion_tokens: c.completion_tokens.load(Ordering::Relaxed),
+            ..Default::default()
         }
     }
 
@@ -684,7 +670,7 @@ impl std::fmt::Debug for LocalModel {
 
 impl LocalModel {
     /// Counters since the model was opened (shared by every handle on the same context).
-    pub fn stats(&self) -> LocalStats {
+    pub fn stats(&self) -> Totals {
         self.inner.stats()
     }
 
