@@ -8,6 +8,7 @@ import json
 import sys
 
 IGNORED = {"format_version", "provenance", "stopped_early"}
+PER_CASE_USAGE = {"prompt_tokens", "cached_tokens", "completion_tokens", "calls"}
 
 
 def strip(v, path=""):
@@ -21,7 +22,9 @@ def strip(v, path=""):
             if path == "" and k == "config" and isinstance(x, dict):
                 x = {k2: y for k2, y in x.items() if k2 != "stopped_early"}
             if path.endswith("per_case") and k == "usage":
-                x = {k2: y for k2, y in x.items() if k2 != "seconds"}
+                # Format 2 writes the one usage type (maslens_llm::Totals): the keys it adds
+                # (repairs, abstentions, cache_hits, ...) are compared only when both have them.
+                x = {k2: y for k2, y in x.items() if k2 in PER_CASE_USAGE}
             out[k] = strip(x, path + "/" + k)
         return out
     if isinstance(v, list):
@@ -53,6 +56,18 @@ def main():
     old, new = (strip(json.load(open(p))) for p in sys.argv[1:3])
     out = []
     diff(old, new, "", out)
+    # The verdicts beside the reports: same location, rationale and confidence per trace.
+    def verdicts(report_path):
+        path = report_path.rsplit("/", 1)[0] + "/verdicts.jsonl"
+        try:
+            rows = [json.loads(l) for l in open(path) if l.strip()]
+        except FileNotFoundError:
+            return None
+        keys = ("trace", "agent", "step", "rationale", "confidence", "error_mode", "abstain_reason")
+        return [{k: r.get(k) for k in keys} for r in rows]
+    va, vb = verdicts(sys.argv[1]), verdicts(sys.argv[2])
+    if va is not None and vb is not None:
+        diff(va, vb, "verdicts.jsonl", out)
     for line in out[:40]:
         print(line)
     n = len(old.get("per_case", []))

@@ -297,20 +297,9 @@ impl LlmLocalizer<'_> {
 
     /// Per-case usage of a verdict, priced with the Judge model's price when known.
     pub fn usage_of(&self, v: &LocateVerdict) -> CaseUsage {
-        let s = &v.usage.stats;
-        let u = maslens_llm::Usage {
-            prompt_tokens: s.prompt_tokens,
-            completion_tokens: s.completion_tokens,
-            cached_tokens: s.cached_tokens,
-        };
-        CaseUsage {
-            prompt_tokens: s.prompt_tokens,
-            cached_tokens: s.cached_tokens,
-            completion_tokens: s.completion_tokens,
-            calls: s.calls,
-            seconds: v.usage.seconds,
-            cost_usd: self.models.judge.usage.price().map(|p| p.cost(&u)),
-        }
+        let mut u = v.usage;
+        u.cost_usd = self.models.judge.usage.price().map(|p| p.cost(&v.usage.usage()));
+        u
     }
 }
 
@@ -321,7 +310,7 @@ pub fn prediction_of(v: &LocateVerdict) -> Prediction {
         step: v.step,
         error_mode: v.error_mode.clone(),
         abstained: v.step.is_none(),
-        parse_failures: v.usage.stats.abstentions,
+        parse_failures: v.usage.abstentions,
     }
 }
 

@@ -43,31 +43,9 @@ pub struct Prediction {
     pub parse_failures: u64,
 }
 
-/// Usage of one case.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct CaseUsage {
-    pub prompt_tokens: u64,
-    pub cached_tokens: u64,
-    pub completion_tokens: u64,
-    pub calls: u64,
-    pub seconds: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost_usd: Option<f64>,
-}
-
-impl std::ops::AddAssign for CaseUsage {
-    fn add_assign(&mut self, o: Self) {
-        self.prompt_tokens += o.prompt_tokens;
-        self.cached_tokens += o.cached_tokens;
-        self.completion_tokens += o.completion_tokens;
-        self.calls += o.calls;
-        self.seconds += o.seconds;
-        self.cost_usd = match (self.cost_usd, o.cost_usd) {
-            (Some(a), Some(b)) => Some(a + b),
-            (a, b) => a.or(b),
-        };
-    }
-}
+/// Usage of one case: the one aggregate usage type of `maslens-llm` (tokens, calls, repairs,
+/// abstentions, seconds, cost when the price is known).
+pub type CaseUsage = maslens_llm::Totals;
 
 /// One scored case.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

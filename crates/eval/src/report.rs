@@ -310,6 +310,7 @@ pub(crate) mod tests {
                         calls: 4,
                         seconds: 2.0,
                         cost_usd: None,
+                        ..Default::default()
                     },
                 }
             };

@@ -34,6 +34,7 @@ fn case(
             calls: 4,
             seconds: 2.0,
             cost_usd: Some(0.002),
+            ..Default::default()
         },
     }
 }
