@@ -82,7 +82,7 @@ pub struct RunConfig {
 }
 
 /// A finished evaluation.
-#[derive(Debug)]
+// (no Debug: `maslens_llm::Stack` has none)
 pub struct EvalLocateOutput {
     pub run: EvalRun,
     /// Records skipped or left out, as messages (file, record, field): counted for the exit code.
