@@ -25,6 +25,7 @@ pub mod debate;
 pub mod experiment;
 pub mod meter;
 pub mod optimize;
+pub mod optimize_run;
 pub mod report;
 pub mod simulation;
 pub mod trace_credit;
