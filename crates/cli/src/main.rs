@@ -2,9 +2,11 @@
 //! library crates, renders their results. Nothing here decides a verdict.
 
 mod cmd;
+mod inputs;
 mod llm_args;
 mod locate_args;
 mod progress;
+mod term;
 mod ui;
 
 use clap::{Parser, Subcommand};

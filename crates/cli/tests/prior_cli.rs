@@ -62,12 +62,13 @@ fn eval_reports_metrics_with_intervals_next_to_baselines() {
         names,
         [
             "baseline/random",
-            "baseline/first-non-terminal",
-            "baseline/last-non-terminal",
+            "baseline/first-agent",
+            "baseline/last-agent",
+            "baseline/error-keyword",
             "prior"
         ]
     );
-    let agent = &methods[3]["groups"]["all"]["agent"];
+    let agent = &methods[4]["groups"]["all"]["agent"];
     assert_eq!(agent["n"], 67);
     let (lo, val, hi) = (
         agent["ci95"][0].as_f64().unwrap(),
@@ -75,7 +76,7 @@ fn eval_reports_metrics_with_intervals_next_to_baselines() {
         agent["ci95"][1].as_f64().unwrap(),
     );
     assert!(lo <= val && val <= hi);
-    assert!(methods[3]["groups"]["all"]["tolerance"][0]["within"] == 1);
+    assert!(methods[4]["groups"]["all"]["tolerance"][0]["within"] == 1);
 }
 
 #[test]

@@ -24,6 +24,7 @@ pub mod data;
 pub mod debate;
 pub mod experiment;
 pub mod optimize;
+pub mod optimize_run;
 pub mod report;
 pub mod simulation;
 pub mod trace_credit;

@@ -8,8 +8,10 @@ pub mod types;
 
 pub use types::*;
 pub mod batch;
+pub mod batch_run;
 pub mod budget;
 pub mod cache;
+pub mod catalog;
 /// Embedded llama.cpp backend (feature `local`) and the local model store.
 pub mod local;
 pub mod openai;

@@ -5,17 +5,19 @@
 //! every (agent, step) pair: the agent is the one acting at the step. Scores become a
 //! distribution over the trace's steps (softmax), and an agent distribution by summing the
 //! agent's step probabilities. [`eval`] holds the metrics, baselines and the deterministic
-//! cross-validation protocols. `docs/prior.md` documents the features and the protocol.
+//! cross-validation protocols; [`run`] trains, evaluates and ranks from typed options (the
+//! library path of `maslens prior`). `docs/prior.md` documents the features and the protocol.
 
 pub mod eval;
 pub mod features;
 pub mod model;
 pub mod probs;
+pub mod run;
 pub mod text;
 
 pub use eval::{EvalConfig, LocateMetrics, Prediction};
-pub use maslens_eval::metrics::Accuracy;
 pub use features::{extract, FEATURE_NAMES, N_FEATURES};
+pub use maslens_eval::metrics::Accuracy;
 pub use model::AGENT_FEATURE_NAMES;
 pub use model::{
     AgentAggregation, Candidate, Objective, PairRule, PriorModel, TrainConfig, MODEL_FORMAT,

@@ -20,12 +20,14 @@
 //! }
 //! ```
 
+pub mod check;
 pub mod concepts;
 pub mod diag;
 pub mod export;
 pub mod import;
 pub mod model;
 pub mod names;
+pub mod stats;
 pub mod validate;
 
 pub use concepts::{fnv1a, seeded_hash, seeded_order, seeded_rng, Gold};

@@ -2,17 +2,17 @@
 //! requests as OpenAI Batch JSONL, import batch output into the cache.
 
 use crate::cmd::{block_on, EXIT_OK, EXIT_PROBLEMS};
+use crate::inputs::temp_beside;
 use crate::llm_args::{finish, CacheMode, LlmArgs};
 use crate::Global;
 use anyhow::Context;
 use maslens_llm::batch::{import_output, read_requests, LineError};
-use maslens_llm::cache::{cache_key, Cache};
-use maslens_llm::LlmError;
+use maslens_llm::batch_run::run_requests as run_batch;
+use maslens_llm::cache::Cache;
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -117,21 +117,6 @@ fn import(output: PathBuf, cache: Option<PathBuf>, global: &Global) -> anyhow::R
     }))
 }
 
-#[derive(Default, serde::Serialize)]
-struct RunSummary {
-    requests: usize,
-    ok: usize,
-    errors: usize,
-    bad_lines: usize,
-    deferred: usize,
-    /// Requests not started because the budget ran out.
-    skipped_budget: usize,
-    cache_hits: u64,
-    cache_misses: u64,
-    cache_writes: u64,
-    backend_calls: u64,
-}
-
 async fn run_requests(
     requests: PathBuf,
     output: Option<PathBuf>,
@@ -141,79 +126,27 @@ async fn run_requests(
     let (reqs, bad) = read_requests(&requests)?;
     report_line_errors(&requests, &bad);
     let stack = llm.build().await?;
-    let model = stack.model.clone();
-    let mut out = match &output {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        )),
-        None => None,
-    };
-    let mut summary = RunSummary {
-        requests: reqs.len(),
-        bad_lines: bad.len(),
-        ..Default::default()
-    };
-    let limit = Arc::new(tokio::sync::Semaphore::new(llm.concurrency.max(1)));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let total = reqs.len();
-    let producer = {
-        let (limit, stop, model) = (limit.clone(), stop.clone(), model.clone());
-        tokio::spawn(async move {
-            let mut started = 0usize;
-            for (line, mut req) in reqs {
-                let Ok(permit) = limit.clone().acquire_owned().await else {
-                    break;
-                };
-                if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    break;
-                }
-                if req.stage.is_empty() {
-                    req.stage = "batch".into();
-                }
-                started += 1;
-                let (tx, model) = (tx.clone(), model.clone());
-                tokio::spawn(async move {
-                    let key = cache_key(model.id(), &req);
-                    let result = model.complete(&req).await;
-                    drop(permit);
-                    let _ = tx.send((line, key, result));
-                });
-            }
-            started
-        })
-    };
-    while let Some((line, key, result)) = rx.recv().await {
-        let record = match &result {
-            Ok(r) => {
-                summary.ok += 1;
-                json!({"line": line, "custom_id": key, "text": r.text, "finish_reason": r.finish_reason,
-                       "usage": r.usage, "from_cache": r.from_cache})
-            }
-            Err(e) => {
-                match e {
-                    LlmError::Deferred { .. } => summary.deferred += 1,
-                    LlmError::Budget(_) => {
-                        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-                        summary.errors += 1;
-                    }
-                    _ => {
-                        summary.errors += 1;
-                        tracing::warn!("{}:{line}: {e}", requests.display());
-                    }
-                }
-                json!({"line": line, "custom_id": key, "error": e.to_string()})
-            }
-        };
-        if let Some(out) = out.as_mut() {
-            writeln!(out, "{record}")?;
-        }
-    }
-    let started = producer.await.unwrap_or(0);
-    summary.skipped_budget = total - started;
-    if let Some(mut out) = out {
+    // `-o FILE` is written beside FILE and renamed at the end (no half-written FILE).
+    let mut tmp = output.as_deref().map(temp_beside).transpose()?;
+    let mut out = tmp
+        .as_mut()
+        .map(|f| std::io::BufWriter::new(f.as_file_mut()));
+    let mut summary = run_batch(stack.model.clone(), reqs, llm.concurrency, |line| match out
+        .as_mut()
+    {
+        Some(out) => writeln!(out, "{line}"),
+        None => Ok(()),
+    })
+    .await?;
+    if let Some(out) = out.as_mut() {
         out.flush()?;
     }
+    drop(out);
+    if let (Some(tmp), Some(path)) = (tmp, &output) {
+        tmp.persist(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    summary.bad_lines = bad.len();
     if let Some(c) = &stack.cache {
         let k = c.counters();
         summary.cache_hits = k.hits;

@@ -1,7 +1,7 @@
 //! `maslens model`: fetch and list the embedded GGUF models.
 
 use crate::Global;
-use maslens_llm::local::store::{ModelStore, KNOWN_MODELS};
+use maslens_llm::local::store::ModelStore;
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
@@ -50,49 +50,17 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             }
         }
         ModelCommand::List => {
-            let present = store.list()?;
-            let mut rows = Vec::new();
-            for known in KNOWN_MODELS {
-                let stored = present.iter().find(|s| s.manifest.name == known.name);
-                rows.push(serde_json::json!({
-                    "name": known.name,
-                    "spec": format!("local:{}", known.name),
-                    "present": stored.is_some(),
-                    "path": stored.map(|s| s.path.clone()),
-                    "description": known.description,
-                }));
-            }
-            for s in present
-                .iter()
-                .filter(|s| KNOWN_MODELS.iter().all(|k| k.name != s.manifest.name))
-            {
-                rows.push(serde_json::json!({
-                    "name": s.manifest.name,
-                    "spec": format!("local:{}", s.manifest.name),
-                    "present": true,
-                    "path": s.path,
-                    "description": "",
-                }));
-            }
+            let rows = maslens_llm::catalog::catalog(&store)?;
             if global.json {
-                println!("{}", serde_json::Value::Array(rows));
+                println!("{}", serde_json::to_string(&rows)?);
             } else {
                 println!("models in {}:", store.root().display());
                 for r in &rows {
-                    let state = match r["path"].as_str() {
-                        Some(p) => p.to_string(),
-                        None => format!(
-                            "not present (maslens model pull {})",
-                            r["name"].as_str().unwrap_or("")
-                        ),
+                    let state = match &r.path {
+                        Some(p) => p.display().to_string(),
+                        None => format!("not present (maslens model pull {})", r.name),
                     };
-                    println!(
-                        "  {:<14} {}\n  {:<14} {}",
-                        r["name"].as_str().unwrap_or(""),
-                        r["description"].as_str().unwrap_or(""),
-                        "",
-                        state
-                    );
+                    println!("  {:<14} {}\n  {:<14} {state}", r.name, r.description, "");
                 }
             }
         }

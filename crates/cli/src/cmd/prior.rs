@@ -3,17 +3,12 @@
 use crate::cmd::{EXIT_OK, EXIT_PROBLEMS};
 use crate::Global;
 use anyhow::Context;
-use maslens_prior::eval::{
-    baseline_reports, cross_validate, leave_group_out, model_prediction, report, EvalConfig,
-    MethodReport, Prediction,
-};
-use maslens_prior::{AgentAggregation, Objective, PairRule, PriorModel, TrainConfig};
+use maslens_prior::run::{self as prior, TrainOptions};
+use maslens_prior::{AgentAggregation, EvalConfig, PriorModel, TrainConfig};
 use maslens_trace::import::{read_paths, Format};
 use maslens_trace::Trace;
-use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -143,71 +138,6 @@ fn load_model(path: Option<&PathBuf>) -> anyhow::Result<PriorModel> {
     })
 }
 
-/// One evaluation protocol's results.
-#[derive(Debug, Serialize)]
-struct Protocol {
-    protocol: String,
-    description: String,
-    methods: Vec<MethodReport>,
-}
-
-#[derive(Debug, Serialize)]
-struct EvalOutput {
-    traces: usize,
-    labelled: usize,
-    skipped: usize,
-    seed: u64,
-    bootstrap: usize,
-    protocols: Vec<Protocol>,
-}
-
-fn pct(x: f64) -> String {
-    format!("{:5.1}", 100.0 * x)
-}
-
-fn render(out: &EvalOutput) -> String {
-    let mut s = format!(
-        "{} traces ({} labelled, {} skipped); 95% bootstrap intervals, {} resamples, seed {}\n",
-        out.traces, out.labelled, out.skipped, out.bootstrap, out.seed
-    );
-    for p in &out.protocols {
-        s.push_str(&format!("\n## {}: {}\n", p.protocol, p.description));
-        s.push_str(&format!(
-            "{:30} {:22} {:>26} {:>26} {}\n",
-            "method", "group", "agent % [95% CI] (k/n)", "step % [95% CI] (k/n)", "step within +-k"
-        ));
-        for m in &p.methods {
-            for (g, r) in &m.groups {
-                let cell = |x: &maslens_prior::Accuracy| {
-                    format!(
-                        "{} [{},{}] ({}/{})",
-                        pct(x.value),
-                        pct(x.ci95[0]).trim(),
-                        pct(x.ci95[1]).trim(),
-                        x.k,
-                        x.n
-                    )
-                };
-                let mut tol: Vec<String> = r
-                    .tolerance
-                    .iter()
-                    .map(|t| format!("+-{}: {}", t.within, pct(t.metric.value).trim()))
-                    .collect();
-                tol.push(format!("pair: {}", pct(r.pair.value).trim()));
-                s.push_str(&format!(
-                    "{:30} {:22} {:>26} {:>26} {}\n",
-                    m.method,
-                    g,
-                    cell(&r.agent),
-                    cell(&r.step),
-                    tol.join("  ")
-                ));
-            }
-        }
-    }
-    s
-}
-
 fn eval_config(c: &Common) -> EvalConfig {
     EvalConfig {
         bootstrap: c.bootstrap,
@@ -216,276 +146,105 @@ fn eval_config(c: &Common) -> EvalConfig {
     }
 }
 
+fn exit(skipped: usize) -> ExitCode {
+    ExitCode::from(if skipped > 0 { EXIT_PROBLEMS } else { EXIT_OK })
+}
+
+fn print_report(report: &prior::EvalReport, global: &Global) -> anyhow::Result<()> {
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{}", prior::render_text(report));
+    }
+    Ok(())
+}
+
 fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (traces, skipped) = load(&args.inputs, args.common.format);
-    let refs: Vec<&Trace> = traces.iter().collect();
-    let labelled = refs.iter().filter(|t| t.labels.decisive.is_some()).count();
-    if labelled == 0 {
-        anyhow::bail!(
-            "no trace with a decisive label (labels.decisive) among {} traces read",
-            traces.len()
-        );
-    }
     let defaults = TrainConfig::default();
-    let cfg = TrainConfig {
-        alpha: args.alpha,
-        agent_alpha: args.agent_alpha.or(defaults.agent_alpha),
-        objective: if args.objective == "listwise" {
-            Objective::Listwise
-        } else {
-            Objective::Pointwise
+    let opts = TrainOptions {
+        folds: args.folds,
+        train: TrainConfig {
+            alpha: args.alpha,
+            agent_alpha: args.agent_alpha.or(defaults.agent_alpha),
+            // clap accepts only the names these parse
+            objective: prior::parse_objective(&args.objective).unwrap_or_default(),
+            pair_rule: prior::parse_pair_rule(&args.pair_rule).unwrap_or_default(),
+            seed: args.common.seed,
+            agent_head: !args.no_agent_head,
+            agent_aggregation: AgentAggregation::Sum,
+            ..defaults
         },
-        pair_rule: if args.pair_rule == "agent-first" {
-            PairRule::AgentFirst
-        } else {
-            PairRule::Independent
-        },
-        seed: args.common.seed,
-        agent_head: !args.no_agent_head,
-        agent_aggregation: AgentAggregation::Sum,
-        ..defaults
+        eval: eval_config(&args.common),
+        oof_probs: args.oof_probs.is_some(),
+        inputs: args
+            .inputs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
     };
-    let ecfg = eval_config(&args.common);
-    let mut protocols = Vec::new();
-    if args.folds >= 2 {
-        let mut methods = baseline_reports(&refs, &ecfg);
-        let started = Instant::now();
-        let cv = cross_validate(&refs, args.folds, &cfg)?;
-        methods.push(report(
-            &format!("prior/cv{}-pooled", args.folds),
-            &refs,
-            &cv,
-            &ecfg,
-        ));
-        // The same K-fold protocol inside each group alone (e.g. each Who&When subset).
-        let mut groups: std::collections::BTreeMap<String, Vec<&Trace>> = Default::default();
-        for t in refs.iter().filter(|t| t.labels.decisive.is_some()) {
-            groups
-                .entry(maslens_prior::eval::group_of(t))
-                .or_default()
-                .push(t);
-        }
-        if groups.len() > 1 {
-            let mut within: Vec<Prediction> = Vec::new();
-            for ts in groups.values() {
-                match cross_validate(ts, args.folds, &cfg) {
-                    Ok(p) => within.extend(p),
-                    Err(e) => eprintln!("warning: within-group cross-validation: {e}"),
-                }
-            }
-            methods.push(report(
-                &format!("prior/cv{}-within-group", args.folds),
-                &refs,
-                &within,
-                &ecfg,
-            ));
-            let lgo = leave_group_out(&refs, &cfg)?;
-            methods.push(report("prior/leave-group-out", &refs, &lgo, &ecfg));
-        }
-        tracing::info!(
-            seconds = started.elapsed().as_secs_f64(),
-            "cross-validation done"
-        );
-        protocols.push(Protocol {
-            protocol: format!("cv{}", args.folds),
-            description: format!(
-                "out-of-fold predictions; {}-fold split by FNV-1a(seed, trace id), seed {}; \
-                 pooled = one model per fold trained on every group, within-group = folds inside \
-                 each group alone, leave-group-out = trained on the other groups only",
-                args.folds, args.common.seed
-            ),
-            methods,
-        });
-    }
-    if let Some(path) = &args.oof_probs {
-        let n = write_oof_probs(&refs, args.folds.max(2), &cfg, path)?;
+    let trained = prior::train(&traces, skipped, &opts)?;
+    if let (Some(path), Some(lines)) = (&args.oof_probs, &trained.oof_probs) {
+        maslens_prior::probs::write(path, lines)?;
         eprintln!(
-            "out-of-fold step distributions of {n} traces written to {}",
+            "out-of-fold step distributions of {} traces written to {}",
+            lines.len(),
             path.display()
         );
     }
-    let mut model = PriorModel::train(&refs, &cfg)?;
-    let fit: Vec<Prediction> = refs.iter().map(|t| model_prediction(&model, t)).collect();
-    protocols.push(Protocol {
-        protocol: "training-fit".into(),
-        description: "the final model on its own training traces (optimistic; for reference only)"
-            .into(),
-        methods: vec![report("prior/training-fit", &refs, &fit, &ecfg)],
-    });
-    let out = EvalOutput {
-        traces: traces.len(),
-        labelled,
-        skipped,
-        seed: args.common.seed,
-        bootstrap: args.common.bootstrap,
-        protocols,
-    };
-    let inputs: Vec<String> = args
-        .inputs
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
-    model.training.note = Some(format!(
-        "maslens prior train {} --folds {} --alpha {} --agent-alpha {} --objective {} --pair-rule {} --seed {}{}",
-        inputs.join(" "),
-        args.folds,
-        args.alpha,
-        cfg.agent_alpha.unwrap_or(args.alpha),
-        args.objective,
-        args.pair_rule,
-        args.common.seed,
-        if args.no_agent_head {
-            " --no-agent-head"
-        } else {
-            ""
-        }
-    ));
-    model
+    trained
+        .model
         .save(&args.out)
         .with_context(|| format!("writing the model to {}", args.out.display()))?;
     if let Some(path) = &args.report {
-        std::fs::write(path, serde_json::to_string_pretty(&out)? + "\n")
+        std::fs::write(path, serde_json::to_string_pretty(&trained.report)? + "\n")
             .with_context(|| format!("writing the report to {}", path.display()))?;
     }
-    if global.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        print!("{}", render(&out));
+    print_report(&trained.report, global)?;
+    if !global.json {
         println!("\nmodel written to {}", args.out.display());
     }
-    Ok(ExitCode::from(if skipped > 0 {
-        EXIT_PROBLEMS
-    } else {
-        EXIT_OK
-    }))
-}
-
-/// Out-of-fold step distributions (same folds and training sets as the pooled
-/// cross-validation) as `{"trace", "probs"}` lines; returns how many traces were written.
-fn write_oof_probs(
-    traces: &[&Trace],
-    k: usize,
-    cfg: &TrainConfig,
-    path: &std::path::Path,
-) -> anyhow::Result<usize> {
-    use std::io::Write;
-    let lines = maslens_prior::eval::out_of_fold(traces, k, cfg, |model, t| {
-        serde_json::json!({"trace": t.id, "probs": model.step_distribution(t)}).to_string()
-    })?;
-    let mut out = std::io::BufWriter::new(
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-    );
-    for l in &lines {
-        writeln!(out, "{l}")?;
-    }
-    out.flush()?;
-    Ok(lines.len())
+    Ok(exit(skipped))
 }
 
 fn eval(args: EvalArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let model = load_model(args.model.as_ref())?;
     let (traces, skipped) = load(&args.inputs, args.common.format);
-    let refs: Vec<&Trace> = traces.iter().collect();
-    let labelled = refs
-        .iter()
-        .filter(|t| maslens_prior::eval::is_labelled(t))
-        .count();
-    if labelled == 0 {
-        anyhow::bail!(
-            "no labelled trace (labels.decisive or labels.faulty_agents) among {} traces read",
-            traces.len()
-        );
-    }
-    let ecfg = eval_config(&args.common);
-    let mut methods = baseline_reports(&refs, &ecfg);
-    let preds: Vec<Prediction> = refs.iter().map(|t| model_prediction(&model, t)).collect();
-    methods.push(report("prior", &refs, &preds, &ecfg));
-    let out = EvalOutput {
-        traces: traces.len(),
-        labelled,
+    let name = args.model.as_ref().map(|p| p.display().to_string());
+    let report = prior::evaluate(
+        &traces,
         skipped,
-        seed: args.common.seed,
-        bootstrap: args.common.bootstrap,
-        protocols: vec![Protocol {
-            protocol: "fixed-model".into(),
-            description: format!(
-                "model {} applied to every labelled trace (only meaningful on traces it was not trained on)",
-                args.model
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "built-in whowhen-v1".into())
-            ),
-            methods,
-        }],
-    };
-    if global.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        print!("{}", render(&out));
-    }
-    Ok(ExitCode::from(if skipped > 0 {
-        EXIT_PROBLEMS
-    } else {
-        EXIT_OK
-    }))
-}
-
-#[derive(Debug, Serialize)]
-struct Ranked {
-    trace: String,
-    steps: usize,
-    agents: Vec<AgentProb>,
-    candidates: Vec<maslens_prior::Candidate>,
-}
-
-#[derive(Debug, Serialize)]
-struct AgentProb {
-    agent: String,
-    prob: f64,
+        &model,
+        name.as_deref(),
+        &eval_config(&args.common),
+    )?;
+    print_report(&report, global)?;
+    Ok(exit(skipped))
 }
 
 fn rank(args: RankArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let model = load_model(args.model.as_ref())?;
     let (traces, skipped) = load(&args.inputs, args.format);
     for t in &traces {
-        let mut candidates = model.rank(t);
-        candidates.truncate(args.top);
-        let agents = model
-            .agent_distribution(t)
-            .into_iter()
-            .map(|(agent, prob)| AgentProb { agent, prob })
-            .collect();
-        let r = Ranked {
-            trace: t.id.clone(),
-            steps: t.steps.len(),
-            agents,
-            candidates,
-        };
+        let r = prior::rank(&model, t, args.top);
         if global.json {
             println!("{}", serde_json::to_string(&r)?);
-        } else {
-            println!("{} ({} steps)", r.trace, r.steps);
-            let agents: Vec<String> = r
-                .agents
-                .iter()
-                .take(3)
-                .map(|a| format!("{} {:.2}", a.agent, a.prob))
-                .collect();
-            println!("  agents: {}", agents.join(", "));
-            for c in &r.candidates {
-                println!(
-                    "  step {:>4}  {:30} p={:.3}  score={:+.2}",
-                    c.step, c.agent, c.prob, c.score
-                );
-            }
+            continue;
+        }
+        println!("{} ({} steps)", r.trace, r.steps);
+        let agents: Vec<String> = (r.agents.iter().take(3))
+            .map(|a| format!("{} {:.2}", a.agent, a.prob))
+            .collect();
+        println!("  agents: {}", agents.join(", "));
+        for c in &r.candidates {
+            println!(
+                "  step {:>4}  {:30} p={:.3}  score={:+.2}",
+                c.step, c.agent, c.prob, c.score
+            );
         }
     }
     if traces.is_empty() && skipped == 0 {
         anyhow::bail!("no traces found in the inputs");
     }
-    Ok(ExitCode::from(if skipped > 0 {
-        EXIT_PROBLEMS
-    } else {
-        EXIT_OK
-    }))
+    Ok(exit(skipped))
 }

@@ -4,10 +4,10 @@
 //! Exit code 0 when no record was skipped and no validation error was found (warnings allowed,
 //! unless `--deny-warnings`), 1 otherwise.
 
-use super::import::{for_each_trace, Inputs};
 use super::{EXIT_OK, EXIT_PROBLEMS};
+use crate::inputs::{diag_line, for_each_trace, Inputs};
 use crate::Global;
-use maslens_trace::validate::CorpusValidator;
+use maslens_trace::check::{diagnostic_json, skipped_json, CorpusCheck};
 use maslens_trace::Severity;
 use serde_json::json;
 use std::process::ExitCode;
@@ -25,83 +25,50 @@ pub struct Args {
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
-    let mut validator = CorpusValidator::new();
-    let mut errors = 0u64;
-    let mut warnings = 0u64;
-    let problems_json = std::cell::RefCell::new(Vec::new());
-    let errors_only = args.errors_only;
+    let mut check = CorpusCheck::new();
+    let records = std::cell::RefCell::new(Vec::new());
     let json_out = global.json;
     let counts = for_each_trace(
         &args.input,
         global,
         "traces validated",
         |imp| {
-            let t = &imp.trace;
-            let location = match (&t.source.file, &t.source.record) {
-                (Some(f), Some(r)) => format!("{f}: {r}"),
-                (Some(f), None) => f.clone(),
-                _ => t.id.clone(),
-            };
-            // The importer already ran per-trace validation; add corpus checks (duplicate ids).
-            let mut diags = imp.diagnostics;
-            diags.extend(
-                validator
-                    .check(t, &location)
-                    .into_iter()
-                    .filter(|d| d.message.starts_with("duplicate trace id")),
-            );
-            for d in diags {
-                match d.severity {
-                    Severity::Error => errors += 1,
-                    Severity::Warning => warnings += 1,
-                }
-                if errors_only && d.severity == Severity::Warning {
+            let id = &imp.trace.id;
+            for d in check.check(&imp) {
+                if args.errors_only && d.severity == Severity::Warning {
                     continue;
                 }
                 if json_out {
-                    let mut v = serde_json::to_value(&d)?;
-                    if let Some(o) = v.as_object_mut() {
-                        o.insert("trace".into(), json!(t.id));
-                    }
-                    problems_json.borrow_mut().push(v);
+                    records.borrow_mut().push(diagnostic_json(id, &d));
                 } else {
-                    crate::outln!("{}", super::import::diag_line(&t.id, &d));
+                    crate::outln!("{}", diag_line(id, &d));
                 }
             }
             Ok(())
         },
         |e| {
             if json_out {
-                problems_json.borrow_mut().push(json!({
-                    "severity": "error",
-                    "file": e.file,
-                    "record": e.record,
-                    "path": e.path,
-                    "message": e.message,
-                    "skipped": true,
-                }));
+                records.borrow_mut().push(skipped_json(e));
             }
         },
     )?;
-    let ok = counts.skipped == 0 && errors == 0 && (!args.deny_warnings || warnings == 0);
+    let ok = check.ok(counts.skipped, args.deny_warnings);
     if global.json {
-        crate::outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "traces": counts.traces,
-                "skipped": counts.skipped,
-                "errors": errors,
-                "warnings": warnings,
-                "ok": ok,
-                "diagnostics": problems_json.into_inner(),
-            }))?
-        );
+        let summary = json!({
+            "traces": counts.traces,
+            "skipped": counts.skipped,
+            "errors": check.errors,
+            "warnings": check.warnings,
+            "ok": ok,
+            "diagnostics": records.into_inner(),
+        });
+        crate::outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         crate::outln!(
             "{} traces: {} errors, {} warnings, {} unreadable records skipped",
             counts.traces,
-            errors,
-            warnings,
+            check.errors,
+            check.warnings,
             counts.skipped
         );
     }

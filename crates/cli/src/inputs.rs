@@ -1,0 +1,141 @@
+//! Trace input shared by the trace-reading commands (`import`, `validate`, `show`, `stats`):
+//! files, directories or `-` (stdin, one record per line), `--format`, `--strict`, a progress
+//! spinner on stderr when it is a terminal, and stdout lines that survive a closed pipe.
+
+use crate::Global;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use maslens_trace::import::{read_lines, read_paths, Format};
+use maslens_trace::{Diagnostic, ImportError, Imported, Severity};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+/// Input options shared by the trace-reading commands.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Inputs {
+    /// Input files or directories (recursed, sorted by name); `-` reads stdin (one record per line).
+    #[arg(required = true, value_name = "PATH")]
+    pub inputs: Vec<PathBuf>,
+    /// Input format: auto, whowhen, aegis, chat, native. `auto` detects it from the content.
+    #[arg(long, short = 'f', default_value = "auto", value_name = "FORMAT")]
+    pub format: Format,
+    /// Stop at the first unreadable record instead of skipping it.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// Counts kept while reading.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReadCounts {
+    pub traces: u64,
+    pub skipped: u64,
+    pub warnings: u64,
+    pub errors: u64,
+}
+
+/// A progress spinner on stderr, hidden unless stderr is a terminal and `--quiet` is off.
+pub fn progress(global: &Global, what: &str) -> ProgressBar {
+    let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if global.quiet || !std::io::stderr().is_terminal() {
+        pb.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    let style = ProgressStyle::with_template("{spinner} {elapsed} {pos} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    pb.set_style(style);
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Read every record of the inputs. `on_trace` gets each trace; unreadable records are reported
+/// on stderr (one line each) and counted as skipped, or end the run with `--strict`.
+pub fn for_each_trace(
+    inputs: &Inputs,
+    global: &Global,
+    what: &str,
+    mut on_trace: impl FnMut(Imported) -> anyhow::Result<()>,
+    mut on_error: impl FnMut(&ImportError),
+) -> anyhow::Result<ReadCounts> {
+    let pb = progress(global, what);
+    let mut counts = ReadCounts::default();
+    let mut handle = |item: Result<Imported, ImportError>| -> anyhow::Result<()> {
+        pb.inc(1);
+        match item {
+            Ok(imp) => {
+                counts.traces += 1;
+                for d in &imp.diagnostics {
+                    match d.severity {
+                        Severity::Warning => counts.warnings += 1,
+                        Severity::Error => counts.errors += 1,
+                    }
+                }
+                on_trace(imp)
+            }
+            Err(e) => {
+                if inputs.strict {
+                    anyhow::bail!("{e}");
+                }
+                counts.skipped += 1;
+                pb.suspend(|| eprintln!("skipped: {e}"));
+                on_error(&e);
+                Ok(())
+            }
+        }
+    };
+    let mut files = Vec::new();
+    for p in &inputs.inputs {
+        if p.as_os_str() == "-" {
+            for item in read_paths(&std::mem::take(&mut files), inputs.format) {
+                handle(item)?;
+            }
+            let stdin = std::io::stdin().lock();
+            for item in read_lines(stdin, "<stdin>".into(), inputs.format) {
+                handle(item)?;
+            }
+        } else {
+            files.push(p.clone());
+        }
+    }
+    for item in read_paths(&files, inputs.format) {
+        handle(item)?;
+    }
+    pb.finish_and_clear();
+    Ok(counts)
+}
+
+/// Write one line to stdout. A closed pipe (`maslens show x | head`) ends the program quietly
+/// with exit code 0 instead of a panic; other write errors are reported on stderr.
+pub fn write_stdout_line(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|_| out.write_all(b"\n")) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(i32::from(crate::cmd::EXIT_ERROR));
+    }
+}
+
+/// `println!` that survives a closed pipe (see [`write_stdout_line`]).
+#[macro_export]
+macro_rules! outln {
+    () => {
+        $crate::inputs::write_stdout_line(format_args!(""))
+    };
+    ($($t:tt)*) => {
+        $crate::inputs::write_stdout_line(format_args!($($t)*))
+    };
+}
+
+/// A diagnostic as one line, with the trace id.
+pub fn diag_line(trace_id: &str, d: &Diagnostic) -> String {
+    format!("{d} [trace {trace_id}]")
+}
+
+/// A temporary file in the directory of `path`, for an atomic write (`persist(path)` at the end).
+pub fn temp_beside(path: &std::path::Path) -> anyhow::Result<tempfile::NamedTempFile> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    tempfile::NamedTempFile::new_in(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))
+}

@@ -1,0 +1,408 @@
+//! The prior as a library path: train (cross-validation protocols, then the final model), evaluate a
+//! fixed model, rank candidates. Typed options in, typed reports out; front ends only print them.
+//!
+//! The evaluation report (`maslens prior train --report FILE`, `--json`) is owned here:
+//! [`EvalReport`], versioned by [`REPORT_FORMAT_VERSION`], with a text rendering ([`render_text`]).
+
+use crate::eval::{
+    baseline_reports, cross_validate, group_of, is_labelled, leave_group_out, model_prediction,
+    report, EvalConfig, MethodReport, Prediction,
+};
+use crate::model::{Candidate, Objective, PairRule, PriorModel, TrainConfig};
+use crate::probs::ProbsLine;
+use crate::PriorError;
+use maslens_eval::metrics::Accuracy;
+use maslens_trace::Trace;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of the evaluation report this build writes.
+pub const REPORT_FORMAT_VERSION: u32 = 1;
+
+/// Errors of a prior run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("no trace with a decisive label (labels.decisive) among {0} traces read")]
+    NoDecisiveLabel(usize),
+    #[error("no labelled trace (labels.decisive or labels.faulty_agents) among {0} traces read")]
+    NoLabel(usize),
+    #[error(transparent)]
+    Prior(#[from] PriorError),
+}
+
+/// One evaluation protocol's results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Protocol {
+    pub protocol: String,
+    pub description: String,
+    pub methods: Vec<MethodReport>,
+}
+
+/// The evaluation report of `train` and `eval`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    #[serde(default = "v1")]
+    pub format_version: u32,
+    pub traces: usize,
+    pub labelled: usize,
+    pub skipped: usize,
+    pub seed: u64,
+    pub bootstrap: usize,
+    pub protocols: Vec<Protocol>,
+}
+
+fn v1() -> u32 {
+    1
+}
+
+/// Options of [`train`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainOptions {
+    /// Cross-validation folds (< 2: no cross-validation).
+    pub folds: usize,
+    /// Model training options (seed included: it also seeds the folds).
+    pub train: TrainConfig,
+    /// Bootstrap resamples and seed of the metrics.
+    pub eval: EvalConfig,
+    /// Also compute the out-of-fold step distributions (the prior-probabilities file).
+    pub oof_probs: bool,
+    /// The inputs, as given, for the model's provenance note.
+    pub inputs: Vec<String>,
+}
+
+/// What [`train`] produced.
+#[derive(Debug, Clone)]
+pub struct Trained {
+    /// The final model, trained on every trace, with its provenance note.
+    pub model: PriorModel,
+    pub report: EvalReport,
+    /// Out-of-fold step distributions (when asked for), for [`crate::probs::write`].
+    pub oof_probs: Option<Vec<ProbsLine>>,
+}
+
+/// Parse an objective name (`pointwise`, `listwise`).
+pub fn parse_objective(s: &str) -> Option<Objective> {
+    match s {
+        "pointwise" => Some(Objective::Pointwise),
+        "listwise" => Some(Objective::Listwise),
+        _ => None,
+    }
+}
+
+/// Parse a pair rule name (`independent`, `agent-first`).
+pub fn parse_pair_rule(s: &str) -> Option<PairRule> {
+    match s {
+        "independent" => Some(PairRule::Independent),
+        "agent-first" => Some(PairRule::AgentFirst),
+        _ => None,
+    }
+}
+
+/// The command line that reproduces a training run, stored in the model file.
+pub fn model_note(opts: &TrainOptions) -> String {
+    let c = &opts.train;
+    format!(
+        "maslens prior train {} --folds {} --alpha {} --agent-alpha {} --objective {} --pair-rule {} --seed {}{}",
+        opts.inputs.join(" "),
+        opts.folds,
+        c.alpha,
+        c.agent_alpha.unwrap_or(c.alpha),
+        match c.objective {
+            Objective::Listwise => "listwise",
+            Objective::Pointwise => "pointwise",
+        },
+        match c.pair_rule {
+            PairRule::AgentFirst => "agent-first",
+            PairRule::Independent => "independent",
+        },
+        c.seed,
+        if c.agent_head { "" } else { " --no-agent-head" }
+    )
+}
+
+/// Cross-validate (when `folds >= 2`), then train the final model on every trace and report its
+/// fit. `skipped` is the number of unreadable records (reported, not used).
+pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Trained, RunError> {
+    let refs: Vec<&Trace> = traces.iter().collect();
+    let labelled = refs.iter().filter(|t| t.labels.decisive.is_some()).count();
+    if labelled == 0 {
+        return Err(RunError::NoDecisiveLabel(traces.len()));
+    }
+    let (cfg, ecfg, k) = (&opts.train, &opts.eval, opts.folds);
+    let mut protocols = Vec::new();
+    if k >= 2 {
+        let mut methods = baseline_reports(&refs, ecfg);
+        let cv = cross_validate(&refs, k, cfg)?;
+        methods.push(report(&format!("prior/cv{k}-pooled"), &refs, &cv, ecfg));
+        // The same K-fold protocol inside each group alone (e.g. each Who&When subset).
+        let mut groups: BTreeMap<String, Vec<&Trace>> = BTreeMap::new();
+        for t in refs.iter().filter(|t| t.labels.decisive.is_some()) {
+            groups.entry(group_of(t)).or_default().push(t);
+        }
+        if groups.len() > 1 {
+            let mut within: Vec<Prediction> = Vec::new();
+            for ts in groups.values() {
+                match cross_validate(ts, k, cfg) {
+                    Ok(p) => within.extend(p),
+                    Err(e) => tracing::warn!("within-group cross-validation: {e}"),
+                }
+            }
+            let name = format!("prior/cv{k}-within-group");
+            methods.push(report(&name, &refs, &within, ecfg));
+            let lgo = leave_group_out(&refs, cfg)?;
+            methods.push(report("prior/leave-group-out", &refs, &lgo, ecfg));
+        }
+        protocols.push(Protocol {
+            protocol: format!("cv{k}"),
+            description: format!(
+                "out-of-fold predictions; {k}-fold split by a seeded hash of the trace id, seed {}; \
+                 pooled = one model per fold trained on every group, within-group = folds inside \
+                 each group alone, leave-group-out = trained on the other groups only",
+                cfg.seed
+            ),
+            methods,
+        });
+    }
+    let oof_probs = if opts.oof_probs {
+        Some(crate::probs::out_of_fold(&refs, k.max(2), cfg)?)
+    } else {
+        None
+    };
+    let mut model = PriorModel::train(&refs, cfg)?;
+    let fit: Vec<Prediction> = refs.iter().map(|t| model_prediction(&model, t)).collect();
+    protocols.push(Protocol {
+        protocol: "training-fit".into(),
+        description: "the final model on its own training traces (optimistic; for reference only)"
+            .into(),
+        methods: vec![report("prior/training-fit", &refs, &fit, ecfg)],
+    });
+    model.training.note = Some(model_note(opts));
+    let report = EvalReport {
+        format_version: REPORT_FORMAT_VERSION,
+        traces: traces.len(),
+        labelled,
+        skipped,
+        seed: ecfg.seed,
+        bootstrap: ecfg.bootstrap,
+        protocols,
+    };
+    Ok(Trained {
+        model,
+        report,
+        oof_probs,
+    })
+}
+
+/// Evaluate a fixed model on labelled traces, next to the baselines. `model_name` names it in the
+/// protocol description (`None`: the built-in model).
+pub fn evaluate(
+    traces: &[Trace],
+    skipped: usize,
+    model: &PriorModel,
+    model_name: Option<&str>,
+    ecfg: &EvalConfig,
+) -> Result<EvalReport, RunError> {
+    let refs: Vec<&Trace> = traces.iter().collect();
+    let labelled = refs.iter().filter(|t| is_labelled(t)).count();
+    if labelled == 0 {
+        return Err(RunError::NoLabel(traces.len()));
+    }
+    let mut methods = baseline_reports(&refs, ecfg);
+    let preds: Vec<Prediction> = refs.iter().map(|t| model_prediction(model, t)).collect();
+    methods.push(report("prior", &refs, &preds, ecfg));
+    Ok(EvalReport {
+        format_version: REPORT_FORMAT_VERSION,
+        traces: traces.len(),
+        labelled,
+        skipped,
+        seed: ecfg.seed,
+        bootstrap: ecfg.bootstrap,
+        protocols: vec![Protocol {
+            protocol: "fixed-model".into(),
+            description: format!(
+                "model {} applied to every labelled trace (only meaningful on traces it was not trained on)",
+                model_name.unwrap_or("built-in whowhen-v1")
+            ),
+            methods,
+        }],
+    })
+}
+
+/// An agent and its probability.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentProb {
+    pub agent: String,
+    pub prob: f64,
+}
+
+/// The ranked candidates of one trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ranked {
+    pub trace: String,
+    pub steps: usize,
+    pub agents: Vec<AgentProb>,
+    pub candidates: Vec<Candidate>,
+}
+
+/// The `top` most probable (agent, step) candidates of a trace, and its agent distribution.
+pub fn rank(model: &PriorModel, trace: &Trace, top: usize) -> Ranked {
+    let mut candidates = model.rank(trace);
+    candidates.truncate(top);
+    let agents = model
+        .agent_distribution(trace)
+        .into_iter()
+        .map(|(agent, prob)| AgentProb { agent, prob })
+        .collect();
+    Ranked {
+        trace: trace.id.clone(),
+        steps: trace.steps.len(),
+        agents,
+        candidates,
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}", 100.0 * x)
+}
+
+fn cell(x: &Accuracy) -> String {
+    format!(
+        "{} [{},{}] ({}/{})",
+        pct(x.value),
+        pct(x.ci95[0]),
+        pct(x.ci95[1]),
+        x.k,
+        x.n
+    )
+}
+
+/// The report as text: a heading per protocol and a table of method x group.
+pub fn render_text(out: &EvalReport) -> String {
+    use comfy_table::{presets, CellAlignment, Table};
+    let mut s = format!(
+        "{} traces ({} labelled, {} skipped); 95% bootstrap intervals, {} resamples, seed {}\n",
+        out.traces, out.labelled, out.skipped, out.bootstrap, out.seed
+    );
+    for p in &out.protocols {
+        s.push_str(&format!("\n## {}: {}\n", p.protocol, p.description));
+        let mut table = Table::new();
+        table.load_preset(presets::NOTHING).set_header(vec![
+            "method",
+            "group",
+            "agent % [95% CI] (k/n)",
+            "step % [95% CI] (k/n)",
+            "step within +-k",
+        ]);
+        for m in &p.methods {
+            for (g, r) in &m.groups {
+                let mut tol: Vec<String> = r
+                    .tolerance
+                    .iter()
+                    .map(|t| format!("+-{}: {}", t.within, pct(t.metric.value)))
+                    .collect();
+                tol.push(format!("pair: {}", pct(r.pair.value)));
+                table.add_row(vec![
+                    m.method.clone(),
+                    g.clone(),
+                    cell(&r.agent),
+                    cell(&r.step),
+                    tol.join("  "),
+                ]);
+            }
+        }
+        for i in [2, 3] {
+            if let Some(c) = table.column_mut(i) {
+                c.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        for line in table.to_string().lines() {
+            s.push_str(line.trim_end());
+            s.push('\n');
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests::synthetic_corpus;
+
+    fn opts(folds: usize) -> TrainOptions {
+        TrainOptions {
+            folds,
+            train: TrainConfig {
+                alpha: 1.0,
+                ..TrainConfig::default()
+            },
+            eval: EvalConfig {
+                bootstrap: 50,
+                ..EvalConfig::default()
+            },
+            oof_probs: true,
+            inputs: vec!["data/x".into()],
+        }
+    }
+
+    #[test]
+    fn train_reports_protocols_notes_and_oof_probs() {
+        let mut data = synthetic_corpus(20, 3);
+        for (i, t) in data.iter_mut().enumerate() {
+            t.id = format!("{}/{i}", if i % 2 == 0 { "even" } else { "odd" });
+        }
+        let t = train(&data, 1, &opts(3)).unwrap();
+        let names: Vec<&str> = t.report.protocols[0]
+            .methods
+            .iter()
+            .map(|m| m.method.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "baseline/random",
+                "baseline/first-agent",
+                "baseline/last-agent",
+                "baseline/error-keyword",
+                "prior/cv3-pooled",
+                "prior/cv3-within-group",
+                "prior/leave-group-out"
+            ]
+        );
+        assert!(t.report.protocols[0]
+            .description
+            .contains("seeded hash of the trace id"));
+        assert_eq!(t.report.protocols[1].protocol, "training-fit");
+        assert_eq!((t.report.skipped, t.report.format_version), (1, 1));
+        assert_eq!(t.oof_probs.as_ref().map(Vec::len), Some(20));
+        let note = t.model.training.note.clone().unwrap_or_default();
+        assert!(note.starts_with("maslens prior train data/x --folds 3 --alpha 1"));
+        // the report round-trips, and renders with every method
+        let json = serde_json::to_string(&t.report).unwrap();
+        let back: EvalReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, t.report);
+        let text = render_text(&t.report);
+        assert!(text.contains("## cv3: out-of-fold"));
+        assert!(text.contains("baseline/error-keyword"));
+        assert!(text.contains("agent % [95% CI] (k/n)"));
+    }
+
+    #[test]
+    fn unlabelled_inputs_are_errors_and_rank_truncates() {
+        let plain = vec![Trace::new("u")];
+        assert!(matches!(
+            train(&plain, 0, &opts(0)),
+            Err(RunError::NoDecisiveLabel(1))
+        ));
+        let model = crate::load_default().unwrap();
+        assert!(matches!(
+            evaluate(&plain, 0, &model, None, &EvalConfig::default()),
+            Err(RunError::NoLabel(1))
+        ));
+        let data = synthetic_corpus(2, 4);
+        let r = rank(&model, &data[0], 2);
+        assert_eq!(r.candidates.len(), 2.min(data[0].steps.len()));
+        assert_eq!(parse_pair_rule("agent-first"), Some(PairRule::AgentFirst));
+        assert_eq!(parse_objective("listwise"), Some(Objective::Listwise));
+        assert_eq!(parse_objective("x"), None);
+    }
+}
