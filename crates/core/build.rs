@@ -15,9 +15,12 @@ fn main() {
         println!("cargo:rustc-env=MASLENS_GIT_REV={rev}");
     }
     // Rebuild when HEAD moves (a branch switch or a new commit).
-    for p in [git(&["rev-parse", "--git-path", "HEAD"]), git(&["rev-parse", "--git-path", "logs/HEAD"])]
-        .into_iter()
-        .flatten()
+    for p in [
+        git(&["rev-parse", "--git-path", "HEAD"]),
+        git(&["rev-parse", "--git-path", "logs/HEAD"]),
+    ]
+    .into_iter()
+    .flatten()
     {
         println!("cargo:rerun-if-changed={p}");
     }

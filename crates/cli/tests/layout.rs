@@ -34,7 +34,11 @@ fn no_command_module_imports_another() {
             continue;
         }
         for other in &names {
-            for pat in [format!("super::{other}::"), format!("cmd::{other}::"), format!("super::{other}}}")] {
+            for pat in [
+                format!("super::{other}::"),
+                format!("cmd::{other}::"),
+                format!("super::{other}}}"),
+            ] {
                 if other != name && text.contains(&pat) {
                     bad.push(format!("cmd/{name}.rs uses {pat}"));
                 }

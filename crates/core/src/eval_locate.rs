@@ -93,7 +93,9 @@ pub struct EvalLocateOutput {
 /// Read an external predictions file: predictions by trace id, and the lines skipped.
 /// Steps may be integers or strings holding integers (Who&When style); anything else is
 /// counted as unparsed with a message.
-pub fn read_predictions(path: &Path) -> Result<(HashMap<String, Prediction>, Vec<String>), CoreError> {
+pub fn read_predictions(
+    path: &Path,
+) -> Result<(HashMap<String, Prediction>, Vec<String>), CoreError> {
     #[derive(Deserialize)]
     struct Line {
         trace: String,
@@ -109,7 +111,11 @@ pub fn read_predictions(path: &Path) -> Result<(HashMap<String, Prediction>, Vec
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let mut map = HashMap::new();
     let mut skipped = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let at = format!("{}: line {}", path.display(), i + 1);
         let p: Line = match serde_json::from_str(line) {
             Ok(p) => p,
@@ -271,8 +277,15 @@ pub async fn eval_locate(
         rcfg.variant = Variant::Full;
         let locator = models.locator(rcfg.clone(), &opts.locate.evaluators);
         refinement_instances = Some(
-            export_refinement(export, side, &locator, &rcfg, split_info.is_some(), progress)
-                .await?,
+            export_refinement(
+                export,
+                side,
+                &locator,
+                &rcfg,
+                split_info.is_some(),
+                progress,
+            )
+            .await?,
         );
     }
     let config = RunConfig {
@@ -344,7 +357,8 @@ pub async fn export_refinement(
     }
     progress.finish();
     std::fs::write(dir.join("train.jsonl"), train).map_err(io("writing train.jsonl"))?;
-    std::fs::write(dir.join("instances.jsonl"), instances).map_err(io("writing instances.jsonl"))?;
+    std::fs::write(dir.join("instances.jsonl"), instances)
+        .map_err(io("writing instances.jsonl"))?;
     let d = dir.display().to_string();
     let script = format!(
         "#!/bin/sh\n# Refinement round {} ({} targets, {} instances{}).\n# LoRA settings of AgentLocate: r 64, alpha 128, dropout 0.05, 3 epochs, effective batch 16.\nset -e\n{}",

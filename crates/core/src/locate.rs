@@ -9,7 +9,9 @@ use maslens_eval::metrics::{CaseUsage, Prediction};
 use maslens_eval::run::{LocalizeError, Localized, Localizer, PromptRef};
 use maslens_llm::{ChatModel, OpenOptions, Stack};
 use maslens_locate::pipeline::EvaluatorSpec;
-use maslens_locate::{LocateConfig, LocateError, LocateVerdict, Locator, Protocol, Settings, Style, Variant};
+use maslens_locate::{
+    LocateConfig, LocateError, LocateVerdict, Locator, Protocol, Settings, Style, Variant,
+};
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -298,7 +300,12 @@ impl LlmLocalizer<'_> {
     /// Per-case usage of a verdict, priced with the Judge model's price when known.
     pub fn usage_of(&self, v: &LocateVerdict) -> CaseUsage {
         let mut u = v.usage;
-        u.cost_usd = self.models.judge.usage.price().map(|p| p.cost(&v.usage.usage()));
+        u.cost_usd = self
+            .models
+            .judge
+            .usage
+            .price()
+            .map(|p| p.cost(&v.usage.usage()));
         u
     }
 }
@@ -317,7 +324,9 @@ pub fn prediction_of(v: &LocateVerdict) -> Prediction {
 #[async_trait::async_trait]
 impl Localizer for LlmLocalizer<'_> {
     fn method(&self) -> String {
-        self.models.locator(self.config.clone(), &self.styles).method()
+        self.models
+            .locator(self.config.clone(), &self.styles)
+            .method()
     }
     fn model(&self) -> Option<String> {
         Some(self.models.judge.model.id().to_string())
@@ -382,7 +391,11 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(narrowing.prior_spec(), Some("builtin"));
-        assert_eq!(narrowing.config(false).prior_weight, 0.0, "narrowing alone does not vote");
+        assert_eq!(
+            narrowing.config(false).prior_weight,
+            0.0,
+            "narrowing alone does not vote"
+        );
     }
 
     #[test]
@@ -395,7 +408,11 @@ mod tests {
         assert_eq!(p.predict(&t), Some(("Planner".to_string(), 1)));
         let mut other = trace();
         other.id = "short".into();
-        assert_eq!(p.probs(&other), None, "a distribution of the wrong length is not used");
+        assert_eq!(
+            p.probs(&other),
+            None,
+            "a distribution of the wrong length is not used"
+        );
     }
 
     #[tokio::test]

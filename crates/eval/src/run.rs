@@ -463,10 +463,13 @@ mod tests {
         let run = futures_lite_block_on(evaluate(
             &cases,
             &Scripted,
-            &[("table", &Table {
-                label: "t".into(),
-                predictions: Default::default(),
-            })],
+            &[(
+                "table",
+                &Table {
+                    label: "t".into(),
+                    predictions: Default::default(),
+                },
+            )],
             &spec(&tokens),
             &Silent,
         ));
@@ -474,10 +477,20 @@ mod tests {
         assert_eq!(r.cases, 3, "stopped before B/stop: A/1, A/bad, B/1");
         assert_eq!(r.stopped_early.as_deref(), Some("budget"));
         assert_eq!(r.errors, vec![("A/bad".to_string(), "boom".to_string())]);
-        assert_eq!(r.agent_accuracy.unwrap().k, 1, "A/1 right, A/bad unparsed, B/1 wrong");
+        assert_eq!(
+            r.agent_accuracy.unwrap().k,
+            1,
+            "A/1 right, A/bad unparsed, B/1 wrong"
+        );
         assert_eq!(r.abstentions, 1);
         assert_eq!(run.verdicts.len(), 2);
-        for b in ["random", "first-agent", "last-agent", "error-keyword", "table"] {
+        for b in [
+            "random",
+            "first-agent",
+            "last-agent",
+            "error-keyword",
+            "table",
+        ] {
             assert_eq!(r.baselines[b].agent_accuracy.unwrap().n, 3, "{b}");
         }
         assert_eq!(r.baselines["table"].agent_accuracy.unwrap().k, 0);
@@ -501,11 +514,25 @@ mod tests {
         assert_eq!(dedup_by_id(&mut cases), vec!["A/2".to_string()]);
         assert_eq!(cases.len(), 2);
         let many: Vec<LabelledCase> = (0..10)
-            .flat_map(|i| [labelled(&format!("A/{i}"), ("Coder", 2)), labelled(&format!("B/{i}"), ("Coder", 2))])
+            .flat_map(|i| {
+                [
+                    labelled(&format!("A/{i}"), ("Coder", 2)),
+                    labelled(&format!("B/{i}"), ("Coder", 2)),
+                ]
+            })
             .collect();
         let (train, test, info) = split(many, 0.6, 3);
-        assert_eq!((train.len(), test.len(), info.train, info.test), (12, 8, 12, 8));
-        assert_eq!(train.iter().filter(|c| c.trace.id.starts_with("A/")).count(), 6);
+        assert_eq!(
+            (train.len(), test.len(), info.train, info.test),
+            (12, 8, 12, 8)
+        );
+        assert_eq!(
+            train
+                .iter()
+                .filter(|c| c.trace.id.starts_with("A/"))
+                .count(),
+            6
+        );
     }
 
     #[test]

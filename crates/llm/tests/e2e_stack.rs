@@ -64,7 +64,11 @@ async fn e2e_stack_structured_cache_replay_budget() {
         r.total.prompt_tokens > 20 && r.total.completion_tokens > 0,
         "{r:?}"
     );
-    assert_eq!(r.total.cost_usd.unwrap_or(0.0), 0.0, "local models are free");
+    assert_eq!(
+        r.total.cost_usd.unwrap_or(0.0),
+        0.0,
+        "local models are free"
+    );
     assert!(r.price_known);
     assert_eq!(stack.cache.as_ref().unwrap().len().unwrap(), first_calls);
 

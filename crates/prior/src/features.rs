@@ -279,7 +279,11 @@ pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
         });
     }
     // Acting (non-terminal) steps: the one rule of maslens-trace (`Trace::is_acting`).
-    let acting: Vec<bool> = trace.steps.iter().map(|s| trace.is_acting(&s.agent)).collect();
+    let acting: Vec<bool> = trace
+        .steps
+        .iter()
+        .map(|s| trace.is_acting(&s.agent))
+        .collect();
     let first_nt = acting.iter().position(|a| *a);
     let last_nt = acting.iter().rposition(|a| *a);
 

@@ -153,9 +153,16 @@ mod tests {
         t.ensure_agent("Computer_terminal", AgentKind::Tool);
         t.ensure_agent("Orchestrator", AgentKind::Orchestrator);
         t.ensure_agent("Boss", AgentKind::Human);
-        for (i, a) in ["human", "Orchestrator", "Coder", "Computer_terminal", "Boss", "Coder"]
-            .iter()
-            .enumerate()
+        for (i, a) in [
+            "human",
+            "Orchestrator",
+            "Coder",
+            "Computer_terminal",
+            "Boss",
+            "Coder",
+        ]
+        .iter()
+        .enumerate()
         {
             t.steps.push(Step {
                 index: i,
@@ -219,7 +226,10 @@ mod tests {
             reason: None,
         });
         let g = t.gold().unwrap();
-        assert_eq!((g.agent.as_deref(), g.step, g.faulty.len()), (Some("Coder"), Some(2), 0));
+        assert_eq!(
+            (g.agent.as_deref(), g.step, g.faulty.len()),
+            (Some("Coder"), Some(2), 0)
+        );
     }
 
     #[test]

@@ -127,9 +127,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         );
     }
     let problems = !out.problems.is_empty() || !report.errors.is_empty();
-    Ok(ExitCode::from(if problems || report.stopped_early.is_some() {
-        super::EXIT_PROBLEMS
-    } else {
-        super::EXIT_OK
-    }))
+    Ok(ExitCode::from(
+        if problems || report.stopped_early.is_some() {
+            super::EXIT_PROBLEMS
+        } else {
+            super::EXIT_OK
+        },
+    ))
 }

@@ -132,14 +132,20 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                     });
                     t.labels.verdicts.push(v.to_label());
                 }),
-                None => localizer.localize(t).await.map_err(|e| e.to_string()).map(|l| {
-                    let p = &l.prediction;
-                    match (json, &p.agent, p.step) {
-                        (true, _, _) => println!("{}", l.verdict.unwrap_or_default()),
-                        (false, Some(a), Some(s)) => println!("{}: {a} at step {s} (prior)", t.id),
-                        _ => println!("{}: no location (prior)", t.id),
-                    }
-                }),
+                None => localizer
+                    .localize(t)
+                    .await
+                    .map_err(|e| e.to_string())
+                    .map(|l| {
+                        let p = &l.prediction;
+                        match (json, &p.agent, p.step) {
+                            (true, _, _) => println!("{}", l.verdict.unwrap_or_default()),
+                            (false, Some(a), Some(s)) => {
+                                println!("{}: {a} at step {s} (prior)", t.id)
+                            }
+                            _ => println!("{}: no location (prior)", t.id),
+                        }
+                    }),
             };
             if let Err(e) = printed {
                 pb.suspend(|| eprintln!("error: {e}"));
