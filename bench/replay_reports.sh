@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 M="${MASLENS_BIN:-target/debug/maslens}"
 D="${DATA:-../shared/data}"
 NEW="${NEW:-$(mktemp -d)}"
+mkdir -p "$NEW"
 R="--cache $OLD/cache.sqlite --cache-mode replay --threads 1 -q"
 declare -A RUNS=(
   [prior-Algorithm-Generated]="whowhen:$D/whowhen/Algorithm-Generated --method prior --prior builtin"
