@@ -332,8 +332,7 @@ impl Localizer for LlmLocalizer<'_> {
         Some(self.models.judge.model.id().to_string())
     }
     fn prompts(&self) -> Vec<PromptRef> {
-        maslens_locate::prompts::ALL
-            .iter()
+        maslens_locate::prompts::all()
             .map(|t| PromptRef::new(t.name, t.source))
             .collect()
     }

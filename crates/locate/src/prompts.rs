@@ -34,19 +34,11 @@ pub const INSTRUCTIONS: [Template; 7] = [
     EVALUATOR_EVIDENCE,
 ];
 
-/// Every template the pipeline may send (recorded with content hashes in eval reports).
-pub const ALL: [Template; 10] = [
-    SYSTEM,
-    CONTEXT,
-    CRITERION,
-    JUDGE_ALL_AT_ONCE,
-    JUDGE_STEP,
-    JUDGE_BINARY,
-    JUDGE_WINDOW,
-    EVALUATOR_BASE,
-    EVALUATOR_CONCISE,
-    EVALUATOR_EVIDENCE,
-];
+/// Every template the pipeline may send (recorded with content hashes in eval reports): the shared
+/// system, context and criterion templates, then every instruction template.
+pub fn all() -> impl Iterator<Item = Template> {
+    [SYSTEM, CONTEXT, CRITERION].into_iter().chain(INSTRUCTIONS)
+}
 
 /// Names of the agents, in order of first appearance (declared agents first).
 pub fn agent_names(trace: &Trace) -> Vec<String> {
@@ -163,6 +155,15 @@ pub fn versions(templates: &[Template]) -> String {
 mod tests {
     use super::*;
     use maslens_trace::Step;
+
+    #[test]
+    fn every_template_is_listed_once_for_the_report() {
+        let names: Vec<&str> = all().map(|t| t.name).collect();
+        assert_eq!(names.len(), 3 + INSTRUCTIONS.len());
+        let distinct: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(distinct.len(), names.len());
+        assert!(names.contains(&"locate/system.v1") && names.contains(&"locate/judge_binary.v1"));
+    }
 
     #[test]
     fn trace_content_is_delimited_and_instructions_come_last() {
