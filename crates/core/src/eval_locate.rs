@@ -191,7 +191,7 @@ pub async fn eval_locate(
     let any_aegis = test.iter().any(|c| c.trace.source.format == "aegis");
     let error_modes = opts.locate.wants_error_modes(any_aegis);
     let cfg = opts.locate.config(error_modes);
-    let prior = match opts.locate.prior_spec() {
+    let mut prior = match opts.locate.prior_spec() {
         Some(spec) => {
             let (p, skipped) = PriorSource::load(spec)?;
             problems.extend(skipped);
@@ -229,7 +229,10 @@ pub async fn eval_locate(
         };
         &table
     } else if opts.locate.method == Method::Prior {
-        let (p, _) = PriorSource::load(opts.locate.prior_spec().unwrap_or("builtin"))?;
+        // `prior_spec()` is always set for `--method prior`: the prior loaded above.
+        let p = prior
+            .take()
+            .ok_or_else(|| CoreError::Invalid("--method prior: no prior loaded".into()))?;
         prior_localizer = PriorLocalizer(p);
         &prior_localizer
     } else {
