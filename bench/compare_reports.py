@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Compare two `maslens eval locate` report.json files (e.g. one made before a change and one
 rebuilt with --cache-mode replay after it): per-case verdicts and every metric must match.
-Keys that only exist in one format version (format_version, provenance, stopped_early) are
+Keys that only exist in one format version (format_version, provenance, stopped_early,
+joint_accuracy) are
 ignored; so is wall time (usage.seconds and per-case seconds), which replay does not reproduce.
 Usage: compare_reports.py OLD/report.json NEW/report.json   (exit 1 when they differ)"""
 import json
 import sys
 
-IGNORED = {"format_version", "provenance", "stopped_early"}
+IGNORED = {"format_version", "provenance", "stopped_early", "joint_accuracy"}
 PER_CASE_USAGE = {"prompt_tokens", "cached_tokens", "completion_tokens", "calls"}
 
 

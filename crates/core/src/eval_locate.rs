@@ -263,6 +263,7 @@ pub async fn eval_locate(
         dataset: opts.dataset.clone(),
         scorer: opts.scorer,
         seed: opts.seed,
+        resamples: maslens_eval::metrics::RESAMPLES,
         tolerances: opts.tolerances.clone(),
         top_mislocalized: 10,
         split: split_info.clone(),

@@ -74,6 +74,23 @@ pub struct Accuracy {
 /// Bootstrap resamples for accuracy intervals.
 pub const RESAMPLES: usize = 2000;
 
+/// How accuracy intervals are bootstrapped: resamples and seed. A bare seed means
+/// [`RESAMPLES`] resamples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Boot {
+    pub seed: u64,
+    pub resamples: usize,
+}
+
+impl From<u64> for Boot {
+    fn from(seed: u64) -> Boot {
+        Boot {
+            seed,
+            resamples: RESAMPLES,
+        }
+    }
+}
+
 impl Accuracy {
     /// Accuracy of boolean outcomes with a seeded 95% percentile bootstrap interval.
     pub fn of(outcomes: &[bool], seed: u64) -> Accuracy {
@@ -169,13 +186,30 @@ pub fn pair_correct(case: &Case) -> Option<bool> {
 }
 
 /// Accuracy over the cases that have the label.
-pub fn accuracy(cases: &[Case], f: impl Fn(&Case) -> Option<bool>, seed: u64) -> Option<Accuracy> {
+pub fn accuracy(
+    cases: &[Case],
+    f: impl Fn(&Case) -> Option<bool>,
+    boot: impl Into<Boot>,
+) -> Option<Accuracy> {
+    let boot = boot.into();
     let outcomes: Vec<bool> = cases.iter().filter_map(f).collect();
-    (!outcomes.is_empty()).then(|| Accuracy::of(&outcomes, seed))
+    (!outcomes.is_empty())
+        .then(|| Accuracy::with_resamples(&outcomes, boot.resamples, boot.seed))
+}
+
+/// Agent and step both right (`None` without a decisive step label).
+pub fn joint_correct(case: &Case, scorer: Scorer) -> Option<bool> {
+    let step = step_correct(case, scorer)?;
+    Some(step && agent_correct(case, scorer) == Some(true))
 }
 
 /// Step accuracy within +-k steps, for each k (unparsed = wrong).
-pub fn tolerance_curve(cases: &[Case], ks: &[usize], seed: u64) -> BTreeMap<usize, Accuracy> {
+pub fn tolerance_curve(
+    cases: &[Case],
+    ks: &[usize],
+    boot: impl Into<Boot>,
+) -> BTreeMap<usize, Accuracy> {
+    let boot = boot.into();
     ks.iter()
         .filter_map(|&k| {
             let acc = accuracy(
@@ -185,7 +219,7 @@ pub fn tolerance_curve(cases: &[Case], ks: &[usize], seed: u64) -> BTreeMap<usiz
                         .step
                         .map(|g| c.pred.step.is_some_and(|p| p.abs_diff(g) <= k))
                 },
-                seed,
+                boot,
             )?;
             Some((k, acc))
         })
@@ -299,7 +333,12 @@ pub struct LengthBucket {
 
 /// Accuracy by trace token-length quartile (boundaries: 25/50/75th percentiles of the cases'
 /// lengths; a case on a boundary goes to the lower bucket).
-pub fn by_length_quartile(cases: &[Case], scorer: Scorer, seed: u64) -> Vec<LengthBucket> {
+pub fn by_length_quartile(
+    cases: &[Case],
+    scorer: Scorer,
+    boot: impl Into<Boot>,
+) -> Vec<LengthBucket> {
+    let boot = boot.into();
     if cases.is_empty() {
         return Vec::new();
     }
@@ -324,8 +363,8 @@ pub fn by_length_quartile(cases: &[Case], scorer: Scorer, seed: u64) -> Vec<Leng
             Some(LengthBucket {
                 name: format!("Q{}", b + 1),
                 tokens: [min, max],
-                agent_accuracy: accuracy(&sub, |c| agent_correct(c, scorer), seed),
-                step_accuracy: accuracy(&sub, |c| step_correct(c, scorer), seed),
+                agent_accuracy: accuracy(&sub, |c| agent_correct(c, scorer), boot),
+                step_accuracy: accuracy(&sub, |c| step_correct(c, scorer), boot),
             })
         })
         .collect()

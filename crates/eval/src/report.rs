@@ -8,7 +8,7 @@
 //! and `baselines` `{name: {agent_accuracy, step_accuracy}}`.
 
 use crate::metrics::{
-    accuracy, agent_correct, by_length_quartile, deviation_histogram, mislocalized_agents,
+    accuracy, agent_correct, by_length_quartile, joint_correct, Boot, deviation_histogram, mislocalized_agents,
     pair_correct, step_correct, step_spread, tolerance_curve, Accuracy, Case, CaseUsage,
     LengthBucket, Mislocalized, Scorer, StepSpread,
 };
@@ -94,6 +94,10 @@ pub struct LocateReport {
     pub step_accuracy: Option<Accuracy>,
     /// Aegis: agent + error mode.
     pub pair_accuracy: Option<Accuracy>,
+    /// Agent and step both right (cases with a decisive step label); absent in reports before
+    /// format 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joint_accuracy: Option<Accuracy>,
     pub tolerance: BTreeMap<String, Accuracy>,
     pub deviation_histogram: Vec<Bin>,
     /// How concentrated the predicted steps are next to the gold ones (position bias).
@@ -139,6 +143,8 @@ pub struct ReportOptions {
     pub seed: u64,
     pub tolerances: Vec<usize>,
     pub top_mislocalized: usize,
+    /// Bootstrap resamples of every interval.
+    pub resamples: usize,
 }
 
 impl Default for ReportOptions {
@@ -152,6 +158,7 @@ impl Default for ReportOptions {
             seed: 0,
             tolerances: vec![0, 1, 2, 3, 5, 10],
             top_mislocalized: 10,
+            resamples: crate::metrics::RESAMPLES,
         }
     }
 }
@@ -185,10 +192,10 @@ fn usage_summary(cases: &[Case]) -> UsageSummary {
     }
 }
 
-fn baseline_scores(cases: &[Case], scorer: Scorer, seed: u64) -> BaselineScores {
+fn baseline_scores(cases: &[Case], scorer: Scorer, boot: Boot) -> BaselineScores {
     BaselineScores {
-        agent_accuracy: accuracy(cases, |c| agent_correct(c, scorer), seed),
-        step_accuracy: accuracy(cases, |c| step_correct(c, scorer), seed),
+        agent_accuracy: accuracy(cases, |c| agent_correct(c, scorer), boot),
+        step_accuracy: accuracy(cases, |c| step_correct(c, scorer), boot),
     }
 }
 
@@ -201,6 +208,10 @@ pub fn build(
 ) -> LocateReport {
     let s = opts.scorer;
     let seed = opts.seed;
+    let boot = Boot {
+        seed,
+        resamples: opts.resamples,
+    };
     let mut subsets = BTreeMap::new();
     let names: std::collections::BTreeSet<String> =
         cases.iter().filter_map(|c| c.subset.clone()).collect();
@@ -219,15 +230,15 @@ pub fn build(
                         .filter(|c| c.subset.as_deref() == Some(&name))
                         .cloned()
                         .collect();
-                    (b.clone(), baseline_scores(&bsub, s, seed))
+                    (b.clone(), baseline_scores(&bsub, s, boot))
                 })
                 .collect();
             subsets.insert(
                 name,
                 SubsetReport {
                     cases: sub.len(),
-                    agent_accuracy: accuracy(&sub, |c| agent_correct(c, s), seed),
-                    step_accuracy: accuracy(&sub, |c| step_correct(c, s), seed),
+                    agent_accuracy: accuracy(&sub, |c| agent_correct(c, s), boot),
+                    step_accuracy: accuracy(&sub, |c| step_correct(c, s), boot),
                     baselines: sb,
                 },
             );
@@ -242,10 +253,11 @@ pub fn build(
         scorer: s,
         seed,
         cases: cases.len(),
-        agent_accuracy: accuracy(cases, |c| agent_correct(c, s), seed),
-        step_accuracy: accuracy(cases, |c| step_correct(c, s), seed),
-        pair_accuracy: accuracy(cases, pair_correct, seed),
-        tolerance: tolerance_curve(cases, &opts.tolerances, seed)
+        agent_accuracy: accuracy(cases, |c| agent_correct(c, s), boot),
+        step_accuracy: accuracy(cases, |c| step_correct(c, s), boot),
+        pair_accuracy: accuracy(cases, pair_correct, boot),
+        joint_accuracy: accuracy(cases, |c| joint_correct(c, s), boot),
+        tolerance: tolerance_curve(cases, &opts.tolerances, boot)
             .into_iter()
             .map(|(k, a)| (k.to_string(), a))
             .collect(),
@@ -258,7 +270,7 @@ pub fn build(
             Vec::new()
         },
         step_spread: step_spread(cases),
-        by_length: by_length_quartile(cases, s, seed),
+        by_length: by_length_quartile(cases, s, boot),
         mislocalized: mislocalized_agents(cases, s, opts.top_mislocalized),
         abstentions: cases
             .iter()
@@ -268,7 +280,7 @@ pub fn build(
         usage: usage_summary(cases),
         baselines: baselines
             .iter()
-            .map(|(name, bc)| (name.clone(), baseline_scores(bc, s, seed)))
+            .map(|(name, bc)| (name.clone(), baseline_scores(bc, s, boot)))
             .collect(),
         subsets,
         split: None,

@@ -15,11 +15,12 @@ use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
 
 /// Version of the report JSON ([`LocateReport::format_version`]). 1: reports before the field
 /// existed; 2: provenance (maslens version, git revision, dataset hashes, prompt hashes), typed
-/// `stopped_early`.
-pub const REPORT_FORMAT_VERSION: u32 = 2;
+/// `stopped_early`; 3: `joint_accuracy` (agent and step both right).
+pub const REPORT_FORMAT_VERSION: u32 = 3;
 
 /// A trace with its gold label.
 #[derive(Debug, Clone)]
@@ -152,6 +153,8 @@ pub struct EvalSpec<'a> {
     pub scorer: Scorer,
     /// Seed of the random baseline and the bootstrap intervals.
     pub seed: u64,
+    /// Bootstrap resamples of the intervals ([`crate::metrics::RESAMPLES`] by default).
+    pub resamples: usize,
     pub tolerances: Vec<usize>,
     pub top_mislocalized: usize,
     pub split: Option<SplitInfo>,
@@ -266,6 +269,7 @@ pub async fn evaluate(
         seed: spec.seed,
         tolerances: spec.tolerances.clone(),
         top_mislocalized: spec.top_mislocalized,
+        resamples: spec.resamples,
     };
     let mut report = build(&scored, &baseline_cases, errors, &opts);
     report.split = spec.split.clone();
@@ -279,6 +283,26 @@ pub async fn evaluate(
         prompts: localizer.prompts(),
     };
     EvalRun { report, verdicts }
+}
+
+/// [`evaluate`] for localizers that answer without waiting (a predictions table, the prior):
+/// the same run, scoring and report, driven to completion on the calling thread.
+pub fn evaluate_now(
+    cases: &[LabelledCase],
+    localizer: &dyn Localizer,
+    extra_baselines: &[(&str, &dyn Localizer)],
+    spec: &EvalSpec<'_>,
+) -> EvalRun {
+    let fut = evaluate(cases, localizer, extra_baselines, spec, &Silent);
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(run) = fut.as_mut().poll(&mut cx) {
+            return run;
+        }
+        // A localizer that does wait is still driven to completion, just not efficiently.
+        std::thread::yield_now();
+    }
 }
 
 /// Sort labelled cases by id and drop repeated ids; returns the repeated ids (each once per
@@ -385,23 +409,13 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use maslens_trace::{DecisiveLabel, Step};
+    use maslens_trace::TraceBuilder;
 
     fn labelled(id: &str, gold: (&str, usize)) -> LabelledCase {
-        let mut t = Trace::new(id);
-        for (i, a) in ["human", "Planner", "Coder", "Coder"].iter().enumerate() {
-            t.steps.push(Step {
-                index: i,
-                agent: a.to_string(),
-                content: format!("step {i}"),
-                ..Default::default()
-            });
-        }
-        t.labels.decisive = Some(DecisiveLabel {
-            agent: gold.0.into(),
-            step: gold.1,
-            reason: None,
-        });
+        let t = TraceBuilder::new(id)
+            .steps(&["human", "Planner", "Coder", "Coder"])
+            .decisive(gold.0, gold.1)
+            .build();
         let gold = t.gold().unwrap();
         LabelledCase { trace: t, gold }
     }
@@ -441,6 +455,7 @@ mod tests {
             dataset: "d".into(),
             scorer: Scorer::Exact,
             seed: 0,
+            resamples: 100,
             tolerances: vec![0, 1],
             top_mislocalized: 3,
             split: None,
@@ -460,7 +475,7 @@ mod tests {
             labelled("B/2", ("Coder", 3)),
         ];
         let tokens = |t: &Trace| t.steps.len();
-        let run = futures_lite_block_on(evaluate(
+        let run = evaluate_now(
             &cases,
             &Scripted,
             &[(
@@ -471,8 +486,7 @@ mod tests {
                 },
             )],
             &spec(&tokens),
-            &Silent,
-        ));
+        );
         let r = &run.report;
         assert_eq!(r.cases, 3, "stopped before B/stop: A/1, A/bad, B/1");
         assert_eq!(r.stopped_early.as_deref(), Some("budget"));
@@ -502,6 +516,8 @@ mod tests {
         assert_eq!(r.config["k"], 1);
         assert_eq!(r.per_case[0].trace_tokens, 4);
         assert_eq!(r.subsets.len(), 2, "groups A and B");
+        // A/1 (Coder@2) both right; A/bad unparsed; B/1 gold Planner@1, predicted Coder@2.
+        assert_eq!(r.joint_accuracy.map(|a| (a.k, a.n)), Some((1, 3)));
     }
 
     #[test]
@@ -545,17 +561,5 @@ mod tests {
         let h2 = DatasetInfo::of("x", &[&a, &b]);
         assert_eq!(h1.ids_sha256, h2.ids_sha256);
         assert_ne!(h1.content_sha256, h2.content_sha256);
-    }
-
-    /// Drive a future that never waits on I/O (the scripted localizers above).
-    fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
-        let waker = std::task::Waker::noop();
-        let mut cx = std::task::Context::from_waker(waker);
-        let mut f = std::pin::pin!(f);
-        loop {
-            if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-        }
     }
 }

@@ -84,7 +84,21 @@ pub(crate) struct View<'a> {
     pub per_case: Vec<CaseRow>,
     /// `(case id, error)`.
     pub errors: &'a [(String, String)],
+    /// Agent and step both right, for the method (decisive labels only).
+    pub joint: Option<String>,
+    /// Why the run stopped before the last case.
+    pub stopped_early: Option<&'a str>,
+    /// `maslens VERSION (git REV)`.
+    pub built_by: String,
+    /// `ids SHA-256 prefix, content SHA-256 prefix`.
+    pub dataset_hash: String,
+    /// `(prompt id, SHA-256 prefix)`.
+    pub prompts: Vec<(String, String)>,
     pub charts: Charts,
+}
+
+fn short(hash: &str) -> String {
+    hash.chars().take(12).collect()
 }
 
 pub(crate) fn view(r: &LocateReport) -> View<'_> {
@@ -223,6 +237,27 @@ pub(crate) fn view(r: &LocateReport) -> View<'_> {
             })
             .collect(),
         errors: &r.errors,
+        joint: r.joint_accuracy.as_ref().map(Accuracy::display),
+        stopped_early: r.stopped_early.as_deref(),
+        built_by: match &r.provenance.git_revision {
+            Some(rev) => format!(
+                "maslens {} (git {})",
+                r.provenance.maslens_version,
+                short(rev)
+            ),
+            None => format!("maslens {}", r.provenance.maslens_version),
+        },
+        dataset_hash: format!(
+            "ids {}, content {}",
+            short(&r.provenance.dataset.ids_sha256),
+            short(&r.provenance.dataset.content_sha256)
+        ),
+        prompts: r
+            .provenance
+            .prompts
+            .iter()
+            .map(|p| (p.id.clone(), short(&p.sha256)))
+            .collect(),
         charts: Charts::default(),
     }
 }

@@ -85,6 +85,21 @@ fn sample(agent: &str, error: &str) -> LocateReport {
         train: 4,
         test: 4,
     });
+    r.stopped_early = Some("budget of 1.00 USD reached".into());
+    r.provenance = maslens_eval::run::Provenance {
+        maslens_version: "0.0.0-test".into(),
+        git_revision: Some("0123456789abcdef0123".into()),
+        dataset: maslens_eval::run::DatasetInfo {
+            spec: "whowhen:sample".into(),
+            cases: 4,
+            ids_sha256: "a".repeat(64),
+            content_sha256: "b".repeat(64),
+        },
+        prompts: vec![maslens_eval::run::PromptRef::new(
+            "locate/judge_all_at_once.v1",
+            "Which agent <b>broke</b> it?",
+        )],
+    };
     r
 }
 

@@ -7,7 +7,8 @@
 
 use crate::model::{PriorModel, TrainConfig};
 use crate::PriorError;
-use maslens_eval::metrics::{agent_correct, step_correct, Accuracy, Case, Scorer};
+use maslens_eval::metrics::{Accuracy, Scorer};
+use maslens_eval::run::{evaluate_now, EvalSpec, LabelledCase, Table};
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -25,8 +26,9 @@ pub struct Tolerance {
 pub struct LocateMetrics {
     pub agent: Accuracy,
     pub step: Accuracy,
-    /// Agent and step both right.
-    pub pair: Accuracy,
+    /// Agent and step both right (`pair` in reports of format 1).
+    #[serde(alias = "pair")]
+    pub joint: Accuracy,
     pub tolerance: Vec<Tolerance>,
 }
 
@@ -72,56 +74,64 @@ pub fn is_labelled(t: &Trace) -> bool {
 }
 
 /// Score predictions against the labels of `traces` (matched by trace id; unlabelled traces are
-/// ignored, a labelled trace without prediction counts as wrong). Decisive labels score agent
-/// (exact name), step (exact index), pair (both) and step tolerance; traces with only faulty-agent
-/// labels score the agent level alone (right when the predicted agent is one of the faulty
-/// agents, names compared case-insensitively as Aegis labels differ in case).
+/// ignored, a labelled trace without prediction counts as wrong), through the evaluation path
+/// of `maslens eval locate` ([`maslens_eval::run::evaluate_now`], exact scorer): decisive labels
+/// score agent (exact name), step (exact index), joint (both) and step tolerance; traces with
+/// only faulty-agent labels score the agent level alone (right when the predicted agent is one
+/// of the faulty agents, names compared case-insensitively as Aegis labels differ in case).
 pub fn score(traces: &[&Trace], preds: &[Prediction], cfg: &EvalConfig) -> LocateMetrics {
-    let by_id: BTreeMap<&str, &Prediction> = preds.iter().map(|p| (p.trace.as_str(), p)).collect();
-    let mut agent_hits = Vec::new();
-    let mut step_hits = Vec::new();
-    let mut pair_hits = Vec::new();
-    let mut dist: Vec<Option<usize>> = Vec::new();
-    for t in traces {
-        let Some(gold) = t.gold() else { continue };
-        let p = by_id.get(t.id.as_str());
-        // Scored exactly as `maslens eval locate` scores (maslens_eval::metrics, exact scorer).
-        let case = Case {
-            id: t.id.clone(),
-            gold,
-            pred: maslens_eval::metrics::Prediction {
-                agent: p.and_then(|p| p.agent.clone()),
-                step: p.and_then(|p| p.step),
-                abstained: p.is_none_or(|p| p.step.is_none() && p.agent.is_none()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let agent_ok = agent_correct(&case, Scorer::Exact);
-        agent_hits.extend(agent_ok);
-        if let Some(step_ok) = step_correct(&case, Scorer::Exact) {
-            step_hits.push(step_ok);
-            pair_hits.push(step_ok && agent_ok == Some(true));
-            let gold_step = case.gold.step.unwrap_or_default();
-            dist.push(case.pred.step.map(|s| s.abs_diff(gold_step)));
-        }
-    }
-    let tolerance = cfg
-        .tolerances
+    let cases: Vec<LabelledCase> = traces
         .iter()
-        .map(|&w| {
-            let hits: Vec<bool> = dist.iter().map(|d| d.is_some_and(|d| d <= w)).collect();
-            Tolerance {
-                within: w,
-                metric: metric(&hits, cfg),
-            }
+        .filter_map(|t| {
+            Some(LabelledCase {
+                gold: t.gold()?,
+                trace: (*t).clone(),
+            })
         })
         .collect();
+    let table = Table {
+        label: "prior".into(),
+        predictions: preds
+            .iter()
+            .map(|p| {
+                let pred = maslens_eval::metrics::Prediction {
+                    agent: p.agent.clone(),
+                    step: p.step,
+                    abstained: p.step.is_none() && p.agent.is_none(),
+                    ..Default::default()
+                };
+                (p.trace.clone(), pred)
+            })
+            .collect(),
+    };
+    let steps = |t: &Trace| t.steps.len();
+    let spec = EvalSpec {
+        title: String::new(),
+        dataset: String::new(),
+        scorer: Scorer::Exact,
+        seed: cfg.seed,
+        resamples: cfg.bootstrap,
+        tolerances: cfg.tolerances.clone(),
+        top_mislocalized: 0,
+        split: None,
+        config: serde_json::Value::Null,
+        trace_tokens: &steps,
+        git_revision: None,
+    };
+    let r = evaluate_now(&cases, &table, &[], &spec).report;
+    let none = || metric(&[], cfg);
     LocateMetrics {
-        agent: metric(&agent_hits, cfg),
-        step: metric(&step_hits, cfg),
-        pair: metric(&pair_hits, cfg),
-        tolerance,
+        agent: r.agent_accuracy.unwrap_or_else(none),
+        step: r.step_accuracy.unwrap_or_else(none),
+        joint: r.joint_accuracy.unwrap_or_else(none),
+        tolerance: cfg
+            .tolerances
+            .iter()
+            .map(|&w| Tolerance {
+                within: w,
+                metric: r.tolerance.get(&w.to_string()).copied().unwrap_or_else(none),
+            })
+            .collect(),
     }
 }
 
@@ -310,24 +320,14 @@ pub fn baseline_reports(traces: &[&Trace], cfg: &EvalConfig) -> Vec<MethodReport
 mod tests {
     use super::*;
     use crate::model::tests::synthetic_corpus;
-    use maslens_trace::{AgentKind, DecisiveLabel, Step};
+    use maslens_trace::{AgentKind, TraceBuilder};
 
     fn labelled(id: &str, agents: &[(&str, AgentKind)], label: (&str, usize)) -> Trace {
-        let mut t = Trace::new(id);
-        for (i, (a, k)) in agents.iter().enumerate() {
-            t.ensure_agent(a, *k);
-            t.steps.push(Step {
-                index: i,
-                agent: a.to_string(),
-                ..Step::default()
-            });
+        let mut b = TraceBuilder::new(id);
+        for (a, k) in agents {
+            b = b.agent(a, *k).step(a, "");
         }
-        t.labels.decisive = Some(DecisiveLabel {
-            agent: label.0.into(),
-            step: label.1,
-            reason: None,
-        });
-        t
+        b.decisive(label.0, label.1).build()
     }
 
     #[test]
@@ -379,7 +379,7 @@ mod tests {
         assert_eq!(m.tolerance[1].metric.k, 1, "|3-1| = 2 <= 3");
         let m = score(&[&t], &[first], &cfg);
         assert_eq!((m.agent.k, m.step.k, m.agent.value), (1, 1, 1.0));
-        assert_eq!((m.pair.k, m.pair.n), (1, 1));
+        assert_eq!((m.joint.k, m.joint.n), (1, 1));
         // a trace without prediction counts as wrong
         let m = score(&[&t], &[], &cfg);
         assert_eq!((m.agent.k, m.agent.n), (0, 1));
@@ -387,15 +387,10 @@ mod tests {
 
     #[test]
     fn faulty_agent_labels_score_the_agent_level_only() {
-        use maslens_trace::FaultyAgent;
-        let mut t = Trace::new("aegis/1");
-        t.ensure_agent("Solver", AgentKind::Worker);
-        t.labels.faulty_agents.push(FaultyAgent {
-            agent: "solver".into(),
-            error_mode: None,
-            strategy: None,
-            description: None,
-        });
+        let t = TraceBuilder::new("aegis/1")
+            .agent("Solver", AgentKind::Worker)
+            .faulty("solver", None)
+            .build();
         assert!(is_labelled(&t));
         let pred = Prediction {
             trace: "aegis/1".into(),
@@ -408,7 +403,7 @@ mod tests {
         };
         let m = score(&[&t], &[pred], &cfg);
         assert_eq!((m.agent.k, m.agent.n), (1, 1));
-        assert_eq!((m.step.n, m.pair.n), (0, 0));
+        assert_eq!((m.step.n, m.joint.n), (0, 0));
         assert!(!is_labelled(&Trace::new("none")));
     }
 

@@ -17,7 +17,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Version of the evaluation report this build writes.
-pub const REPORT_FORMAT_VERSION: u32 = 1;
+/// 1: first; 2: `pair` (agent and step both right) renamed `joint`, the name the locate report uses
+/// (its `pair_accuracy` is Aegis's agent + error mode), and every metric scored by
+/// `maslens_eval::run::evaluate_now`.
+pub const REPORT_FORMAT_VERSION: u32 = 2;
 
 /// Errors of a prior run.
 #[derive(Debug, thiserror::Error)]
@@ -300,7 +303,7 @@ pub fn render_text(out: &EvalReport) -> String {
                     .iter()
                     .map(|t| format!("+-{}: {}", t.within, pct(t.metric.value)))
                     .collect();
-                tol.push(format!("pair: {}", pct(r.pair.value)));
+                tol.push(format!("joint: {}", pct(r.joint.value)));
                 table.add_row(vec![
                     m.method.clone(),
                     g.clone(),
@@ -372,7 +375,10 @@ mod tests {
             .description
             .contains("seeded hash of the trace id"));
         assert_eq!(t.report.protocols[1].protocol, "training-fit");
-        assert_eq!((t.report.skipped, t.report.format_version), (1, 1));
+        assert_eq!(
+            (t.report.skipped, t.report.format_version),
+            (1, REPORT_FORMAT_VERSION)
+        );
         assert_eq!(t.oof_probs.as_ref().map(Vec::len), Some(20));
         let note = t.model.training.note.clone().unwrap_or_default();
         assert!(note.starts_with("maslens prior train data/x --folds 3 --alpha 1"));
