@@ -256,7 +256,11 @@ pub async fn turn_eval(
         .max_tokens(dec.max_tokens)
         .temperature(dec.temperature)
         .json_schema(turn_eval_schema())
-        .stage(stage);
+        .stage(stage)
+        .template(match subject {
+            Subject::Agent => AGENT_TURN_EVAL.name,
+            Subject::Aggregator => AGGREGATOR_EVAL.name,
+        });
     req.top_p = dec.top_p;
     let first = model.complete(&req).await?;
     let problem = match check_text(&first.text, known_correct) {
@@ -365,7 +369,8 @@ pub async fn peer_view(
     let mut req = ChatRequest::new(vec![Message::system(system), Message::user(user)])
         .max_tokens(dec.max_tokens)
         .temperature(dec.temperature)
-        .stage(stage);
+        .stage(stage)
+        .template(PEER_VIEW_JUDGE_INPUT.name);
     req.top_p = dec.top_p;
     let schema = peer_schema(&agents);
     let out = complete_as::<PeerAnswer>(model, req, &schema).await?;

@@ -9,7 +9,7 @@ use crate::answer::{extract_choice, option_letters};
 use crate::config::{DebateConfig, Decoding, FinalDecision, PromptSet, AGGREGATOR_AGENT};
 use crate::data::Mcq;
 use crate::CreditError;
-use maslens_llm::prompt::untrusted;
+use maslens_llm::prompt::{untrusted, Rendered};
 use maslens_llm::usage::{TrackedModel, UsageTracker};
 use maslens_llm::{prompt_template, ChatModel, ChatRequest, Message, Usage};
 use maslens_trace::{AgentKind, Outcome, Step, Trace};
@@ -125,11 +125,18 @@ impl DebateRun {
     }
 }
 
-fn request(system: &str, user: String, dec: &Decoding, seed: u64, stage: String) -> ChatRequest {
-    let mut r = ChatRequest::new(vec![Message::system(system), Message::user(user)])
+fn request(
+    system: &str,
+    user: Rendered,
+    dec: &Decoding,
+    seed: u64,
+    stage: String,
+) -> ChatRequest {
+    let mut r = ChatRequest::new(vec![Message::system(system), Message::user(user.text)])
         .max_tokens(dec.max_tokens)
         .temperature(dec.temperature)
-        .stage(stage);
+        .stage(stage)
+        .template(user.template);
     r.top_p = dec.top_p;
     r.seed = Some(seed);
     r
@@ -171,7 +178,7 @@ pub async fn run_debate(
         let prev = states.last().map(|s| untrusted("shared_state", &s.text));
         let mut round_utts = Vec::with_capacity(cfg.roles.len());
         for (i, role) in cfg.roles.iter().enumerate() {
-            let user = ROLE_TURN.render(serde_json::json!({
+            let user = ROLE_TURN.rendered(serde_json::json!({
                 "question": question, "options": options, "state": prev.clone().unwrap_or_default(),
                 "prev_round": t, "role": role.name, "round": t + 1, "rounds": rounds, "letters": letters,
             }))?;
@@ -205,7 +212,7 @@ pub async fn run_debate(
             .iter()
             .map(|u| format!("{}:\n{}", u.role, untrusted("agent_message", &u.text)))
             .collect();
-        let user = AGGREGATE.render(serde_json::json!({
+        let user = AGGREGATE.rendered(serde_json::json!({
             "question": question, "options": options, "utterances": msgs,
             "round": t + 1, "rounds": rounds, "letters": letters,
         }))?;
@@ -249,7 +256,7 @@ pub async fn run_debate(
                 .as_ref()
                 .map(|s| untrusted("shared_state", &s.text))
                 .unwrap_or_default();
-            let user = FINAL_DECISION.render(serde_json::json!({
+            let user = FINAL_DECISION.rendered(serde_json::json!({
                 "question": question, "options": options, "state": state, "letters": letters,
             }))?;
             let system = FINAL_DECISION_SYSTEM.render(serde_json::json!({}))?;
@@ -460,12 +467,12 @@ prompt = "Aggregate."
 
     #[tokio::test]
     async fn runs_rounds_and_threads_state() {
-        // Fixture responses keyed on the stage-specific wording of the prompts.
+        // Fixture responses keyed on the template and the round the prompt carries.
         let m = ScriptedModel::new("fixture")
-            .rule("aggregation module of round 1", "Answer: C (state one)")
-            .rule("aggregation module of round 2", "Answer: B final")
-            .rule("round 1 of 2", "Answer: C")
-            .rule("round 2 of 2", "Answer: B");
+            .on_with("credit/aggregate", "round 1 of 2", "Answer: C (state one)")
+            .on_with("credit/aggregate", "round 2 of 2", "Answer: B final")
+            .on_with("credit/role_turn", "round 1 of 2", "Answer: C")
+            .on_with("credit/role_turn", "round 2 of 2", "Answer: B");
         let m = Arc::new(m);
         let models = ModelSet::single(m.clone());
         let c = cfg(false);
@@ -501,8 +508,8 @@ prompt = "Aggregate."
     async fn early_stop_on_consensus() {
         let m = Arc::new(
             ScriptedModel::new("fixture")
-                .rule("aggregation", "Answer: B")
-                .rule("Begin your reply", "Answer: B"),
+                .on("credit/aggregate", "Answer: B")
+                .on("credit/role_turn", "Answer: B"),
         );
         let c = cfg(true);
         let run = run_debate(&ModelSet::single(m), &c, &c.prompts(), &q(), 0)
@@ -517,8 +524,8 @@ prompt = "Aggregate."
     async fn run_many_keeps_order_and_propagates_errors() {
         let m = Arc::new(
             ScriptedModel::new("fixture")
-                .rule("aggregation", "Answer: A")
-                .rule("Begin your reply", "Answer: A"),
+                .on("credit/aggregate", "Answer: A")
+                .on("credit/role_turn", "Answer: A"),
         );
         let c = Arc::new(cfg(false));
         let mut qs = vec![q(), q()];

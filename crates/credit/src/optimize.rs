@@ -27,7 +27,7 @@ use crate::critic::{peer_view, turn_eval, Subject, TurnEval, NONE_LABEL};
 use crate::data::Mcq;
 use crate::debate::{accuracy, run_many, DebateRun, ModelSet};
 use crate::CreditError;
-use maslens_llm::prompt::{untrusted, Template};
+use maslens_llm::prompt::{untrusted, Rendered, Template};
 use maslens_llm::typed::{complete_as, lenient};
 use maslens_llm::usage::UsageTracker;
 use maslens_llm::{prompt_template, ChatModel, ChatRequest, Message};
@@ -377,14 +377,15 @@ impl Optimizer {
     async fn complete_text(
         &self,
         system: String,
-        user: String,
+        user: Rendered,
         dec: &Decoding,
         stage: String,
     ) -> Result<String, CreditError> {
-        let mut req = ChatRequest::new(vec![Message::system(system), Message::user(user)])
+        let mut req = ChatRequest::new(vec![Message::system(system), Message::user(user.text)])
             .max_tokens(dec.max_tokens)
             .temperature(dec.temperature)
-            .stage(stage);
+            .stage(stage)
+            .template(user.template);
         req.top_p = dec.top_p;
         req.seed = Some(self.seed);
         Ok(self.optimizer_model.complete(&req).await?.text)
@@ -416,7 +417,7 @@ impl Optimizer {
                 })
             })
             .collect();
-        let user = AGENT_DIAGNOSIS_INPUT.render(json!({
+        let user = AGENT_DIAGNOSIS_INPUT.rendered(json!({
             "role": role, "n_evaluated": summary.n_evaluated, "n_failures": summary.n_failures, "groups": groups,
         }))?;
         let diagnosis = self
@@ -427,7 +428,7 @@ impl Optimizer {
                 format!("optimizer/diagnosis/{role}"),
             )
             .await?;
-        let user = ROLE_PROMPT_OPTIMIZE_INPUT.render(json!({
+        let user = ROLE_PROMPT_OPTIMIZE_INPUT.rendered(json!({
             "role": role,
             "prompt": untrusted("original_role_prompt", &prompts.roles[i]),
             "diagnosis": untrusted("failure_summary", diagnosis.trim()),
@@ -478,7 +479,7 @@ impl Optimizer {
         if failures.is_empty() {
             return Ok(None);
         }
-        let user = AGG_PROMPT_OPTIMIZE_INPUT.render(json!({
+        let user = AGG_PROMPT_OPTIMIZE_INPUT.rendered(json!({
             "round": t + 1, "rounds": self.cfg.rounds,
             "prompt": untrusted("original_aggregation_prompt", &prompts.aggregators[t]),
             "alpha": format!("{:.2}", ema.alpha[t]), "n_failures": ema.failures[t], "failures": failures,
@@ -555,7 +556,8 @@ impl Optimizer {
             ])
             .max_tokens(dec.max_tokens.saturating_mul(2))
             .temperature(dec.temperature)
-            .stage("blackbox/propose");
+            .stage("blackbox/propose")
+            .template(BLACKBOX_PROPOSE_INPUT.name);
             req.seed = Some(self.seed.wrapping_add(step));
             let out =
                 complete_as::<ProposalAnswer>(self.optimizer_model.as_ref(), req, &schema).await?;

@@ -399,7 +399,8 @@ async fn generic_segment(
             ])
             .max_tokens(dec.max_tokens)
             .temperature(dec.temperature)
-            .stage(format!("credit/generic_turn/{a}"));
+            .stage(format!("credit/generic_turn/{a}"))
+            .template(GENERIC_TURN_EVAL_INPUT.name);
             req.top_p = dec.top_p;
             let out = complete_as::<GenericTurnAnswer>(model, req, &schema).await?;
             r.calls += out.calls;
@@ -457,7 +458,8 @@ async fn generic_segment(
         ])
         .max_tokens(dec.max_tokens)
         .temperature(dec.temperature)
-        .stage("credit/generic_window");
+        .stage("credit/generic_window")
+        .template(GENERIC_WINDOW_JUDGE_INPUT.name);
         req.top_p = dec.top_p;
         let out = complete_as::<GenericWindowAnswer>(model, req, &schema).await?;
         r.calls += out.calls;
@@ -614,18 +616,20 @@ mod tests {
             step(1, "coder", None, None, "code"),
             step(2, "planner", None, None, "wrong claim"),
         ];
-        // Fixture answers keyed on the agent named in the request.
+        // Fixture answers keyed on the template and the agent named in the request.
         let m = ScriptedModel::new("fixture")
-            .rule(
+            .on_with(
+                "credit/generic_turn_eval_input",
                 "\"planner\" in window 1",
                 r#"{"failure_pattern":"KNOWLEDGE_DEFICIT","explanation":"x","score":1}"#,
             )
-            .rule(
+            .on_with(
+                "credit/generic_turn_eval_input",
                 "\"coder\" in window 1",
                 r#"{"failure_pattern":"NONE","explanation":"x","score":5}"#,
             )
-            .rule(
-                "Messages of window 1",
+            .on(
+                "credit/generic_window_judge_input",
                 r#"{"scores":{"planner":2,"coder":4},"segment_score":3}"#,
             );
         let opts = TraceCreditOptions {

@@ -282,7 +282,8 @@ pub async fn classify(
     check_outcome_blind(trace, &format!("{}\n{}", p.system, p.user), &p.data)?;
     let req = ChatRequest::new(vec![Message::system(p.system), Message::user(p.user)])
         .max_tokens(cfg.max_tokens)
-        .stage("implicit/absorb");
+        .stage("implicit/absorb")
+        .template(ABSORB_USER.name);
     let out = complete_as::<AbsorbAnswer>(model, req, &absorb_schema()).await?;
     let result = match out.value {
         Some(v) => {
@@ -323,36 +324,24 @@ mod tests {
     use super::*;
     use crate::taxonomy::ErrorType;
     use maslens_llm::testing::ScriptedModel;
-    use maslens_trace::{DecisiveLabel, Outcome, Step};
+    use maslens_trace::{Outcome, TraceBuilder};
 
     fn trace() -> Trace {
-        let mut t = Trace::new("abs");
-        t.task = "Compute 17 * 3.".into();
-        t.ground_truth = Some("UNIQUE-ANSWER-51".into());
-        t.outcome = Outcome::Failure;
-        t.labels.decisive = Some(DecisiveLabel {
-            agent: "Solver".into(),
-            step: 1,
-            reason: Some("Solver multiplied wrongly at step one".into()),
-        });
-        t.metadata.insert("is_correct".into(), json!("false"));
-        t.metadata.insert("mistake_agent".into(), json!("Solver"));
-        t.ensure_agent("Manager", AgentKind::Orchestrator);
-        t.ensure_agent("Solver", AgentKind::Worker);
-        t.ensure_agent("Checker", AgentKind::Worker);
-        let step = |i: usize, a: &str, c: &str| Step {
-            index: i,
-            agent: a.into(),
-            content: c.into(),
-            ..Default::default()
-        };
-        t.steps = vec![
-            step(0, "Manager", "Solver, compute 17 * 3."),
-            step(1, "Solver", "17 * 3 = 41"),
-            step(2, "Checker", "That is wrong, 17 * 3 = 51."),
-            step(3, "Solver", "Final: 51"),
-        ];
-        t
+        TraceBuilder::new("abs")
+            .task("Compute 17 * 3.")
+            .ground_truth("UNIQUE-ANSWER-51")
+            .outcome(Outcome::Failure)
+            .decisive_because("Solver", 1, "Solver multiplied wrongly at step one")
+            .metadata("is_correct", json!("false"))
+            .metadata("mistake_agent", json!("Solver"))
+            .agent("Manager", AgentKind::Orchestrator)
+            .agent("Solver", AgentKind::Worker)
+            .agent("Checker", AgentKind::Worker)
+            .step("Manager", "Solver, compute 17 * 3.")
+            .step("Solver", "17 * 3 = 41")
+            .step("Checker", "That is wrong, 17 * 3 = 51.")
+            .step("Solver", "Final: 51")
+            .build()
     }
 
     fn event(step: usize, agent: &str) -> ImplicitFailure {

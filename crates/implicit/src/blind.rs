@@ -131,21 +131,16 @@ pub fn check_outcome_blind(trace: &Trace, prompt: &str, data: &str) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use maslens_trace::{DecisiveLabel, Outcome};
+    use maslens_trace::Outcome;
 
     fn trace() -> Trace {
-        let mut t = Trace::new("t1");
-        t.task = "How many apples?".into();
-        t.ground_truth = Some("forty-two apples".into());
-        t.outcome = Outcome::Failure;
-        t.labels.decisive = Some(DecisiveLabel {
-            agent: "B".into(),
-            step: 1,
-            reason: Some("B miscounted the crates".into()),
-        });
-        t.metadata
-            .insert("is_correct".into(), serde_json::json!("false"));
-        t
+        maslens_trace::TraceBuilder::new("t1")
+            .task("How many apples?")
+            .ground_truth("forty-two apples")
+            .outcome(Outcome::Failure)
+            .decisive_because("B", 1, "B miscounted the crates")
+            .metadata("is_correct", serde_json::json!("false"))
+            .build()
     }
 
     #[test]

@@ -621,25 +621,18 @@ pub fn advantages_from_jsonl(
 mod tests {
     use super::*;
     use maslens_llm::testing::ScriptedModel;
-    use maslens_trace::{AgentKind, Step};
+    use maslens_trace::AgentKind;
     use serde_json::json;
 
     fn trace(id: &str, task: &str, outcome: Outcome) -> Trace {
-        let mut t = Trace::new(id);
-        t.task = task.into();
-        t.outcome = outcome;
-        t.ensure_agent("Solver", AgentKind::Worker);
-        t.steps = ["2 + 2 = 5", "Checking: 2 + 2 = 4.", "FINAL 4"]
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Step {
-                index: i,
-                agent: "Solver".into(),
-                content: (*c).into(),
-                ..Default::default()
-            })
-            .collect();
-        t
+        maslens_trace::TraceBuilder::new(id)
+            .task(task)
+            .outcome(outcome)
+            .agent("Solver", AgentKind::Worker)
+            .step("Solver", "2 + 2 = 5")
+            .step("Solver", "Checking: 2 + 2 = 4.")
+            .step("Solver", "FINAL 4")
+            .build()
     }
 
     fn detection() -> String {
@@ -654,8 +647,8 @@ mod tests {
         // Fixture: one detection answer (then the script runs out, so the second trace fails),
         // absorption by rule.
         let m = ScriptedModel::new("fixture")
-            .rule(
-                "Classify how the execution trace",
+            .on(
+                "implicit/absorb_user",
                 r#"{"absorption_pattern":"self_corrected","confidence":"high","rationale":"r"}"#,
             )
             .then(detection());

@@ -432,7 +432,8 @@ pub async fn detect(
         check_outcome_blind(trace, &format!("{}\n{}", p.system, p.user), &p.data)?;
         let req = ChatRequest::new(vec![Message::system(p.system), Message::user(p.user)])
             .max_tokens(cfg.max_tokens)
-            .stage("implicit/detect");
+            .stage("implicit/detect")
+        .template(DETECT_USER.name);
         let out = complete_as::<DetectAnswer>(model, req, &schema).await?;
         det.usage += out.usage;
         det.calls += out.calls;
@@ -545,7 +546,7 @@ mod tests {
             ..Default::default()
         };
         // Dry run to learn the windows, then pick a step inside the first overlap.
-        let dry = ScriptedModel::new("fixture").rule("<trace>", answer(&[]));
+        let dry = ScriptedModel::new("fixture").on("implicit/detect_user", answer(&[]));
         let plan = detect(&dry, &t, &cfg).await.unwrap().windows;
         assert!(plan.len() >= 2, "expected several windows, got {plan:?}");
         assert!(plan[1].0 <= plan[0].1, "windows must overlap: {plan:?}");
@@ -554,11 +555,12 @@ mod tests {
         let evidence = format!("searched the census page number {k}");
         // Every window that shows step k reports the same event (fixture answers, not a model).
         let m = ScriptedModel::new("fixture")
-            .rule(
+            .on_with(
+                "implicit/detect_user",
                 needle.clone(),
                 answer(&[(k, "WebSurfer", "unnecessary_action", evidence.as_str())]),
             )
-            .rule("<trace>", answer(&[]));
+            .on("implicit/detect_user", answer(&[]));
         let d = detect(&m, &t, &cfg).await.unwrap();
         assert_eq!(d.windows, plan);
         // Task and roster repeated in every window.

@@ -136,7 +136,8 @@ pub async fn repair_event(
     let (system, user) = render_repair_prompt(trace, pos, event, cfg, budget, &count)?;
     let req = ChatRequest::new(vec![Message::system(system), Message::user(user)])
         .max_tokens(cfg.max_tokens)
-        .stage("implicit/repair");
+        .stage("implicit/repair")
+        .template(REPAIR_USER.name);
     let resp = model.complete(&req).await?;
     let fixed = clean_repair(&resp.text);
     if fixed.is_empty() {

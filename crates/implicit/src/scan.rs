@@ -230,42 +230,20 @@ pub async fn scan_trace(
 mod tests {
     use super::*;
     use maslens_llm::testing::ScriptedModel;
-    use maslens_trace::{AgentKind, Step};
+    use maslens_trace::{AgentKind, TraceBuilder};
     use serde_json::json;
 
     fn trace() -> Trace {
-        let mut t = Trace::new("s1");
-        t.task = "Add 2 and 2.".into();
-        t.outcome = Outcome::Success;
-        t.ensure_agent("Solver", AgentKind::Worker);
-        t.ensure_agent("Checker", AgentKind::Worker);
-        t.steps = vec![
-            Step {
-                index: 0,
-                agent: "Solver".into(),
-                content: "2 + 2 = 5".into(),
-                ..Default::default()
-            },
-            Step {
-                index: 1,
-                agent: "Checker".into(),
-                content: "No: 2 + 2 = 4.".into(),
-                ..Default::default()
-            },
-            Step {
-                index: 2,
-                agent: "Solver".into(),
-                content: "Right, the answer is 4.".into(),
-                ..Default::default()
-            },
-            Step {
-                index: 3,
-                agent: "Solver".into(),
-                content: "FINAL 4".into(),
-                ..Default::default()
-            },
-        ];
-        t
+        TraceBuilder::new("s1")
+            .task("Add 2 and 2.")
+            .outcome(Outcome::Success)
+            .agent("Solver", AgentKind::Worker)
+            .agent("Checker", AgentKind::Worker)
+            .step("Solver", "2 + 2 = 5")
+            .step("Checker", "No: 2 + 2 = 4.")
+            .step("Solver", "Right, the answer is 4.")
+            .step("Solver", "FINAL 4")
+            .build()
     }
 
     fn det(events: &[(usize, &str, &str, &str)]) -> String {
@@ -282,7 +260,7 @@ mod tests {
         let t = trace();
         // Fixture: the detector answers once, then one absorption answer per counted event.
         let m = ScriptedModel::new("fixture")
-            .rule("Classify how the execution trace", r#"{"absorption_pattern":"peer_repair","confidence":"high","rationale":"Checker fixed it"}"#)
+            .on("implicit/absorb_user", r#"{"absorption_pattern":"peer_repair","confidence":"high","rationale":"Checker fixed it"}"#)
             .then(det(&[(0, "Solver", "reasoning_error", "2 + 2 = 5"), (2, "Solver", "hallucination", "the moon is cheese")]));
         let s = scan_trace(&[&m], &t, &ScanConfig::default()).await.unwrap();
         assert_eq!(s.events.len(), 1);
@@ -301,8 +279,8 @@ mod tests {
             reason: None,
         });
         let m = ScriptedModel::new("fixture")
-            .rule(
-                "Classify how the execution trace",
+            .on(
+                "implicit/absorb_user",
                 r#"{"absorption_pattern":"peer_repair","confidence":"high","rationale":"r"}"#,
             )
             .then(det(&[(0, "Solver", "reasoning_error", "2 + 2 = 5")]));
@@ -317,8 +295,8 @@ mod tests {
     async fn multi_judge_keeps_k_of_n() {
         let t = trace();
         let a = ScriptedModel::new("judge-a")
-            .rule(
-                "Classify how the execution trace",
+            .on(
+                "implicit/absorb_user",
                 r#"{"absorption_pattern":"self_corrected","confidence":"high","rationale":"r"}"#,
             )
             .then(det(&[

@@ -40,6 +40,22 @@ impl Template {
         let tmpl = env.get_template(self.name).map_err(err)?;
         tmpl.render(ctx).map_err(err)
     }
+
+    /// [`Template::render`], keeping the template's name with the text (for
+    /// [`crate::ChatRequest::template`]).
+    pub fn rendered<C: Serialize>(&self, ctx: C) -> Result<Rendered, PromptError> {
+        Ok(Rendered {
+            template: self.name,
+            text: self.render(ctx)?,
+        })
+    }
+}
+
+/// A rendered template: the text and the name of the template it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub template: &'static str,
+    pub text: String,
 }
 
 /// Declare a template from a file under the repository's `prompts/` directory:

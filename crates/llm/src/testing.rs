@@ -7,11 +7,22 @@
 use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Usage};
 use std::sync::Mutex;
 
-/// Answers each call with the first rule whose needle occurs in the last user message,
-/// or the next queued response when no rule matches.
+/// Which requests a rule answers.
+struct Rule {
+    /// The request's template name starts with this (`""`: any template).
+    template: String,
+    /// The last user message contains this (`""`: any message).
+    needle: String,
+    response: String,
+}
+
+/// Answers each call with the first matching rule, or the next queued response when no rule
+/// matches. Rules are keyed by the prompt template a request was rendered from
+/// ([`ScriptedModel::on`]), optionally narrowed by the data in the prompt (a window number, a
+/// round, an agent: [`ScriptedModel::on_with`]), never by the template's wording.
 pub struct ScriptedModel {
     id: String,
-    rules: Vec<(String, String)>,
+    rules: Vec<Rule>,
     queue: Mutex<std::collections::VecDeque<String>>,
     /// Every request received, in order.
     pub calls: Mutex<Vec<ChatRequest>>,
@@ -26,10 +37,30 @@ impl ScriptedModel {
             calls: Mutex::new(Vec::new()),
         }
     }
-    /// When the last user message contains `needle`, answer `response`.
-    pub fn rule(mut self, needle: impl Into<String>, response: impl Into<String>) -> Self {
-        self.rules.push((needle.into(), response.into()));
+    /// Answer `response` to requests rendered from a template whose name starts with
+    /// `template` (e.g. `locate/judge_all_at_once`, any version).
+    pub fn on(self, template: impl Into<String>, response: impl Into<String>) -> Self {
+        self.on_with(template, "", response)
+    }
+    /// [`ScriptedModel::on`], only when the last user message also contains `needle` (data the
+    /// prompt carries, such as `Window 2 of`).
+    pub fn on_with(
+        mut self,
+        template: impl Into<String>,
+        needle: impl Into<String>,
+        response: impl Into<String>,
+    ) -> Self {
+        self.rules.push(Rule {
+            template: template.into(),
+            needle: needle.into(),
+            response: response.into(),
+        });
         self
+    }
+    /// Answer `response` to every request whose last user message contains `needle`, whatever
+    /// its template (for requests built without one, and for catch-alls: `rule("", ...)`).
+    pub fn rule(self, needle: impl Into<String>, response: impl Into<String>) -> Self {
+        self.on_with("", needle, response)
     }
     /// Queue a response used (in order) when no rule matches.
     pub fn then(self, response: impl Into<String>) -> Self {
@@ -63,8 +94,8 @@ impl ChatModel for ScriptedModel {
         let text = self
             .rules
             .iter()
-            .find(|(needle, _)| last_user.contains(needle.as_str()))
-            .map(|(_, r)| r.clone())
+            .find(|r| request.template.starts_with(&r.template) && last_user.contains(&r.needle))
+            .map(|r| r.response.clone())
             .or_else(|| self.queue.lock().ok().and_then(|mut q| q.pop_front()))
             .ok_or_else(|| LlmError::Other("scripted model: script exhausted".into()))?;
         let prompt_tokens: usize = request

@@ -56,6 +56,9 @@ pub fn parse_answer<T: DeserializeOwned>(
     }
 }
 
+/// The repair request's instructions (`prompts/llm/repair.v1.j2`).
+pub const REPAIR: crate::prompt::Template = crate::prompt_template!("llm/repair.v1");
+
 /// Run `request` (its `json_schema` set to `schema`) and read the answer as `T`; one repair call
 /// quoting the problem, else an abstention (`value: None`) carrying the reason. Backend errors
 /// (network, budget, replay miss) are returned as `Err`; answers that do not fit are never one.
@@ -82,11 +85,12 @@ pub async fn complete_as<T: DeserializeOwned>(
     };
     let mut repair = request.clone();
     repair.stage = format!("{}/repair", request.stage);
+    repair.template = REPAIR.name.to_string();
     repair.messages.push(Message::assistant(first.text.clone()));
-    repair.messages.push(Message::user(format!(
-        "Your answer was not valid: {problem}. Answer again with only one JSON object that \
-         satisfies this JSON schema, and nothing else:\n{schema}"
-    )));
+    let text = REPAIR
+        .render(serde_json::json!({"problem": problem, "schema": schema.to_string()}))
+        .map_err(|e| LlmError::Other(e.to_string()))?;
+    repair.messages.push(Message::user(text));
     let second = model.complete(&repair).await?;
     usage += second.usage;
     let (value, abstain_reason) = match parse_answer(&second.text, &second.finish_reason, schema) {
@@ -301,8 +305,23 @@ mod tests {
         {
             let calls = m.calls.lock().unwrap();
             assert_eq!(calls[1].stage, "s/repair");
+            assert_eq!(calls[1].template, "llm/repair.v1");
             let repair = &calls[1].messages.last().unwrap().content;
             assert!(repair.contains("$: invalid type"), "{repair}");
+            // The template renders the text the code wrote before it was a file, byte for byte
+            // (cached answers to repair calls stay valid).
+            let problem = repair
+                .strip_prefix("Your answer was not valid: ")
+                .and_then(|r| r.split_once(". Answer again"))
+                .map(|(p, _)| p)
+                .unwrap();
+            assert_eq!(
+                repair,
+                &format!(
+                    "Your answer was not valid: {problem}. Answer again with only one JSON object that \
+                     satisfies this JSON schema, and nothing else:\n{schema}"
+                )
+            );
         }
 
         let m = ScriptedModel::new("fixture").then("{}").then("nope");

@@ -62,6 +62,11 @@ pub struct ChatRequest {
     /// Accounting label (e.g. `judge`, `evaluator/concise`); not part of the cache key.
     #[serde(default, skip)]
     pub stage: String,
+    /// Name of the prompt template the request's last message was rendered from (e.g.
+    /// `locate/judge_step.v1`); like `stage`, not sent and not part of the cache key. Test
+    /// fixtures answer by it ([`crate::testing::ScriptedModel::on`]).
+    #[serde(default, skip)]
+    pub template: String,
 }
 
 impl ChatRequest {
@@ -76,6 +81,7 @@ impl ChatRequest {
             json_schema: None,
             grammar: None,
             stage: String::new(),
+            template: String::new(),
         }
     }
     pub fn max_tokens(mut self, n: u32) -> Self {
@@ -92,6 +98,11 @@ impl ChatRequest {
     }
     pub fn stage(mut self, stage: impl Into<String>) -> Self {
         self.stage = stage.into();
+        self
+    }
+    /// Record the template the request was rendered from ([`ChatRequest::template`]).
+    pub fn template(mut self, name: impl Into<String>) -> Self {
+        self.template = name.into();
         self
     }
 }

@@ -167,7 +167,7 @@ pub async fn evaluate(
     settings: &Settings,
 ) -> Result<EvaluatorResult, LocateError> {
     let mut stats = Totals::default();
-    let instr = style.template().render(json!({
+    let instr = style.template().rendered(json!({
         "criterion": prompts::criterion()?,
         "hypothesis": hypothesis.map(|(a, t)| json!({"agent": a, "step": t})),
         "judge_ran": judge_ran,

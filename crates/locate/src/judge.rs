@@ -22,7 +22,7 @@
 
 use crate::render::{self, Strategy, MIN_STEP_CHARS};
 use crate::{finding_from_answer, prompts, Finding, LocateError, LocationAnswer};
-use maslens_llm::prompt::untrusted;
+use maslens_llm::prompt::{untrusted, Rendered};
 use maslens_llm::structured::StructuredOutput;
 use maslens_llm::typed::complete_as;
 use maslens_llm::{ChatModel, Totals};
@@ -189,7 +189,7 @@ pub(crate) async fn call<T: DeserializeOwned>(
     model: &dyn ChatModel,
     trace: &Trace,
     context: &str,
-    instructions: &str,
+    instructions: &Rendered,
     schema: &Value,
     settings: &Settings,
     stage: &str,
@@ -267,7 +267,7 @@ async fn all_at_once(
     let guide = prior.map(|p| (p, None));
     if let Some(fitted) = render::fit_guided(model, trace, 0..n, budget, MIN_STEP_CHARS, guide) {
         let ctx = prompts::fitted_context(trace, &fitted, settings.with_ground_truth)?;
-        let instr = prompts::JUDGE_ALL_AT_ONCE.render(json!({"criterion": criterion, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
+        let instr = prompts::JUDGE_ALL_AT_ONCE.rendered(json!({"criterion": criterion, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
         let schema = location_schema(&settings.error_modes);
         let out: StructuredOutput<LocationAnswer> = call(
             model,
@@ -317,7 +317,7 @@ async fn all_at_once(
         let ctx = prompts::context(trace, text, Some(&note), settings.with_ground_truth)?;
         let carried =
             carried_notes(model, &notes, NOTES_RESERVE).map(|text| untrusted("notes", &text));
-        let instr = prompts::JUDGE_WINDOW.render(json!({
+        let instr = prompts::JUDGE_WINDOW.rendered(json!({
             "criterion": criterion, "windows": wins.len(), "window": k + 1, "lo": lo, "hi": hi,
             "notes": carried, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
         let out: StructuredOutput<WindowAnswer> = call(
@@ -558,7 +558,7 @@ async fn step_by_step(
         strategy = strongest(strategy, s);
         let ctx = prompts::context(trace, &text, note.as_deref(), settings.with_ground_truth)?;
         let instr = prompts::JUDGE_STEP
-            .render(json!({"criterion": criterion, "step": step.index, "agent": step.agent}))?;
+            .rendered(json!({"criterion": criterion, "step": step.index, "agent": step.agent}))?;
         let out: StructuredOutput<StepAnswer> = call(
             model,
             trace,
@@ -656,7 +656,7 @@ async fn binary_search(
             trace.steps[hi].index,
         );
         let ctx = prompts::fitted_context(trace, &fitted, settings.with_ground_truth)?;
-        let instr = prompts::JUDGE_BINARY.render(
+        let instr = prompts::JUDGE_BINARY.rendered(
             json!({"criterion": criterion, "lo": ilo, "mid": imid, "mid_next": inext, "hi": ihi}),
         )?;
         let out: StructuredOutput<BinaryAnswer> = call(
@@ -767,11 +767,13 @@ mod tests {
         let t = trace(8);
         let no = r#"{"reason":"fine","decisive":false,"confidence":0.9}"#;
         let m = ScriptedModel::new("fixture")
-            .rule(
+            .on_with(
+                "locate/judge_step",
                 "ends at step 4 ",
                 r#"{"reason":"wrong tool","decisive":true,"confidence":0.7}"#,
             )
-            .rule(
+            .on_with(
+                "locate/judge_step",
                 "ends at step 6 ",
                 r#"{"reason":"also","decisive":true,"confidence":0.9}"#,
             )
@@ -819,8 +821,8 @@ mod tests {
         // converges to the step the answers point at (always "second": the last step).
         let t = crate::test_support::long_trace(120, 3000);
         let m = ContextFixture::new(
-            ScriptedModel::new("fixture").rule(
-                "Step ",
+            ScriptedModel::new("fixture").on(
+                "locate/judge_binary",
                 r#"{"reason":"r","part":"second","confidence":0.8}"#,
             ),
             2200,
@@ -918,8 +920,8 @@ mod tests {
         let t = crate::test_support::long_trace(40, 3000);
         let m = ContextFixture::new(
             ScriptedModel::new("fixture")
-                .rule("Window 1 of", r#"{"reason":"ok","in_window":false,"agent":"A0","step":0,"confidence":0.3,"summary":"setup"}"#)
-                .rule("Window 2 of", r#"{"reason":"bad","in_window":true,"agent":"A1","step":10,"confidence":0.6,"summary":"error"}"#),
+                .on_with("locate/judge_window", "Window 1 of", r#"{"reason":"ok","in_window":false,"agent":"A0","step":0,"confidence":0.3,"summary":"setup"}"#)
+                .on_with("locate/judge_window", "Window 2 of", r#"{"reason":"bad","in_window":true,"agent":"A1","step":10,"confidence":0.6,"summary":"error"}"#),
             2200,
         );
         let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
@@ -1013,8 +1015,8 @@ mod tests {
     /// extend the previous call's prompt up to the previous step under review.
     async fn step_by_step_prefix_breaks(t: &Trace, ctx: usize) -> (usize, usize, Strategy) {
         let m = ContextFixture::new(
-            ScriptedModel::new("fixture").rule(
-                "Step ",
+            ScriptedModel::new("fixture").on(
+                "locate/judge_step",
                 r#"{"reason":"r","decisive":false,"confidence":0.6}"#,
             ),
             ctx,
@@ -1071,12 +1073,13 @@ mod tests {
         prior[0] = 1.0;
         let m = ContextFixture::new(
             ScriptedModel::new("fixture")
-                .rule(
+                .on_with(
+                    "locate/judge_step",
                     "Step 29 |",
                     r#"{"reason":"r","decisive":true,"confidence":0.6}"#,
                 )
-                .rule(
-                    "Step ",
+                .on(
+                    "locate/judge_step",
                     r#"{"reason":"r","decisive":false,"confidence":0.6}"#,
                 ),
             2200,
@@ -1109,8 +1112,8 @@ mod tests {
         let t = crate::test_support::long_trace(120, 3000);
         let long = "s".repeat(3000);
         let m = ContextFixture::new(
-            ScriptedModel::new("fixture").rule(
-                "Window ",
+            ScriptedModel::new("fixture").on(
+                "locate/judge_window",
                 format!(
                     r#"{{"reason":"r","in_window":false,"agent":"A0","step":0,"confidence":0.1,"summary":"{long}"}}"#
                 ),

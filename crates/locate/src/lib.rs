@@ -175,18 +175,11 @@ pub fn finding_from_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use maslens_trace::Step;
 
     fn trace() -> Trace {
-        let mut t = Trace::new("t");
-        for (i, a) in ["human", "Planner", "Coder"].iter().enumerate() {
-            t.steps.push(Step {
-                index: i,
-                agent: a.to_string(),
-                ..Default::default()
-            });
-        }
-        t
+        maslens_trace::TraceBuilder::new("t")
+            .steps(&["human", "Planner", "Coder"])
+            .build()
     }
 
     #[test]

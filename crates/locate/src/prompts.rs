@@ -7,7 +7,7 @@
 //! All trace content (task, reference answer, steps, carried-forward notes) is wrapped with
 //! [`maslens_llm::prompt::untrusted`] and the system prompt says it is data, not instructions.
 
-use maslens_llm::prompt::{untrusted, PromptError, Template};
+use maslens_llm::prompt::{untrusted, PromptError, Rendered, Template};
 use maslens_llm::{prompt_template, ChatModel, ChatRequest, Message};
 use maslens_trace::Trace;
 use serde_json::json;
@@ -131,17 +131,18 @@ pub fn overhead_tokens(
 /// The chat request: [system, user(context + instructions)].
 pub fn request(
     context: &str,
-    instructions: &str,
+    instructions: &Rendered,
     max_tokens: u32,
     stage: &str,
 ) -> Result<ChatRequest, PromptError> {
     let messages = vec![
         Message::system(system()?),
-        Message::user(format!("{context}\n\n{instructions}")),
+        Message::user(format!("{context}\n\n{}", instructions.text)),
     ];
     Ok(ChatRequest::new(messages)
         .max_tokens(max_tokens)
-        .stage(stage))
+        .stage(stage)
+        .template(instructions.template))
 }
 
 /// Prompt version string recorded in verdicts.
@@ -190,7 +191,12 @@ mod tests {
         assert!(inj > trace_start && inj < ctx.find("</trace>").unwrap());
         let with_gt = context(&t, &steps, None, true).unwrap();
         assert!(with_gt.contains("<reference_answer>\n4\n</reference_answer>"));
-        let req = request(&ctx, "INSTRUCTIONS", 100, "judge").unwrap();
+        let instr = Rendered {
+            template: "locate/test.v1",
+            text: "INSTRUCTIONS".into(),
+        };
+        let req = request(&ctx, &instr, 100, "judge").unwrap();
+        assert_eq!(req.template, "locate/test.v1");
         let user = &req.messages[1].content;
         assert!(user.starts_with(&ctx));
         assert!(user.ends_with("INSTRUCTIONS"));

@@ -185,7 +185,7 @@ pub fn chat_example(
         None => render::render_steps(trace, 0..n, Some(MIN_STEP_CHARS)).0,
     };
     let ctx = prompts::context(trace, &text, None, settings.with_ground_truth)?;
-    let instr = prompts::JUDGE_ALL_AT_ONCE.render(json!({"criterion": prompts::criterion()?, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
+    let instr = prompts::JUDGE_ALL_AT_ONCE.rendered(json!({"criterion": prompts::criterion()?, "error_modes": crate::error_mode_lines(&settings.error_modes)}))?;
     let req = prompts::request(&ctx, &instr, settings.max_answer_tokens, "refine")?;
     let mut messages: Vec<Value> = req
         .messages
@@ -234,20 +234,20 @@ mod tests {
     async fn instance_from_verdict_distils_supporting_rationales() {
         let t = trace(5);
         let m = ScriptedModel::new("fixture")
-            .rule(
-                "Your task: read the whole trace",
+            .on(
+                "locate/judge_all_at_once",
                 r#"{"reason":"j","agent":"A1","step":3,"confidence":0.7}"#,
             )
-            .rule(
-                "Re-analyse",
+            .on(
+                "locate/evaluator_base",
                 r#"{"reason":"plan was wrong","agent":"A0","step":2,"confidence":0.6}"#,
             )
-            .rule(
-                "Be concise",
+            .on(
+                "locate/evaluator_concise",
                 r#"{"reason":"step 2 wrong","agent":"A0","step":2,"confidence":0.9}"#,
             )
-            .rule(
-                "Ground your verdict",
+            .on(
+                "locate/evaluator_evidence",
                 r#"{"reason":"late","agent":"A1","step":3,"confidence":0.5}"#,
             );
         let v = Locator::new(&m, &Style::defaults(), LocateConfig::default())

@@ -145,33 +145,23 @@ impl Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{DecisiveLabel, FaultyAgent, Step};
+    use crate::model::{DecisiveLabel, FaultyAgent};
     use rand::Rng;
 
     fn trace() -> Trace {
-        let mut t = Trace::new("Hand-Crafted/7");
-        t.ensure_agent("Computer_terminal", AgentKind::Tool);
-        t.ensure_agent("Orchestrator", AgentKind::Orchestrator);
-        t.ensure_agent("Boss", AgentKind::Human);
-        for (i, a) in [
-            "human",
-            "Orchestrator",
-            "Coder",
-            "Computer_terminal",
-            "Boss",
-            "Coder",
-        ]
-        .iter()
-        .enumerate()
-        {
-            t.steps.push(Step {
-                index: i,
-                agent: a.to_string(),
-                content: format!("step {i}"),
-                ..Default::default()
-            });
-        }
-        t
+        crate::TraceBuilder::new("Hand-Crafted/7")
+            .agent("Computer_terminal", AgentKind::Tool)
+            .agent("Orchestrator", AgentKind::Orchestrator)
+            .agent("Boss", AgentKind::Human)
+            .steps(&[
+                "human",
+                "Orchestrator",
+                "Coder",
+                "Computer_terminal",
+                "Boss",
+                "Coder",
+            ])
+            .build()
     }
 
     #[test]

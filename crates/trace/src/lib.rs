@@ -20,6 +20,7 @@
 //! }
 //! ```
 
+pub mod builder;
 pub mod check;
 pub mod concepts;
 pub mod diag;
@@ -30,6 +31,7 @@ pub mod names;
 pub mod stats;
 pub mod validate;
 
+pub use builder::TraceBuilder;
 pub use concepts::{fnv1a, seeded_hash, seeded_order, seeded_rng, Gold};
 pub use diag::{Diagnostic, Severity};
 pub use import::{read_path, read_trace, Format, ImportError, Imported};

@@ -253,26 +253,18 @@ pub fn top(map: &BTreeMap<String, u64>, k: usize) -> Vec<(&str, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{AgentKind, DecisiveLabel, FaultyAgent, Step};
+    use crate::{AgentKind, FaultyAgent};
     use serde_json::json;
 
     fn trace(n: usize, label: Option<usize>) -> Trace {
-        let mut t = Trace::new(format!("t{n}"));
-        t.ensure_agent("a", AgentKind::Worker);
-        for i in 0..n {
-            t.steps.push(Step {
-                index: i,
-                agent: "a".into(),
-                content: "x".into(),
-                ..Step::default()
-            });
+        let mut b = crate::TraceBuilder::new(format!("t{n}")).agent("a", AgentKind::Worker);
+        for _ in 0..n {
+            b = b.step("a", "x");
         }
-        t.labels.decisive = label.map(|step| DecisiveLabel {
-            agent: "a".into(),
-            step,
-            reason: None,
-        });
-        t
+        if let Some(step) = label {
+            b = b.decisive("a", step);
+        }
+        b.build()
     }
 
     #[test]
