@@ -125,13 +125,7 @@ impl DebateRun {
     }
 }
 
-fn request(
-    system: &str,
-    user: Rendered,
-    dec: &Decoding,
-    seed: u64,
-    stage: String,
-) -> ChatRequest {
+fn request(system: &str, user: Rendered, dec: &Decoding, seed: u64, stage: String) -> ChatRequest {
     let mut r = ChatRequest::new(vec![Message::system(system), Message::user(user.text)])
         .max_tokens(dec.max_tokens)
         .temperature(dec.temperature)

@@ -193,8 +193,7 @@ pub fn accuracy(
 ) -> Option<Accuracy> {
     let boot = boot.into();
     let outcomes: Vec<bool> = cases.iter().filter_map(f).collect();
-    (!outcomes.is_empty())
-        .then(|| Accuracy::with_resamples(&outcomes, boot.resamples, boot.seed))
+    (!outcomes.is_empty()).then(|| Accuracy::with_resamples(&outcomes, boot.resamples, boot.seed))
 }
 
 /// Agent and step both right (`None` without a decisive step label).

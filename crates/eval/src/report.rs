@@ -8,9 +8,9 @@
 //! and `baselines` `{name: {agent_accuracy, step_accuracy}}`.
 
 use crate::metrics::{
-    accuracy, agent_correct, by_length_quartile, joint_correct, Boot, deviation_histogram, mislocalized_agents,
-    pair_correct, step_correct, step_spread, tolerance_curve, Accuracy, Case, CaseUsage,
-    LengthBucket, Mislocalized, Scorer, StepSpread,
+    accuracy, agent_correct, by_length_quartile, deviation_histogram, joint_correct,
+    mislocalized_agents, pair_correct, step_correct, step_spread, tolerance_curve, Accuracy, Boot,
+    Case, CaseUsage, LengthBucket, Mislocalized, Scorer, StepSpread,
 };
 use crate::run::Provenance;
 use serde::{Deserialize, Serialize};

@@ -433,7 +433,7 @@ pub async fn detect(
         let req = ChatRequest::new(vec![Message::system(p.system), Message::user(p.user)])
             .max_tokens(cfg.max_tokens)
             .stage("implicit/detect")
-        .template(DETECT_USER.name);
+            .template(DETECT_USER.name);
         let out = complete_as::<DetectAnswer>(model, req, &schema).await?;
         det.usage += out.usage;
         det.calls += out.calls;

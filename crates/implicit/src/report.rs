@@ -374,33 +374,7 @@ mod tests {
 
     #[test]
     fn prevalence_intensity_and_absorption_shares() {
-        use Absorption::*;
-        use ErrorType::*;
-        let scans = vec![
-            scan(
-                "s1",
-                Outcome::Success,
-                vec![
-                    ev(WrongAction, Some(SelfCorrected)),
-                    ev(Hallucination, Some(UnresolvedPropagation)),
-                ],
-            ),
-            scan("s2", Outcome::Success, vec![]),
-            scan(
-                "f1",
-                Outcome::Failure,
-                vec![ev(WrongAction, Some(TrivialIssue))],
-            ),
-            scan(
-                "f2",
-                Outcome::Failure,
-                vec![
-                    ev(FailedToolUse, None),
-                    ev(FailedToolUse, Some(PeerRepair)),
-                    ev(FailedToolUse, Some(PeerRepair)),
-                ],
-            ),
-        ];
+        let scans = sample_scans();
         let r = corpus_report(&scans, 1);
         let succ = &r.strata[0];
         assert_eq!((succ.traces, succ.with_if, succ.ifs), (2, 1, 2));

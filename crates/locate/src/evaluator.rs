@@ -97,13 +97,7 @@ impl SharedView {
         prior: Option<&[f64]>,
     ) -> Result<SharedView, LocateError> {
         let n = trace.steps.len();
-        let overhead = prompts::overhead_tokens(
-            model,
-            trace,
-            settings.with_ground_truth,
-            &settings.error_modes,
-        );
-        let budget = render::trace_budget(model, overhead, settings.max_answer_tokens as usize);
+        let budget = crate::judge::budget(model, trace, settings);
         let guide = prior.map(|p| (p, None));
         if let Some(f) = render::fit_guided(model, trace, 0..n, budget, MIN_STEP_CHARS, guide) {
             let context = prompts::fitted_context(trace, &f, settings.with_ground_truth)?;

@@ -244,7 +244,10 @@ pub async fn judge_guided(
     }
 }
 
-fn budget(model: &dyn ChatModel, trace: &Trace, settings: &Settings) -> Option<usize> {
+/// Tokens left for a trace's steps in one locate prompt (system, context, instructions and
+/// the answer excluded); `None` when the model's context is unknown. Judge, Evaluators and the
+/// refinement export all render against this budget.
+pub(crate) fn budget(model: &dyn ChatModel, trace: &Trace, settings: &Settings) -> Option<usize> {
     let overhead = prompts::overhead_tokens(
         model,
         trace,

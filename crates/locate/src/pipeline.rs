@@ -488,8 +488,7 @@ mod tests {
     #[tokio::test]
     async fn judge_only_and_evaluators_only_variants() {
         let t = trace(4);
-        let m = ScriptedModel::new("fixture")
-            .on("locate/judge_all_at_once", loc("A1", 1, 0.7));
+        let m = ScriptedModel::new("fixture").on("locate/judge_all_at_once", loc("A1", 1, 0.7));
         let cfg = LocateConfig {
             variant: Variant::JudgeOnly,
             ..LocateConfig::default()

@@ -171,13 +171,7 @@ pub fn chat_example(
     settings: &Settings,
 ) -> Result<Value, LocateError> {
     let n = trace.steps.len();
-    let overhead = prompts::overhead_tokens(
-        model,
-        trace,
-        settings.with_ground_truth,
-        &settings.error_modes,
-    );
-    let budget = render::trace_budget(model, overhead, settings.max_answer_tokens as usize);
+    let budget = crate::judge::budget(model, trace, settings);
     // Same rendering as the all-at-once Judge; traces too long even for truncation are
     // exported with the minimum cap (the fine-tuning framework's max length applies).
     let text = match render::fit(model, trace, 0..n, budget, MIN_STEP_CHARS) {

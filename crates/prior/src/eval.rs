@@ -129,7 +129,11 @@ pub fn score(traces: &[&Trace], preds: &[Prediction], cfg: &EvalConfig) -> Locat
             .iter()
             .map(|&w| Tolerance {
                 within: w,
-                metric: r.tolerance.get(&w.to_string()).copied().unwrap_or_else(none),
+                metric: r
+                    .tolerance
+                    .get(&w.to_string())
+                    .copied()
+                    .unwrap_or_else(none),
             })
             .collect(),
     }

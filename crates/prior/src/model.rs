@@ -966,6 +966,19 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// At least 36 of the 40 held-out synthetic traces right at step and at agent level.
+    fn assert_predicts_held_out(m: &PriorModel, test: &[Trace]) {
+        let (mut step_ok, mut agent_ok) = (0, 0);
+        for t in test {
+            let label = t.labels.decisive.as_ref().unwrap();
+            let (a, s) = m.predict(t).unwrap();
+            step_ok += usize::from(s == label.step);
+            agent_ok += usize::from(a == label.agent);
+        }
+        assert!(step_ok >= 36, "step {step_ok}/40");
+        assert!(agent_ok >= 36, "agent {agent_ok}/40");
+    }
+
     #[test]
     fn learns_a_content_signal_and_generalizes() {
         let train = synthetic_corpus(60, 1);
@@ -977,15 +990,7 @@ pub(crate) mod tests {
         };
         let m = PriorModel::train(&refs, &cfg).unwrap();
         assert!(m.agent.is_some());
-        let (mut step_ok, mut agent_ok) = (0, 0);
-        for t in &test {
-            let label = t.labels.decisive.as_ref().unwrap();
-            let (a, s) = m.predict(t).unwrap();
-            step_ok += usize::from(s == label.step);
-            agent_ok += usize::from(a == label.agent);
-        }
-        assert!(step_ok >= 36, "step {step_ok}/40");
-        assert!(agent_ok >= 36, "agent {agent_ok}/40");
+        assert_predicts_held_out(&m, &test);
     }
 
     #[test]
@@ -1004,15 +1009,7 @@ pub(crate) mod tests {
             m.step.intercept, 0.0,
             "a conditional logit has no intercept"
         );
-        let (mut step_ok, mut agent_ok) = (0, 0);
-        for t in &test {
-            let label = t.labels.decisive.as_ref().unwrap();
-            let (a, s) = m.predict(t).unwrap();
-            step_ok += usize::from(s == label.step);
-            agent_ok += usize::from(a == label.agent);
-        }
-        assert!(step_ok >= 36, "step {step_ok}/40");
-        assert!(agent_ok >= 36, "agent {agent_ok}/40");
+        assert_predicts_held_out(&m, &test);
         // deterministic
         assert_eq!(PriorModel::train(&refs, &cfg).unwrap(), m);
     }

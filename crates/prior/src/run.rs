@@ -58,6 +58,26 @@ fn v1() -> u32 {
     1
 }
 
+impl EvalReport {
+    fn new(
+        traces: usize,
+        labelled: usize,
+        skipped: usize,
+        ecfg: &EvalConfig,
+        protocols: Vec<Protocol>,
+    ) -> EvalReport {
+        EvalReport {
+            format_version: REPORT_FORMAT_VERSION,
+            traces,
+            labelled,
+            skipped,
+            seed: ecfg.seed,
+            bootstrap: ecfg.bootstrap,
+            protocols,
+        }
+    }
+}
+
 /// Options of [`train`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainOptions {
@@ -180,15 +200,7 @@ pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Tr
         methods: vec![report("prior/training-fit", &refs, &fit, ecfg)],
     });
     model.training.note = Some(model_note(opts));
-    let report = EvalReport {
-        format_version: REPORT_FORMAT_VERSION,
-        traces: traces.len(),
-        labelled,
-        skipped,
-        seed: ecfg.seed,
-        bootstrap: ecfg.bootstrap,
-        protocols,
-    };
+    let report = EvalReport::new(traces.len(), labelled, skipped, ecfg, protocols);
     Ok(Trained {
         model,
         report,
@@ -213,14 +225,12 @@ pub fn evaluate(
     let mut methods = baseline_reports(&refs, ecfg);
     let preds: Vec<Prediction> = refs.iter().map(|t| model_prediction(model, t)).collect();
     methods.push(report("prior", &refs, &preds, ecfg));
-    Ok(EvalReport {
-        format_version: REPORT_FORMAT_VERSION,
-        traces: traces.len(),
+    Ok(EvalReport::new(
+        traces.len(),
         labelled,
         skipped,
-        seed: ecfg.seed,
-        bootstrap: ecfg.bootstrap,
-        protocols: vec![Protocol {
+        ecfg,
+        vec![Protocol {
             protocol: "fixed-model".into(),
             description: format!(
                 "model {} applied to every labelled trace (only meaningful on traces it was not trained on)",
@@ -228,7 +238,7 @@ pub fn evaluate(
             ),
             methods,
         }],
-    })
+    ))
 }
 
 /// An agent and its probability.

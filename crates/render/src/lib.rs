@@ -380,30 +380,20 @@ pub fn focused(
     }
     let (abridged, text, tokens) = chosen?;
     // Largest k whose rendering fits (tokens grow with k).
+    let fits = |(text, tokens): (String, usize)| (tokens <= budget).then_some((text, tokens));
     let mut best = (0, FOCUS_MAX_CHARS, text, tokens);
-    let (mut lo, mut hi) = (1, order.len());
-    while lo <= hi {
-        let mid = lo + (hi - lo) / 2;
-        let (text, tokens) = render_top(mid, FOCUS_MAX_CHARS, abridged);
-        if tokens <= budget {
-            best = (mid, FOCUS_MAX_CHARS, text, tokens);
-            lo = mid + 1;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    if best.0 == 0 && !order.is_empty() {
+    if let Some((k, (text, tokens))) = largest_fitting(1, order.len(), |k| {
+        fits(render_top(k, FOCUS_MAX_CHARS, abridged))
+    }) {
+        best = (k, FOCUS_MAX_CHARS, text, tokens);
+    } else if !order.is_empty() {
         // Not even the top step fits at the full cap: the largest cap that fits for it.
-        let (mut lo, mut hi) = (abridged + 1, FOCUS_MAX_CHARS - 1);
-        while lo <= hi {
-            let mid = lo + (hi - lo) / 2;
-            let (text, tokens) = render_top(1, mid, abridged);
-            if tokens <= budget {
-                best = (1, mid, text, tokens);
-                lo = mid + 1;
-            } else {
-                hi = mid - 1;
-            }
+        if let Some((cap, (text, tokens))) =
+            largest_fitting(abridged + 1, FOCUS_MAX_CHARS - 1, |cap| {
+                fits(render_top(1, cap, abridged))
+            })
+        {
+            best = (1, cap, text, tokens);
         }
     }
     let (k, cap, text, tokens) = best;
@@ -585,19 +575,11 @@ pub fn fit(
         return None;
     }
     // Binary search the largest cap that fits.
-    let mut best = (min_cap, text, n, tokens);
-    let (mut lo, mut hi) = (min_cap + 1, longest);
-    while lo <= hi {
-        let mid = lo + (hi - lo) / 2;
-        let (text, n, tokens) = try_cap(mid);
-        if tokens <= budget {
-            best = (mid, text, n, tokens);
-            lo = mid + 1;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    let (cap, text, n, tokens) = best;
+    let (cap, (text, n, tokens)) = largest_fitting(min_cap + 1, longest, |cap| {
+        let r = try_cap(cap);
+        (r.2 <= budget).then_some(r)
+    })
+    .unwrap_or((min_cap, (text, n, tokens)));
     Some(Fitted {
         text,
         strategy: Strategy::TruncateSteps {
@@ -606,6 +588,29 @@ pub fn fit(
         },
         tokens,
     })
+}
+
+/// The largest `x` in `lo..=hi` for which `fits` gives a value, with that value, by binary search
+/// (`fits` must be monotone: a value up to some `x`, then none); `None` when none fits. The one
+/// search behind every "largest cap / most steps that fit the budget" choice of this crate.
+fn largest_fitting<T>(
+    mut lo: usize,
+    mut hi: usize,
+    mut fits: impl FnMut(usize) -> Option<T>,
+) -> Option<(usize, T)> {
+    let mut best = None;
+    while lo <= hi {
+        let mid = lo + (hi - lo) / 2;
+        match fits(mid) {
+            Some(v) => {
+                best = Some((mid, v));
+                lo = mid + 1;
+            }
+            None if mid == 0 => break,
+            None => hi = mid - 1,
+        }
+    }
+    best
 }
 
 /// Smallest per-step cap a window planner halves a step down to when that step alone does not

@@ -145,9 +145,16 @@ mod tests {
         assert_eq!(t.steps[1].content, "step 1");
         assert_eq!(t.acting_agents(), ["A", "B"]);
         assert_eq!(t.agents.len(), 1, "only declared agents are listed");
-        let d = t.labels.decisive.as_ref().map(|d| (d.step, d.reason.clone()));
+        let d = t
+            .labels
+            .decisive
+            .as_ref()
+            .map(|d| (d.step, d.reason.clone()));
         assert_eq!(d, Some((1, Some("wrong tool".into()))));
-        assert_eq!(t.labels.faulty_agents[0].error_mode.as_deref(), Some("FM-1.1"));
+        assert_eq!(
+            t.labels.faulty_agents[0].error_mode.as_deref(),
+            Some("FM-1.1")
+        );
         assert_eq!(t.group().as_deref(), Some("x"));
     }
 }
