@@ -1,4 +1,5 @@
-//! Trace input shared by the trace-reading commands (`import`, `validate`, `show`, `stats`):
+//! Trace input shared by every trace-reading command (`import`, `validate`, `show`, `stats`,
+//! `locate`, `scan`, `repair`, `credit`, `prior`):
 //! files, directories or `-` (stdin, one record per line), `--format`, `--strict`, a progress
 //! spinner on stderr when it is a terminal, and stdout lines that survive a closed pipe.
 
@@ -21,6 +22,11 @@ pub struct Inputs {
     /// Stop at the first unreadable record instead of skipping it.
     #[arg(long)]
     pub strict: bool,
+    /// The inputs are OpenTelemetry trace exports (OTLP/JSON, one request per line as the
+    /// OpenTelemetry Collector's file exporter writes them, or `.pb` protobuf): their spans are
+    /// grouped into runs (GenAI semantic conventions, OpenInference), one trace per run.
+    #[arg(long)]
+    pub otlp: bool,
 }
 
 /// Counts kept while reading.
@@ -80,6 +86,23 @@ pub fn for_each_trace(
             }
         }
     };
+    if inputs.otlp {
+        let read = maslens_otlp::file::read_paths(&inputs.inputs);
+        for p in read.problems {
+            handle(Err(ImportError {
+                file: p.file,
+                record: p.record,
+                path: None,
+                message: p.message,
+            }))?;
+        }
+        for trace in maslens_otlp::assemble::traces(&read.spans) {
+            let diagnostics = maslens_trace::validate(&trace);
+            handle(Ok(Imported { trace, diagnostics }))?;
+        }
+        pb.finish_and_clear();
+        return Ok(counts);
+    }
     let mut files = Vec::new();
     for p in &inputs.inputs {
         if p.as_os_str() == "-" {
@@ -99,6 +122,44 @@ pub fn for_each_trace(
     }
     pb.finish_and_clear();
     Ok(counts)
+}
+
+/// The traces of the inputs, in input order, at most `limit` of them; unreadable records are
+/// reported on stderr (`skipped: FILE: record N: ...`) and returned as messages, or end the run
+/// with `--strict`. The one way every trace-reading command reads its inputs.
+pub fn read_all(
+    inputs: &Inputs,
+    global: &Global,
+    what: &str,
+    limit: Option<usize>,
+) -> anyhow::Result<(Vec<maslens_trace::Trace>, Vec<String>)> {
+    #[derive(Debug)]
+    struct Enough;
+    impl std::fmt::Display for Enough {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("trace limit reached")
+        }
+    }
+    impl std::error::Error for Enough {}
+    let mut traces = Vec::new();
+    let mut errors = Vec::new();
+    let read = for_each_trace(
+        inputs,
+        global,
+        what,
+        |imp| {
+            if limit.is_some_and(|l| traces.len() >= l) {
+                return Err(Enough.into());
+            }
+            traces.push(imp.trace);
+            Ok(())
+        },
+        |e| errors.push(e.to_string()),
+    );
+    match read {
+        Err(e) if !e.is::<Enough>() => Err(e),
+        _ => Ok((traces, errors)),
+    }
 }
 
 /// Write one line to stdout. A closed pipe (`maslens show x | head`) ends the program quietly

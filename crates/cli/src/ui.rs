@@ -1,34 +1,8 @@
-//! Terminal helpers shared by the commands: reading traces with warnings, progress bars, output.
+//! Terminal helpers shared by the commands: output files, JSON or text, exit codes.
 
 use anyhow::Context;
-use maslens_trace::import::{read_paths, Format};
-use maslens_trace::Trace;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-
-/// Read the traces under `inputs` (at most `limit`); unreadable records are printed to stderr
-/// as `warning: skipped: ...` and returned as messages.
-pub fn read_traces(
-    inputs: &[PathBuf],
-    format: Format,
-    limit: Option<usize>,
-) -> (Vec<Trace>, Vec<String>) {
-    let mut traces = Vec::new();
-    let mut errors = Vec::new();
-    for item in read_paths(inputs, format) {
-        if limit.is_some_and(|l| traces.len() >= l) {
-            break;
-        }
-        match item {
-            Ok(imp) => traces.push(imp.trace),
-            Err(e) => {
-                eprintln!("warning: skipped: {e}");
-                errors.push(e.to_string());
-            }
-        }
-    }
-    (traces, errors)
-}
+use std::path::Path;
 
 /// Write `text` to `path`, or to stdout (ending in a newline) when `path` is `None`.
 pub fn write_output(path: Option<&Path>, text: &str) -> anyhow::Result<()> {

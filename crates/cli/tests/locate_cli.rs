@@ -402,6 +402,41 @@ async fn bad_input_is_reported_and_the_rest_goes_on() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bad.json"), "{err}");
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
+
+    // The inputs every trace-reading command shares: `--strict` makes the bad record fatal...
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "locate",
+            dir.path().to_str().unwrap(),
+            "--method",
+            "prior",
+            "--strict",
+        ],
+    ))
+    .await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bad.json"), "{}", stderr(&o));
+    // ...and `-` reads records from stdin (native JSONL from `maslens import`).
+    let jsonl = dir.path().join("good.jsonl");
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "import",
+            good.to_str().unwrap(),
+            "-o",
+            jsonl.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mut cmd = maslens(dir.path(), &["--json", "locate", "-", "--method", "prior"]);
+    cmd.stdin(std::fs::File::open(&jsonl).unwrap());
+    let o = run(cmd).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["trace"], "Algorithm-Generated/1");
+    assert_eq!(v["method"], "prior");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

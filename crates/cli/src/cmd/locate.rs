@@ -1,6 +1,7 @@
 //! `maslens locate <trace|dir>...`: which agent and step decided the failure, and why
 //! (`maslens_core::locate`).
 
+use crate::inputs::{read_all, Inputs};
 use crate::llm_args::LlmArgs;
 use crate::locate_args::MethodArgs;
 use crate::Global;
@@ -8,19 +9,14 @@ use anyhow::Context;
 use maslens_core::locate::{LlmLocalizer, Method, Models, PriorLocalizer, PriorSource};
 use maslens_eval::run::Localizer;
 use maslens_locate::LocateVerdict;
-use maslens_trace::Format;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Trace files or directories (Who&When, Aegis JSONL, native, chat).
-    #[arg(required = true)]
-    pub inputs: Vec<PathBuf>,
-    /// Input format (auto-detected per file by default).
-    #[arg(long, default_value = "auto")]
-    pub format: Format,
+    #[command(flatten)]
+    pub input: Inputs,
     #[command(flatten)]
     pub method: MethodArgs,
     #[command(flatten)]
@@ -70,14 +66,10 @@ fn print_verdict(v: &LocateVerdict) {
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
-    let set = maslens_core::traces::read(&args.inputs, args.format);
-    let mut problems = set.errors.len();
-    for e in &set.errors {
-        eprintln!("error: {e}");
-    }
-    let mut traces = set.traces;
+    let (mut traces, errors) = read_all(&args.input, global, "reading traces", None)?;
+    let mut problems = errors.len();
     if traces.is_empty() {
-        anyhow::bail!("no readable traces in {:?}", args.inputs);
+        anyhow::bail!("no readable traces in {:?}", args.input.inputs);
     }
     let opts = args.method.options();
     let prior = match opts.prior_spec() {

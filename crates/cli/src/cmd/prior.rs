@@ -1,11 +1,11 @@
 //! `maslens prior`: the learned localizer without an LLM (train, eval, rank).
 
 use crate::cmd::{EXIT_OK, EXIT_PROBLEMS};
+use crate::inputs::{read_all, Inputs};
 use crate::Global;
 use anyhow::Context;
 use maslens_prior::run::{self as prior, TrainOptions};
 use maslens_prior::{AgentAggregation, EvalConfig, PriorModel, TrainConfig};
-use maslens_trace::import::{read_paths, Format};
 use maslens_trace::Trace;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,9 +28,6 @@ pub enum Sub {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
-    /// Input format (default: detected per file).
-    #[arg(long, default_value = "auto")]
-    pub format: Format,
     /// Seed for fold split, bootstrap and the random baseline.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
@@ -41,9 +38,9 @@ pub struct Common {
 
 #[derive(clap::Args, Debug)]
 pub struct TrainArgs {
-    /// Files or directories of labelled traces (any supported format).
-    #[arg(required = true)]
-    pub inputs: Vec<PathBuf>,
+    /// Labelled traces (files, directories, `-`; any supported format).
+    #[command(flatten)]
+    pub input: Inputs,
     /// Where to write the trained model.
     #[arg(long, default_value = "prior-model.json")]
     pub out: PathBuf,
@@ -81,9 +78,9 @@ pub struct TrainArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct EvalArgs {
-    /// Files or directories of labelled traces.
-    #[arg(required = true)]
-    pub inputs: Vec<PathBuf>,
+    /// Labelled traces (files, directories, `-`).
+    #[command(flatten)]
+    pub input: Inputs,
     /// Model file (default: the shipped model).
     #[arg(long)]
     pub model: Option<PathBuf>,
@@ -93,18 +90,15 @@ pub struct EvalArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct RankArgs {
-    /// A trace file or a directory of traces.
-    #[arg(required = true)]
-    pub inputs: Vec<PathBuf>,
+    /// Traces (files, directories, `-`).
+    #[command(flatten)]
+    pub input: Inputs,
     /// Model file (default: the shipped model).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Candidates shown per trace.
     #[arg(long, default_value_t = 5)]
     pub top: usize,
-    /// Input format (default: detected per file).
-    #[arg(long, default_value = "auto")]
-    pub format: Format,
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
@@ -116,19 +110,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
 }
 
 /// Read every trace; unreadable records are reported on stderr and counted.
-fn load(inputs: &[PathBuf], format: Format) -> (Vec<Trace>, usize) {
-    let mut traces = Vec::new();
-    let mut skipped = 0;
-    for item in read_paths(inputs, format) {
-        match item {
-            Ok(imported) => traces.push(imported.trace),
-            Err(e) => {
-                eprintln!("warning: skipped: {e}");
-                skipped += 1;
-            }
-        }
-    }
-    (traces, skipped)
+fn load(input: &Inputs, global: &Global) -> anyhow::Result<(Vec<Trace>, usize)> {
+    let (traces, errors) = read_all(input, global, "reading traces", None)?;
+    Ok((traces, errors.len()))
 }
 
 fn load_model(path: Option<&PathBuf>) -> anyhow::Result<PriorModel> {
@@ -160,7 +144,7 @@ fn print_report(report: &prior::EvalReport, global: &Global) -> anyhow::Result<(
 }
 
 fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let (traces, skipped) = load(&args.inputs, args.common.format);
+    let (traces, skipped) = load(&args.input, global)?;
     let defaults = TrainConfig::default();
     let opts = TrainOptions {
         folds: args.folds,
@@ -178,6 +162,7 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
         eval: eval_config(&args.common),
         oof_probs: args.oof_probs.is_some(),
         inputs: args
+            .input
             .inputs
             .iter()
             .map(|p| p.display().to_string())
@@ -209,7 +194,7 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
 
 fn eval(args: EvalArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let model = load_model(args.model.as_ref())?;
-    let (traces, skipped) = load(&args.inputs, args.common.format);
+    let (traces, skipped) = load(&args.input, global)?;
     let name = args.model.as_ref().map(|p| p.display().to_string());
     let report = prior::evaluate(
         &traces,
@@ -224,7 +209,7 @@ fn eval(args: EvalArgs, global: &Global) -> anyhow::Result<ExitCode> {
 
 fn rank(args: RankArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let model = load_model(args.model.as_ref())?;
-    let (traces, skipped) = load(&args.inputs, args.format);
+    let (traces, skipped) = load(&args.input, global)?;
     for t in &traces {
         let r = prior::rank(&model, t, args.top);
         if global.json {

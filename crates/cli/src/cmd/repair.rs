@@ -2,26 +2,24 @@
 //! matched no-op / fix replay plans as JSONL for the user's own system to resume from.
 
 use crate::cmd::block_on;
+use crate::inputs::{read_all, Inputs};
 use crate::llm_args::LlmArgs;
-use crate::ui::{exit_code, read_traces, sink, write_jsonl};
+use crate::ui::{exit_code, sink, write_jsonl};
 use crate::Global;
 use maslens_implicit::commands::RepairEvent;
 use maslens_implicit::repair::RepairConfig;
 use maslens_implicit::{read_trace_scans, repair_scanned, RepairOptions};
-use maslens_trace::import::Format;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The traces that were scanned (files or directories).
-    #[arg(required = true)]
-    pub inputs: Vec<PathBuf>,
+    /// The traces that were scanned (files, directories, `-`).
+    #[command(flatten)]
+    pub input: Inputs,
     /// Their scan result (`maslens scan --out FILE`).
     #[arg(long)]
     pub scan: PathBuf,
-    #[arg(long, default_value = "auto")]
-    pub format: Format,
     /// Replay plans (JSONL, one `noop` and one `fix` line per IF); default stdout.
     #[arg(long, short)]
     pub out: Option<PathBuf>,
@@ -37,7 +35,7 @@ pub struct Args {
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let scans = read_trace_scans(&args.scan)?;
-    let (traces, read_errors) = read_traces(&args.inputs, args.format, None);
+    let (traces, read_errors) = read_all(&args.input, global, "reading traces", None)?;
     let mut out = sink(args.out.as_deref())?;
     let opts = RepairOptions {
         config: RepairConfig {

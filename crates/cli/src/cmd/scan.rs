@@ -2,25 +2,21 @@
 //! corpus report (prevalence and intensity by outcome, types, absorption).
 
 use crate::cmd::{block_on, EXIT_ERROR};
+use crate::inputs::{read_all, Inputs};
 use crate::llm_args::LlmArgs;
-use crate::ui::{exit_code, read_traces, write_output};
+use crate::ui::{exit_code, write_output};
 use crate::Global;
 use anyhow::Context;
 use maslens_implicit::commands::{weights_or_default, ScanProgress};
 use maslens_implicit::{report::markdown, scan_traces, ScanOptions, ScanSettings};
 use maslens_llm::ChatModel;
-use maslens_trace::import::Format;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Trace files or directories (Who&When, Aegis, chat, native JSON/JSONL).
-    #[arg(required = true)]
-    pub inputs: Vec<PathBuf>,
-    /// Input format (auto-detected per file by default).
-    #[arg(long, default_value = "auto")]
-    pub format: Format,
+    #[command(flatten)]
+    pub input: Inputs,
     /// Write the scan file (report and per-trace scans, JSON; see docs/implicit.md) here;
     /// `select` and `repair` read it with `--scan`.
     #[arg(long, short)]
@@ -84,10 +80,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             seed: args.seed,
         },
     };
-    let (traces, read_errors) = read_traces(&args.inputs, args.format, args.limit);
+    let (traces, read_errors) = read_all(&args.input, global, "reading traces", args.limit)?;
     if traces.is_empty() {
         let n = read_errors.len();
-        anyhow::bail!("no readable traces in {:?} ({n} errors)", args.inputs);
+        anyhow::bail!("no readable traces in {:?} ({n} errors)", args.input.inputs);
     }
     let quiet = global.quiet;
     let mut file = block_on(async {
