@@ -19,6 +19,7 @@
 pub mod answer;
 pub mod config;
 pub mod credit;
+pub mod credit_run;
 pub mod critic;
 pub mod data;
 pub mod debate;
