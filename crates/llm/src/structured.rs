@@ -186,8 +186,12 @@ fn parse_lenient(s: &str) -> Option<Value> {
 /// otherwise; local `$ref`s such as schemars' `#/$defs/..` resolve, remote ones do not).
 /// Returns the first problem as `path: message`, the path written `$.field[2].sub`.
 pub fn validate(value: &Value, schema: &Value) -> Result<(), String> {
-    let validator = compile(schema)?;
-    match first_problem(&validator, value) {
+    validate_with(&compile(schema)?, value)
+}
+
+/// [`validate`] with a schema compiled once by [`compile`] (several candidates, one schema).
+pub fn validate_with(validator: &jsonschema::Validator, value: &Value) -> Result<(), String> {
+    match first_problem(validator, value) {
         Some(problem) => Err(problem),
         None => Ok(()),
     }
@@ -195,7 +199,7 @@ pub fn validate(value: &Value, schema: &Value) -> Result<(), String> {
 
 /// Compile `schema` once; a schema that does not compile (bad keyword value, unresolvable
 /// `$ref`) is reported as a problem of the schema, not of the answer.
-fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
+pub fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
     jsonschema::validator_for(schema).map_err(|e| match e.kind() {
         jsonschema::error::ValidationErrorKind::Referencing(r) => {
             format!("$: unresolvable $ref in the schema: {r}")

@@ -7,7 +7,7 @@
 //! (integers through [`lenient`], since JSON Schema also counts `3.0` as an integer), so a typed
 //! call accepts exactly the answers an untyped one does.
 
-use crate::structured::{json_candidates, validate, StructuredOutput};
+use crate::structured::{compile, json_candidates, validate, validate_with, StructuredOutput};
 use crate::{ChatModel, ChatRequest, LlmError, Message};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -43,17 +43,17 @@ pub fn parse_answer<T: DeserializeOwned>(
     let Some(first) = candidates.first() else {
         return Err(format!("no JSON object found in the answer{cut}"));
     };
+    let validator = compile(schema)?;
     if let Some(ok) = candidates
         .iter()
-        .filter(|c| validate(c, schema).is_ok())
+        .filter(|c| validate_with(&validator, c).is_ok())
         .find_map(|c| T::deserialize(c).ok())
     {
         return Ok(ok);
     }
-    match from_value(first, schema) {
-        Err(problem) => Err(format!("{problem}{cut}")),
-        Ok(v) => Ok(v),
-    }
+    let problem = validate_with(&validator, first)
+        .and_then(|()| T::deserialize(first).map_err(|e| format!("$: {e}")));
+    problem.map_err(|problem| format!("{problem}{cut}"))
 }
 
 /// The repair request's instructions (`prompts/llm/repair.v1.j2`).
