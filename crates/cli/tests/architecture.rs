@@ -18,6 +18,7 @@ enum May {
 }
 
 const TRACE: &str = "maslens-trace";
+const OTLP: &str = "maslens-otlp";
 const LLM: &str = "maslens-llm";
 const RENDER: &str = "maslens-render";
 const EVAL: &str = "maslens-eval";
@@ -33,6 +34,7 @@ const CLI: &str = "maslens";
 /// missing from it is an error, so every new crate gets a place.
 const MAP: &[(&str, May)] = &[
     (TRACE, May::Only(&[])),
+    (OTLP, May::Only(&[TRACE])),
     (LLM, May::Only(&[])),
     (RENDER, May::Only(&[TRACE, LLM])),
     (EVAL, May::Only(&[TRACE, LLM])),
@@ -48,7 +50,7 @@ const MAP: &[(&str, May)] = &[
     (
         SERVER,
         May::Only(&[
-            TRACE, LLM, RENDER, EVAL, LOCATE, IMPLICIT, CREDIT, PRIOR, CORE,
+            TRACE, OTLP, LLM, RENDER, EVAL, LOCATE, IMPLICIT, CREDIT, PRIOR, CORE,
         ]),
     ),
     (CLI, May::Anything),

@@ -285,3 +285,61 @@ fn stdin_and_json_summaries() {
     assert_eq!(v["error_modes"]["FM-2.2"], serde_json::json!(3));
     assert_eq!(v["outcomes"]["unknown"], serde_json::json!(5));
 }
+
+#[test]
+fn otlp_exports_become_traces_for_every_command() {
+    // examples/otlp/genai-run.jsonl: a hand-written OTLP/JSON export (one request per line, as the
+    // OpenTelemetry Collector's file exporter writes) in the GenAI semantic conventions.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.jsonl");
+    let src = examples("otlp/genai-run.jsonl");
+    let o = maslens(&["import", "--otlp", &src, "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let t: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(t["id"], "trip-0042");
+    assert_eq!(t["outcome"], "failure");
+    assert_eq!(t["task"], "How many museums in Oslo are open on Mondays?");
+    let steps: Vec<(String, String)> = t["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["agent"].as_str().unwrap().to_string(),
+                s["span"]["span_id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("Orchestrator".to_string(), "1a2b3c4d5e6f7081".to_string()),
+            ("handoff_to_websurfer".into(), "2b3c4d5e6f708192".into()),
+            ("WebSurfer".into(), "4d5e6f708192a3b4".into()),
+            ("Orchestrator".into(), "5e6f708192a3b4c5".into()),
+        ]
+    );
+    // Any trace-reading command takes the same flag: the learned prior localizes the run.
+    let o = maslens(&["--json", "locate", "--otlp", &src, "--method", "prior"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).lines().next().unwrap()).unwrap();
+    assert_eq!(v["trace"], "trip-0042");
+    assert!(
+        ["Orchestrator", "WebSurfer"].contains(&v["agent"].as_str().unwrap()),
+        "{v}"
+    );
+    // A broken line is reported with file and line; the rest is read.
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        format!(
+            "{{\"resourceSpans\": 3}}\n{}",
+            std::fs::read_to_string(&src).unwrap()
+        ),
+    )
+    .unwrap();
+    let o = maslens(&["stats", "--otlp", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bad.jsonl: line 1"), "{}", stderr(&o));
+}

@@ -159,6 +159,23 @@ pub struct Step {
     /// Token count of the content, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
+    /// The OpenTelemetry span the step was read from (traces received over OTLP), so that a
+    /// diagnosis can be written back onto that span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<SpanRef>,
+}
+
+/// An OpenTelemetry span: ids as lower-case hex, as OTLP/JSON and every tracing UI show them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpanRef {
+    /// 32 hex digits.
+    pub trace_id: String,
+    /// 16 hex digits.
+    pub span_id: String,
+    /// 16 hex digits; none for a root span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_span_id: Option<String>,
 }
 
 /// A tool call made by an agent.

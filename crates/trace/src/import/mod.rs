@@ -285,6 +285,9 @@ const DETECT_HELP: &str = "cannot detect the format: expected a maslens trace (`
 (`input.conversation_history`), a Who&When record (`history`, `mistake_agent`) or a chat transcript \
 (an array of messages, or an object with `messages`/`history`); pass --format to choose";
 
+const OTLP_HELP: &str = "this is an OpenTelemetry trace export (`resourceSpans`): its spans make \
+traces only together, so read the inputs with --otlp (maslens-otlp)";
+
 fn finish(trace: Trace, mut diagnostics: Vec<Diagnostic>, ctx: &RecordCtx<'_>) -> Imported {
     diagnostics.extend(validate(&trace));
     for d in &mut diagnostics {
@@ -327,6 +330,9 @@ pub fn parse_record_detect(
     let fmt = match format {
         Format::Auto => match detect(&value) {
             Some(f) => f,
+            None if value.get("resourceSpans").is_some() => {
+                return (format, Err(ctx.error(None, OTLP_HELP)))
+            }
             None => return (format, Err(ctx.error(None, DETECT_HELP))),
         },
         f => f,

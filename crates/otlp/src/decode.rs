@@ -1,0 +1,230 @@
+//! OTLP/HTTP request bodies in, responses out: `application/x-protobuf` or `application/json`,
+//! optionally gzip-compressed, decoded with the published `opentelemetry-proto` definitions.
+//! Every failure is a [`DecodeError`] that says what was wrong (the server answers it with a
+//! 4xx); a body is never trusted to be small, even after decompression.
+
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use prost::Message;
+use std::io::Read;
+
+/// The wire encoding of a request (and of its response, which must match).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Protobuf,
+    Json,
+}
+
+/// Why a body could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("unsupported content type {0:?}: send application/x-protobuf or application/json")]
+    ContentType(String),
+    #[error("unsupported content encoding {0:?}: send gzip or identity")]
+    ContentEncoding(String),
+    #[error("the body is larger than {limit} bytes {when}")]
+    TooLarge { limit: usize, when: &'static str },
+    #[error("the gzip body is corrupt: {0}")]
+    Gzip(String),
+    #[error("the protobuf body is not an ExportTraceServiceRequest: {0}")]
+    Protobuf(String),
+    #[error("the JSON body is not an OTLP/JSON ExportTraceServiceRequest: {0}")]
+    Json(String),
+}
+
+impl Encoding {
+    /// The encoding a `Content-Type` names (parameters such as `; charset=utf-8` ignored). A
+    /// missing header means protobuf, OTLP/HTTP's default.
+    pub fn from_content_type(value: Option<&str>) -> Result<Encoding, DecodeError> {
+        let Some(value) = value else {
+            return Ok(Encoding::Protobuf);
+        };
+        let mime = value
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match mime.as_str() {
+            "application/x-protobuf" | "application/protobuf" => Ok(Encoding::Protobuf),
+            "application/json" => Ok(Encoding::Json),
+            _ => Err(DecodeError::ContentType(value.to_string())),
+        }
+    }
+
+    /// The `Content-Type` of a response in this encoding.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Encoding::Protobuf => "application/x-protobuf",
+            Encoding::Json => "application/json",
+        }
+    }
+}
+
+/// Decode a request body of at most `limit` bytes (before and after decompression).
+pub fn decode_request(
+    body: &[u8],
+    encoding: Encoding,
+    content_encoding: Option<&str>,
+    limit: usize,
+) -> Result<ExportTraceServiceRequest, DecodeError> {
+    if body.len() > limit {
+        return Err(DecodeError::TooLarge {
+            limit,
+            when: "as sent",
+        });
+    }
+    let inflated;
+    let bytes = match content_encoding.map(|e| e.trim().to_ascii_lowercase()) {
+        None => body,
+        Some(e) if e.is_empty() || e == "identity" => body,
+        Some(e) if e == "gzip" => {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(body)
+                .take(limit as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| DecodeError::Gzip(e.to_string()))?;
+            if out.len() > limit {
+                return Err(DecodeError::TooLarge {
+                    limit,
+                    when: "after gzip decompression",
+                });
+            }
+            inflated = out;
+            &inflated
+        }
+        Some(_) => {
+            return Err(DecodeError::ContentEncoding(
+                content_encoding.unwrap_or_default().to_string(),
+            ))
+        }
+    };
+    match encoding {
+        Encoding::Protobuf => ExportTraceServiceRequest::decode(bytes)
+            .map_err(|e| DecodeError::Protobuf(e.to_string())),
+        Encoding::Json => {
+            serde_json::from_slice(bytes).map_err(|e| DecodeError::Json(e.to_string()))
+        }
+    }
+}
+
+/// The response body for a request in `encoding`: empty success, or a partial success that
+/// counts the rejected spans and says why.
+pub fn encode_response(encoding: Encoding, rejected: usize, message: &str) -> Vec<u8> {
+    let partial = (rejected > 0 || !message.is_empty()).then(|| ExportTracePartialSuccess {
+        rejected_spans: i64::try_from(rejected).unwrap_or(i64::MAX),
+        error_message: message.to_string(),
+    });
+    match encoding {
+        Encoding::Protobuf => ExportTraceServiceResponse {
+            partial_success: partial,
+        }
+        .encode_to_vec(),
+        // Written by hand: OTLP/JSON wants the int64 as a string and omits an empty message.
+        Encoding::Json => match partial {
+            None => b"{}".to_vec(),
+            Some(p) => serde_json::json!({"partialSuccess": {
+                "rejectedSpans": p.rejected_spans.to_string(),
+                "errorMessage": p.error_message,
+            }})
+            .to_string()
+            .into_bytes(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    const JSON: &str = r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{
+        "traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174",
+        "name":"chat","startTimeUnixNano":"1544712660000000000","endTimeUnixNano":1544712661000000000,
+        "kind":3,"attributes":[{"key":"gen_ai.agent.name","value":{"stringValue":"Planner"}}]}]}]}]}"#;
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn json_protobuf_and_gzip_decode_to_the_same_request() {
+        let from_json = decode_request(JSON.as_bytes(), Encoding::Json, None, 1 << 20).unwrap();
+        let span = &from_json.resource_spans[0].scope_spans[0].spans[0];
+        assert_eq!(span.trace_id.len(), 16);
+        assert_eq!(span.start_time_unix_nano, 1_544_712_660_000_000_000);
+        assert_eq!(span.end_time_unix_nano, 1_544_712_661_000_000_000);
+        let pb = from_json.encode_to_vec();
+        let from_pb = decode_request(&pb, Encoding::Protobuf, Some("identity"), 1 << 20).unwrap();
+        assert_eq!(from_pb, from_json);
+        let from_gz =
+            decode_request(&gzip(&pb), Encoding::Protobuf, Some("gzip"), 1 << 20).unwrap();
+        assert_eq!(from_gz, from_json);
+    }
+
+    #[test]
+    fn bad_bodies_are_named_errors() {
+        assert_eq!(
+            Encoding::from_content_type(Some("application/json; charset=utf-8")),
+            Ok(Encoding::Json)
+        );
+        assert_eq!(Encoding::from_content_type(None), Ok(Encoding::Protobuf));
+        assert!(matches!(
+            Encoding::from_content_type(Some("text/plain")),
+            Err(DecodeError::ContentType(_))
+        ));
+        let pb = decode_request(JSON.as_bytes(), Encoding::Json, None, 1 << 20)
+            .unwrap()
+            .encode_to_vec();
+        let truncated = &pb[..pb.len() - 3];
+        assert!(matches!(
+            decode_request(truncated, Encoding::Protobuf, None, 1 << 20),
+            Err(DecodeError::Protobuf(_))
+        ));
+        assert!(matches!(
+            decode_request(b"{\"resourceSpans\": [", Encoding::Json, None, 1 << 20),
+            Err(DecodeError::Json(_))
+        ));
+        assert!(matches!(
+            decode_request(b"not gzip", Encoding::Json, Some("gzip"), 1 << 20),
+            Err(DecodeError::Gzip(_))
+        ));
+        assert!(matches!(
+            decode_request(&pb, Encoding::Protobuf, Some("br"), 1 << 20),
+            Err(DecodeError::ContentEncoding(_))
+        ));
+        assert!(matches!(
+            decode_request(&pb, Encoding::Protobuf, None, 10),
+            Err(DecodeError::TooLarge {
+                when: "as sent",
+                ..
+            })
+        ));
+        // A small body that inflates past the limit (a zip bomb) is stopped while inflating.
+        let bomb = gzip(&vec![b' '; 1 << 20]);
+        assert!(bomb.len() < 8192, "{}", bomb.len());
+        assert!(matches!(
+            decode_request(&bomb, Encoding::Json, Some("gzip"), 64 << 10),
+            Err(DecodeError::TooLarge {
+                when: "after gzip decompression",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn responses_match_the_request_encoding() {
+        assert_eq!(encode_response(Encoding::Json, 0, ""), b"{}");
+        let j: serde_json::Value =
+            serde_json::from_slice(&encode_response(Encoding::Json, 2, "2 spans without ids"))
+                .unwrap();
+        assert_eq!(j["partialSuccess"]["rejectedSpans"], "2");
+        let pb = encode_response(Encoding::Protobuf, 3, "why");
+        let r = ExportTraceServiceResponse::decode(pb.as_slice()).unwrap();
+        assert_eq!(r.partial_success.map(|p| p.rejected_spans), Some(3));
+        assert!(encode_response(Encoding::Protobuf, 0, "").is_empty());
+    }
+}
