@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: system packages, embedded model, lint, tests.
+# Each phase's wall time goes to stderr (`test.sh: <phase> took N s`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
+phase() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "test.sh: $name took $((SECONDS - start)) s" >&2
+}
+phase setup ./scripts/setup.sh
+phase fmt cargo fmt --all -- --check
+phase clippy cargo clippy --workspace --all-targets -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast
+  phase build cargo nextest run --workspace --no-run
+  phase tests cargo nextest run --workspace --no-fail-fast
 else
-  cargo test --workspace --no-fail-fast
+  phase tests cargo test --workspace --no-fail-fast
 fi

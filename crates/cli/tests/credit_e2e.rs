@@ -1,5 +1,5 @@
 //! End-to-end `maslens optimize` with the embedded SmolLM2-135M-Instruct (`maslens model pull
-//! smollm2-135m`): 10 MMLU questions (5 optimization, 5 held-out), 3 roles, 2 rounds, one BCD
+//! smollm2-135m`): 6 MMLU questions (3 optimization, 3 held-out), 3 roles, 2 rounds, one BCD
 //! iteration, producing every report section; then `maslens credit` on the runs it wrote. Slow:
 //! named `e2e_*`. The model is far too small to debate or judge well: accuracy is not asserted,
 //! the pipeline is.
@@ -47,9 +47,9 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
         "--dataset",
         &ds,
         "--opt-size",
-        "5",
+        "3",
         "--test-size",
-        "5",
+        "3",
         "--iterations",
         "1",
         "--seeds",
@@ -67,7 +67,7 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     eprintln!("{md}");
     for section in [
-        "Accuracy on the held-out set (5 questions",
+        "Accuracy on the held-out set (3 questions",
         "Outcome shift",
         "Overall statistics",
         "by the round at which the debate ended",
@@ -81,8 +81,8 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
     }
     let r: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-    assert_eq!(r["n_optimization"], 5);
-    assert_eq!(r["n_test"], 5);
+    assert_eq!(r["n_optimization"], 3);
+    assert_eq!(r["n_test"], 3);
     let s = &r["seeds"][0];
     assert_eq!(s["bcd"]["iterations"].as_array().unwrap().len(), 1);
     assert!(s["bcd"]["calls"].as_u64().unwrap() > 0);
@@ -97,7 +97,7 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
             .unwrap()
             .lines()
             .count(),
-        5
+        3
     );
     // Re-running resumes from the cache: identical report, no new backend calls needed.
     let o2 = maslens(
@@ -136,4 +136,5 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
     );
     let c: Value = serde_json::from_str(&std::fs::read_to_string(&cj).unwrap()).unwrap();
     assert_eq!(c["traces"][0]["mode"], "debate-mcq");
+    assert_eq!(c["format_version"], 2);
 }
