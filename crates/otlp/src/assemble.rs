@@ -387,11 +387,24 @@ fn u64_attr(a: &Map<String, Value>, keys: &[&str]) -> Option<u64> {
 
 /// Build the trace of one run (`key` from [`group`]).
 pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
-    let by_id: HashMap<&str, &SpanRecord> =
-        spans.iter().map(|s| (s.span_id.as_str(), *s)).collect();
+    // Spans by (trace id, span id): span ids are unique only within their OpenTelemetry trace,
+    // and a run may merge several traces. A parent is looked up in the span's own trace.
+    let by_id: HashMap<(&str, &str), &SpanRecord> = spans
+        .iter()
+        .map(|s| ((s.trace_id.as_str(), s.span_id.as_str()), *s))
+        .collect();
+    let parent = |s: &SpanRecord| -> Option<&SpanRecord> {
+        let p = s.parent_span_id.as_deref()?;
+        by_id.get(&(s.trace_id.as_str(), p)).copied()
+    };
     let mut order: Vec<&SpanRecord> = by_id.values().copied().collect();
     order.sort_by(|a, b| {
-        (a.start_ns, a.end_ns, &a.span_id).cmp(&(b.start_ns, b.end_ns, &b.span_id))
+        (a.start_ns, a.end_ns, &a.span_id, &a.trace_id).cmp(&(
+            b.start_ns,
+            b.end_ns,
+            &b.span_id,
+            &b.trace_id,
+        ))
     });
     // The nearest agent name at or above a span; a parent cycle ends the walk.
     let agent_of = |s: &SpanRecord| -> Option<String> {
@@ -404,10 +417,7 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
             if let Some(a) = own_agent(c) {
                 return Some(a);
             }
-            cur = c
-                .parent_span_id
-                .as_deref()
-                .and_then(|p| by_id.get(p).copied());
+            cur = parent(c);
         }
         None
     };
@@ -432,31 +442,28 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
     let roots: Vec<&SpanRecord> = order
         .iter()
         .copied()
-        .filter(|s| {
-            s.parent_span_id
-                .as_deref()
-                .is_none_or(|p| !by_id.contains_key(p))
-        })
+        .filter(|s| parent(s).is_none())
         .collect();
     if roots.iter().any(|r| r.error.is_some()) {
         trace.outcome = Outcome::Failure;
     }
     // Agent spans above a model call: the call is their step. An agent span with none below it
     // (an instrumentation that traces agents only) is a step itself when it has output.
-    let mut covered: HashSet<&str> = HashSet::new();
+    let mut covered: HashSet<(&str, &str)> = HashSet::new();
     for s in order.iter().filter(|s| kind(s) == SpanKind::Llm) {
-        let mut cur = s.parent_span_id.as_deref();
+        let mut cur = parent(s);
         while let Some(p) = cur {
-            if !covered.insert(p) {
+            if !covered.insert((p.trace_id.as_str(), p.span_id.as_str())) {
                 break;
             }
-            cur = by_id.get(p).and_then(|x| x.parent_span_id.as_deref());
+            cur = parent(p);
         }
     }
     for s in &order {
         let role = match kind(s) {
             SpanKind::Agent
-                if !covered.contains(s.span_id.as_str()) && !output_messages(s).is_empty() =>
+                if !covered.contains(&(s.trace_id.as_str(), s.span_id.as_str()))
+                    && !output_messages(s).is_empty() =>
             {
                 SpanKind::Llm
             }
@@ -740,6 +747,40 @@ mod tests {
             grown[0].metadata["otel_trace_ids"].as_array().map(Vec::len),
             Some(2)
         );
+    }
+
+    #[test]
+    fn span_ids_are_scoped_by_their_trace() {
+        // Two OpenTelemetry traces of one conversation that reuse a span id: both calls are steps,
+        // and each finds its own parent.
+        let chat = |trace: &str, agent_parent: &str, text: &str, start: u64| {
+            let mut agent = span(
+                agent_parent,
+                None,
+                start,
+                json!({"gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": text, "gen_ai.conversation.id": "c"}),
+            );
+            let mut call = span(
+                "7",
+                Some(agent_parent),
+                start + 1,
+                json!({"gen_ai.operation.name": "chat",
+                "gen_ai.output.messages": format!("[{{\"role\":\"assistant\",\"parts\":[{{\"type\":\"text\",\"content\":\"{text}\"}}]}}]")}),
+            );
+            agent.trace_id = trace.repeat(16);
+            call.trace_id = trace.repeat(16);
+            [agent, call]
+        };
+        let mut spans = chat("aa", "1", "Planner", 10).to_vec();
+        spans.extend(chat("bb", "2", "Coder", 20));
+        let t = &traces(&spans)[0];
+        let steps: Vec<(&str, &str)> = t
+            .steps
+            .iter()
+            .map(|s| (s.agent.as_str(), s.content.as_str()))
+            .collect();
+        assert_eq!(steps, [("Planner", "Planner"), ("Coder", "Coder")]);
     }
 
     #[test]
