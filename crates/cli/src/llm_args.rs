@@ -155,4 +155,29 @@ pub fn finish(stack: &Stack, quiet: bool) {
         r.total.completion_tokens,
         cost
     );
+    if let Some(note) = embedded_note(&r.model) {
+        eprintln!("{note}");
+    }
+}
+
+/// The one-line note printed after a run answered by the embedded default model.
+pub const EMBEDDED_NOTE: &str = "note: these answers came from the embedded SmolLM2-135M, which shows that \
+the pipeline runs but is far too small to judge well; pass --model (e.g. openai:gpt-4o-mini, or any \
+OpenAI-compatible server: docs/llm.md) for diagnoses you can act on";
+
+/// [`EMBEDDED_NOTE`] when `model` (a model id) is the embedded 135M default.
+pub fn embedded_note(model: &str) -> Option<&'static str> {
+    model
+        .starts_with("local:smollm2-135m")
+        .then_some(EMBEDDED_NOTE)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_embedded_default_gets_the_note_other_models_do_not() {
+        assert!(super::embedded_note("local:smollm2-135m").is_some());
+        assert!(super::embedded_note("openai:gpt-4o-mini").is_none());
+        assert!(super::embedded_note("local:/models/qwen2.5-7b.gguf").is_none());
+    }
 }

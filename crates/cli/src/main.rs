@@ -76,6 +76,8 @@ pub enum Command {
     Credit(cmd::credit::Args),
     /// Credit-guided prompt optimization of a multi-role debate (verbalized BCD).
     Optimize(cmd::optimize::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::completions::Args),
 }
 
 fn main() -> ExitCode {

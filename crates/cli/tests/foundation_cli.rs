@@ -343,3 +343,19 @@ fn otlp_exports_become_traces_for_every_command() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("bad.jsonl: line 1"), "{}", stderr(&o));
 }
+
+#[test]
+fn completions_for_each_shell() {
+    for (shell, needle) in [
+        ("bash", "_maslens()"),
+        ("zsh", "#compdef maslens"),
+        ("fish", "complete -c maslens"),
+    ] {
+        let o = maslens(&["completions", shell]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let s = stdout(&o);
+        assert!(s.contains(needle), "{shell}: {}", &s[..s.len().min(300)]);
+        assert!(s.contains("locate") && s.contains("otlp"), "{shell}");
+    }
+    assert_eq!(maslens(&["completions", "tcsh"]).status.code(), Some(2));
+}

@@ -3,6 +3,7 @@
 pub mod advantages;
 pub mod batch;
 pub mod cache;
+pub mod completions;
 pub mod credit;
 pub mod eval;
 pub mod import;
@@ -52,6 +53,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Advantages(args) => advantages::run(args, &global),
         Command::Credit(args) => credit::run(args, &global),
         Command::Optimize(args) => optimize::run(args, &global),
+        Command::Completions(args) => completions::run(args, &global),
     }
 }
 
