@@ -7,7 +7,7 @@
 //! (integers through [`lenient`], since JSON Schema also counts `3.0` as an integer), so a typed
 //! call accepts exactly the answers an untyped one does.
 
-use crate::structured::{compile, json_candidates, validate, validate_with, StructuredOutput};
+use crate::structured::{compile, json_candidates, validate_with, StructuredOutput};
 use crate::{ChatModel, ChatRequest, LlmError, Message};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -16,7 +16,15 @@ use serde_json::Value;
 /// The error is `path: problem` as [`validate`] writes it, or `$: ...` for a value that does
 /// not deserialize.
 pub fn from_value<T: DeserializeOwned>(value: &Value, schema: &Value) -> Result<T, String> {
-    validate(value, schema)?;
+    from_value_with(value, &compile(schema)?)
+}
+
+/// [`from_value`] with the schema compiled once.
+fn from_value_with<T: DeserializeOwned>(
+    value: &Value,
+    validator: &jsonschema::Validator,
+) -> Result<T, String> {
+    validate_with(validator, value)?;
     T::deserialize(value).map_err(|e| format!("$: {e}"))
 }
 
@@ -46,14 +54,11 @@ pub fn parse_answer<T: DeserializeOwned>(
     let validator = compile(schema)?;
     if let Some(ok) = candidates
         .iter()
-        .filter(|c| validate_with(&validator, c).is_ok())
-        .find_map(|c| T::deserialize(c).ok())
+        .find_map(|c| from_value_with(c, &validator).ok())
     {
         return Ok(ok);
     }
-    let problem = validate_with(&validator, first)
-        .and_then(|()| T::deserialize(first).map_err(|e| format!("$: {e}")));
-    problem.map_err(|problem| format!("{problem}{cut}"))
+    from_value_with(first, &validator).map_err(|problem| format!("{problem}{cut}"))
 }
 
 /// The repair request's instructions (`prompts/llm/repair.v1.j2`).

@@ -42,32 +42,12 @@ fn is_protobuf(p: &Path) -> bool {
     )
 }
 
-fn files(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    if !path.is_dir() {
-        out.push(path.to_path_buf());
-        return Ok(());
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            !p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with('.'))
-        })
-        .collect();
-    entries.sort();
-    for p in entries {
-        let wanted = p.is_dir()
-            || is_protobuf(&p)
-            || matches!(
-                p.extension().and_then(|e| e.to_str()),
-                Some("json" | "jsonl" | "ndjson")
-            );
-        if wanted {
-            files(&p, out)?;
-        }
-    }
-    Ok(())
+fn is_export_file(p: &Path) -> bool {
+    is_protobuf(p)
+        || matches!(
+            p.extension().and_then(|e| e.to_str()),
+            Some("json" | "jsonl" | "ndjson")
+        )
 }
 
 impl Read {
@@ -99,55 +79,56 @@ impl Read {
 /// Read every span of the export files under `paths`.
 pub fn read_paths(paths: &[PathBuf]) -> Read {
     let mut read = Read::default();
-    for root in paths {
-        let mut list = Vec::new();
-        if let Err(e) = files(root, &mut list) {
-            read.problems.push(Problem {
-                file: root.display().to_string(),
-                record: None,
-                message: e.to_string(),
-            });
-            continue;
-        }
-        for path in list {
-            let name = path.display().to_string();
-            let bytes = match std::fs::read(&path) {
-                Ok(b) => b,
-                Err(e) => {
-                    read.problems.push(Problem {
-                        file: name,
-                        record: None,
-                        message: e.to_string(),
-                    });
-                    continue;
-                }
-            };
-            if is_protobuf(&path) {
-                read.add(&name, None, &bytes, Encoding::Protobuf);
+    // Walked exactly as the trace reader walks its inputs (maslens_trace::import::files).
+    for item in maslens_trace::import::files(paths, is_export_file) {
+        let path = match item {
+            Ok(path) => path,
+            Err(e) => {
+                read.problems.push(Problem {
+                    file: e.file,
+                    record: e.record,
+                    message: e.message,
+                });
                 continue;
             }
-            // One request per line (collector file exporter), else the whole file as one document.
-            let text = String::from_utf8_lossy(&bytes);
-            let lines: Vec<(usize, &str)> = text
-                .lines()
-                .enumerate()
-                .filter(|(_, l)| !l.trim().is_empty())
-                .collect();
-            let per_line = lines
-                .first()
-                .is_some_and(|(_, l)| serde_json::from_str::<serde_json::Value>(l).is_ok());
-            if per_line {
-                for (i, line) in lines {
-                    read.add(
-                        &name,
-                        Some(format!("line {}", i + 1)),
-                        line.as_bytes(),
-                        Encoding::Json,
-                    );
-                }
-            } else {
-                read.add(&name, None, &bytes, Encoding::Json);
+        };
+        let name = path.display().to_string();
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) => {
+                read.problems.push(Problem {
+                    file: name,
+                    record: None,
+                    message: e.to_string(),
+                });
+                continue;
             }
+        };
+        if is_protobuf(&path) {
+            read.add(&name, None, &bytes, Encoding::Protobuf);
+            continue;
+        }
+        // One request per line (collector file exporter), else the whole file as one document.
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<(usize, &str)> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .collect();
+        let per_line = lines
+            .first()
+            .is_some_and(|(_, l)| serde_json::from_str::<serde_json::Value>(l).is_ok());
+        if per_line {
+            for (i, line) in lines {
+                read.add(
+                    &name,
+                    Some(format!("line {}", i + 1)),
+                    line.as_bytes(),
+                    Encoding::Json,
+                );
+            }
+        } else {
+            read.add(&name, None, &bytes, Encoding::Json);
         }
     }
     read
@@ -174,6 +155,9 @@ mod tests {
         let req = decode_request(LINE.as_bytes(), Encoding::Json, None, 1 << 20).unwrap();
         std::fs::write(dir.join("c.pb"), req.encode_to_vec()).unwrap();
         std::fs::write(dir.join("notes.txt"), "skipped").unwrap();
+        // A link back to the directory ends (the shared walker of maslens_trace::import::files).
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(&dir, dir.join("loop")).unwrap();
         let read = read_paths(std::slice::from_ref(&dir));
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(read.spans.len(), 4, "2 lines + 1 document + 1 protobuf");

@@ -371,11 +371,75 @@ pub fn read_trace(path: &Path, format: Format) -> Result<Imported, ImportError> 
 pub fn read_paths(paths: &[PathBuf], format: Format) -> TraceReader {
     TraceReader {
         format,
-        roots: paths.iter().rev().cloned().collect(),
-        walk: None,
+        files: files(paths, is_trace_file),
         current: None,
         threads: None,
+    }
+}
+
+/// The files under several paths, in the order given, walked as the trace reader walks them
+/// (natural name order, hidden entries below a named path left out, symlinks followed and loops
+/// ended, a directory reached twice read once). A named path is always returned; below it, the
+/// regular files `wanted` accepts. Other readers of input trees (OTLP exports) walk with this.
+pub fn files(paths: &[PathBuf], wanted: fn(&Path) -> bool) -> Files {
+    Files {
+        roots: paths.iter().rev().cloned().collect(),
+        walk: None,
         visited: Default::default(),
+        wanted,
+    }
+}
+
+/// Iterator of [`files`]: each file, or the error of a path that cannot be walked or listed.
+pub struct Files {
+    /// Named paths still to walk (popped from the end).
+    roots: Vec<PathBuf>,
+    /// The walk under the named path being walked.
+    walk: Option<Walk>,
+    /// Directories already walked (canonical paths), so symlink loops end.
+    visited: std::collections::HashSet<PathBuf>,
+    wanted: fn(&Path) -> bool,
+}
+
+impl Iterator for Files {
+    type Item = Result<PathBuf, ImportError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let Some(walk) = &mut self.walk else {
+                let root = self.roots.pop()?;
+                self.walk = Some(walk_under(&root));
+                continue;
+            };
+            let entry = match walk.next() {
+                Some(Ok(entry)) => entry,
+                Some(Err(e)) => match walk_error(e, self.wanted) {
+                    Some(err) => return Some(Err(err)),
+                    None => continue,
+                },
+                None => {
+                    self.walk = None;
+                    continue;
+                }
+            };
+            // A path named by the caller is always read (a pipe such as `<(zcat x.jsonl.gz)`
+            // included); below a directory only regular wanted files are.
+            let explicit = entry.depth() == 0;
+            if entry.file_type().is_dir() {
+                // A directory reached twice (two links to it, or named twice) is read once.
+                if let Ok(canonical) = std::fs::canonicalize(entry.path()) {
+                    if !self.visited.insert(canonical) {
+                        walk.skip_current_dir();
+                    }
+                }
+                continue;
+            }
+            let regular = entry.file_type().is_file();
+            let path = entry.into_path();
+            if explicit || (regular && (self.wanted)(&path)) {
+                return Some(Ok(path));
+            }
+        }
     }
 }
 
@@ -398,15 +462,11 @@ fn walk_under(root: &Path) -> Walk {
 /// Streaming iterator over the records of files and directories; see [`read_path`].
 pub struct TraceReader {
     format: Format,
-    /// Named paths still to read (popped from the end).
-    roots: Vec<PathBuf>,
-    /// The walk under the named path being read.
-    walk: Option<Walk>,
+    /// The trace files still to read.
+    files: Files,
     /// Parser threads for large line-per-record files (`None`: [`parser_threads`]).
     threads: Option<usize>,
     current: Option<FileRecords>,
-    /// Directories already walked (canonical paths), so symlink loops end.
-    visited: std::collections::HashSet<PathBuf>,
 }
 
 impl TraceReader {
@@ -450,40 +510,10 @@ impl Iterator for TraceReader {
                     None => self.current = None,
                 }
             }
-            let Some(walk) = &mut self.walk else {
-                let root = self.roots.pop()?;
-                self.walk = Some(walk_under(&root));
-                continue;
+            let path = match self.files.next()? {
+                Ok(path) => path,
+                Err(e) => return Some(Err(e)),
             };
-            let entry = match walk.next() {
-                Some(Ok(entry)) => entry,
-                Some(Err(e)) => match walk_error(e) {
-                    Some(err) => return Some(Err(err)),
-                    None => continue,
-                },
-                None => {
-                    self.walk = None;
-                    continue;
-                }
-            };
-            // A path named by the caller is always read (a pipe such as `<(zcat x.jsonl.gz)`
-            // included); below a directory only regular trace files are.
-            let explicit = entry.depth() == 0;
-            if entry.file_type().is_dir() {
-                // A directory reached twice (two links to it, or named twice) is read once.
-                if let Ok(canonical) = std::fs::canonicalize(entry.path()) {
-                    if !self.visited.insert(canonical) {
-                        walk.skip_current_dir();
-                    }
-                }
-                continue;
-            }
-            let regular = entry.file_type().is_file();
-            let path = entry.into_path();
-            let wanted = explicit || (regular && is_trace_file(&path));
-            if !wanted {
-                continue;
-            }
             let display = path.display().to_string();
             match FileRecords::open(
                 path,
@@ -500,14 +530,14 @@ impl Iterator for TraceReader {
 
 /// The error for a failed walk step, or `None` for what is skipped silently: a link back to a
 /// directory being walked, and (below the named path) entries that are neither a directory nor
-/// a trace file, such as a dangling `notes.txt` link.
-fn walk_error(e: walkdir::Error) -> Option<ImportError> {
+/// a wanted file, such as a dangling `notes.txt` link.
+fn walk_error(e: walkdir::Error, wanted: fn(&Path) -> bool) -> Option<ImportError> {
     if e.loop_ancestor().is_some() {
         return None;
     }
     let path = e.path().map(Path::to_path_buf).unwrap_or_default();
     let listing = std::fs::metadata(&path).is_ok_and(|m| m.is_dir());
-    if e.depth() > 0 && !listing && !is_trace_file(&path) {
+    if e.depth() > 0 && !listing && !wanted(&path) {
         return None;
     }
     let io = e
