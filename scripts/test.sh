@@ -12,8 +12,18 @@ phase() {
 # A one-shot build: incremental compilation state only costs disk (3.5 GB on a cold run).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 df -h . >&2 || true
-trap 'du -sh "${CARGO_TARGET_DIR:-target}" >&2 || true' EXIT
+on_exit() {
+  [ "${started_pg:-0}" = 1 ] && ./scripts/pg.sh stop || true
+  du -sh "${CARGO_TARGET_DIR:-target}" >&2 || true
+}
+trap on_exit EXIT
 phase setup ./scripts/setup.sh
+# PostgreSQL (Debian package) for the store's tests on both back ends and the two-server test.
+if [ -z "${MASLENS_TEST_PG_URL:-}" ]; then
+  MASLENS_TEST_PG_URL=$(./scripts/pg.sh start)
+  export MASLENS_TEST_PG_URL
+  started_pg=1
+fi
 phase fmt cargo fmt --all -- --check
 phase clippy cargo clippy --workspace --all-targets -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then

@@ -19,6 +19,7 @@ enum May {
 
 const TRACE: &str = "maslens-trace";
 const OTLP: &str = "maslens-otlp";
+const STORE: &str = "maslens-store";
 const LLM: &str = "maslens-llm";
 const RENDER: &str = "maslens-render";
 const EVAL: &str = "maslens-eval";
@@ -35,6 +36,7 @@ const CLI: &str = "maslens";
 const MAP: &[(&str, May)] = &[
     (TRACE, May::Only(&[])),
     (OTLP, May::Only(&[TRACE])),
+    (STORE, May::Only(&[TRACE, OTLP])),
     (LLM, May::Only(&[])),
     (RENDER, May::Only(&[TRACE, LLM])),
     (EVAL, May::Only(&[TRACE, LLM])),
@@ -50,7 +52,7 @@ const MAP: &[(&str, May)] = &[
     (
         SERVER,
         May::Only(&[
-            TRACE, OTLP, LLM, RENDER, EVAL, LOCATE, IMPLICIT, CREDIT, PRIOR, CORE,
+            TRACE, OTLP, STORE, LLM, RENDER, EVAL, LOCATE, IMPLICIT, CREDIT, PRIOR, CORE,
         ]),
     ),
     (CLI, May::Anything),

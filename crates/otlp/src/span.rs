@@ -8,8 +8,8 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
 use serde_json::{Map, Value};
 
-/// One span, flattened.
-#[derive(Debug, Clone, PartialEq)]
+/// One span, flattened. Serializable: the store keeps each received span as this record.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SpanRecord {
     /// 32 lower-case hex digits.
     pub trace_id: String,
@@ -29,7 +29,7 @@ pub struct SpanRecord {
 }
 
 /// A span event (older GenAI instrumentations put messages here).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SpanEvent {
     pub name: String,
     pub time_ns: u64,

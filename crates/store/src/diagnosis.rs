@@ -1,0 +1,376 @@
+//! Diagnoses: what a method said about a run, with everything needed to trust and reproduce it
+//! (method, model, prompt versions, parameters, usage, time). A scan's implicit-failure events
+//! also get a row each; credit tables and eval reports are kept as their owning crates write them.
+
+use serde_json::Value;
+use sqlx::any::AnyRow;
+
+use crate::{col, json_col, now_ns, q, sha256, Result, Store};
+
+/// One implicit-failure event of a scan.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ImplicitEvent {
+    pub step: Option<i64>,
+    pub agent: Option<String>,
+    pub error_type: Option<String>,
+    pub severity: Option<f64>,
+    /// The step that absorbed it, when one did.
+    pub absorbed_by: Option<i64>,
+    /// The whole event as the method wrote it.
+    pub event: Value,
+}
+
+/// A diagnosis to store.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NewDiagnosis {
+    pub run_id: String,
+    /// `prior`, `locate`, `scan`, ...
+    pub method: String,
+    pub model: Option<String>,
+    /// Prompt id -> SHA-256 of its text.
+    pub prompt_versions: Value,
+    pub params: Value,
+    /// `maslens_llm::Totals` as JSON.
+    pub usage: Value,
+    pub trace_hash: Option<String>,
+    /// The localization (agent, step index), when the method gives one.
+    pub agent: Option<String>,
+    pub step: Option<i64>,
+    /// The decisive step's span, for write-back.
+    pub otel_trace_id: Option<String>,
+    pub span_id: Option<String>,
+    pub confidence: Option<f64>,
+    pub risk: Option<f64>,
+    /// The method's whole verdict.
+    pub result: Value,
+    pub elapsed_ms: Option<i64>,
+    #[serde(default)]
+    pub events: Vec<ImplicitEvent>,
+}
+
+/// A stored diagnosis.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Diagnosis {
+    pub id: String,
+    pub created_ns: i64,
+    #[serde(flatten)]
+    pub body: NewDiagnosis,
+}
+
+const COLS: &str = "id, run_id, method, model, prompt_versions, params, usage, trace_hash, agent, \
+     step, span_id, otel_trace_id, confidence, risk, result, created_ns, elapsed_ms";
+
+fn json_or_null(row: &AnyRow, name: &'static str, id: &str) -> Result<Value> {
+    let text: Option<String> = col(row, name)?;
+    match text {
+        Some(t) => json_col(&t, || format!("diagnosis {id} field {name}")),
+        None => Ok(Value::Null),
+    }
+}
+
+fn diagnosis(row: &AnyRow) -> Result<Diagnosis> {
+    let id: String = col(row, "id")?;
+    Ok(Diagnosis {
+        created_ns: col(row, "created_ns")?,
+        body: NewDiagnosis {
+            run_id: col(row, "run_id")?,
+            method: col(row, "method")?,
+            model: col(row, "model")?,
+            prompt_versions: json_or_null(row, "prompt_versions", &id)?,
+            params: json_or_null(row, "params", &id)?,
+            usage: json_or_null(row, "usage", &id)?,
+            trace_hash: col(row, "trace_hash")?,
+            agent: col(row, "agent")?,
+            step: col(row, "step")?,
+            otel_trace_id: col(row, "otel_trace_id")?,
+            span_id: col(row, "span_id")?,
+            confidence: col(row, "confidence")?,
+            risk: col(row, "risk")?,
+            result: json_or_null(row, "result", &id)?,
+            elapsed_ms: col(row, "elapsed_ms")?,
+            events: Vec::new(),
+        },
+        id,
+    })
+}
+
+fn text(v: &Value) -> Option<String> {
+    (!v.is_null()).then(|| v.to_string())
+}
+
+/// A fresh id: hex of SHA-256 over what identifies the row and the time.
+pub(crate) fn new_id(parts: &[&str]) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let seed = format!(
+        "{}|{}|{}|{}",
+        parts.join("|"),
+        now_ns(),
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    sha256(seed.as_bytes())[..24].to_string()
+}
+
+impl Store {
+    /// Store a diagnosis (and its events); the run's latest localization and risk follow it.
+    pub async fn add_diagnosis(&self, d: &NewDiagnosis) -> Result<String> {
+        let id = new_id(&[&d.run_id, &d.method]);
+        let now = now_ns();
+        let mut tx = self.write_tx().await?;
+        sqlx::query(
+            "INSERT INTO diagnoses (id, run_id, method, model, prompt_versions, params, usage,
+               trace_hash, agent, step, span_id, otel_trace_id, confidence, risk, result,
+               created_ns, elapsed_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+        )
+        .bind(id.as_str())
+        .bind(d.run_id.as_str())
+        .bind(d.method.as_str())
+        .bind(d.model.clone())
+        .bind(text(&d.prompt_versions))
+        .bind(text(&d.params))
+        .bind(text(&d.usage))
+        .bind(d.trace_hash.clone())
+        .bind(d.agent.clone())
+        .bind(d.step)
+        .bind(d.span_id.clone())
+        .bind(d.otel_trace_id.clone())
+        .bind(d.confidence)
+        .bind(d.risk)
+        .bind(d.result.to_string())
+        .bind(now)
+        .bind(d.elapsed_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(q("insert diagnosis"))?;
+        for (i, e) in d.events.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO implicit_events (diagnosis_id, run_id, ordinal, step, agent,
+                   error_type, severity, absorbed_by, event)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(id.as_str())
+            .bind(d.run_id.as_str())
+            .bind(i64::try_from(i).unwrap_or(i64::MAX))
+            .bind(e.step)
+            .bind(e.agent.clone())
+            .bind(e.error_type.clone())
+            .bind(e.severity)
+            .bind(e.absorbed_by)
+            .bind(e.event.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(q("insert implicit event"))?;
+        }
+        if let Some(agent) = &d.agent {
+            sqlx::query("UPDATE runs SET located_agent = $1, located_step = $2 WHERE id = $3")
+                .bind(agent.as_str())
+                .bind(d.step)
+                .bind(d.run_id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(q("run localization"))?;
+        }
+        if let Some(risk) = d.risk {
+            sqlx::query("UPDATE runs SET risk = $1 WHERE id = $2")
+                .bind(risk)
+                .bind(d.run_id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(q("run risk"))?;
+        }
+        tx.commit().await.map_err(q("commit diagnosis"))?;
+        Ok(id)
+    }
+
+    /// Every diagnosis of a run, oldest first, with their events.
+    pub async fn diagnoses(&self, run_id: &str) -> Result<Vec<Diagnosis>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM diagnoses WHERE run_id = $1 ORDER BY created_ns, id"
+        )))
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("diagnoses"))?;
+        let mut out: Vec<Diagnosis> = rows.iter().map(diagnosis).collect::<Result<_>>()?;
+        for d in &mut out {
+            d.body.events = self.events(&d.id).await?;
+        }
+        Ok(out)
+    }
+
+    /// One diagnosis by id.
+    pub async fn diagnosis(&self, id: &str) -> Result<Option<Diagnosis>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM diagnoses WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(q("diagnosis"))?;
+        match row {
+            Some(r) => {
+                let mut d = diagnosis(&r)?;
+                d.body.events = self.events(&d.id).await?;
+                Ok(Some(d))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn events(&self, diagnosis_id: &str) -> Result<Vec<ImplicitEvent>> {
+        let rows = sqlx::query(
+            "SELECT step, agent, error_type, severity, absorbed_by, event FROM implicit_events
+             WHERE diagnosis_id = $1 ORDER BY ordinal",
+        )
+        .bind(diagnosis_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("implicit events"))?;
+        rows.iter()
+            .map(|r| {
+                let event: String = col(r, "event")?;
+                Ok(ImplicitEvent {
+                    step: col(r, "step")?,
+                    agent: col(r, "agent")?,
+                    error_type: col(r, "error_type")?,
+                    severity: col(r, "severity")?,
+                    absorbed_by: col(r, "absorbed_by")?,
+                    event: json_col(&event, || format!("event of diagnosis {diagnosis_id}"))?,
+                })
+            })
+            .collect()
+    }
+
+    /// Store a credit table (`maslens_credit::CreditRun` JSON) or an eval report
+    /// (`maslens_eval` report JSON); `kind` is `credit` or `eval`. Returns its id.
+    pub async fn add_report(
+        &self,
+        kind: ReportKind,
+        name: &str,
+        run_id: Option<&str>,
+        body: &Value,
+    ) -> Result<String> {
+        let id = new_id(&[name]);
+        let sql = match kind {
+            ReportKind::Credit => {
+                "INSERT INTO credit_tables (id, name, body, created_ns, run_id)
+                 VALUES ($1, $2, $3, $4, $5)"
+            }
+            ReportKind::Eval => {
+                "INSERT INTO eval_reports (id, name, body, created_ns) VALUES ($1, $2, $3, $4)"
+            }
+        };
+        let mut query = sqlx::query(sql)
+            .bind(id.as_str())
+            .bind(name)
+            .bind(body.to_string())
+            .bind(now_ns());
+        if kind == ReportKind::Credit {
+            query = query.bind(run_id.map(String::from));
+        }
+        query
+            .execute(&self.pool)
+            .await
+            .map_err(q("insert report"))?;
+        Ok(id)
+    }
+
+    /// Reports of one kind, newest first: `(id, name, created_ns, body)`.
+    pub async fn reports(&self, kind: ReportKind) -> Result<Vec<(String, String, i64, Value)>> {
+        let sql = match kind {
+            ReportKind::Credit => {
+                "SELECT id, name, created_ns, body FROM credit_tables ORDER BY created_ns DESC"
+            }
+            ReportKind::Eval => {
+                "SELECT id, name, created_ns, body FROM eval_reports ORDER BY created_ns DESC"
+            }
+        };
+        let rows = sqlx::query(sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(q("reports"))?;
+        rows.iter()
+            .map(|r| {
+                let id: String = col(r, "id")?;
+                let body: String = col(r, "body")?;
+                let body = json_col(&body, || format!("report {id}"))?;
+                Ok((id, col(r, "name")?, col(r, "created_ns")?, body))
+            })
+            .collect()
+    }
+}
+
+/// Which report table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportKind {
+    Credit,
+    Eval,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::stores;
+    use crate::RunFilter;
+    use maslens_trace::TraceBuilder;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn diagnoses_round_trip_and_update_the_run() {
+        for (store, _dir) in stores().await {
+            let t = TraceBuilder::new("r1")
+                .step("Planner", "a")
+                .step("Coder", "b")
+                .build();
+            store.put_trace(&t).await.expect("put");
+            let d = NewDiagnosis {
+                run_id: "r1".into(),
+                method: "scan".into(),
+                model: Some("local:smollm2-135m".into()),
+                prompt_versions: json!({"implicit/detect.v2": "abc"}),
+                params: json!({"budget": 3}),
+                usage: json!({"calls": 1, "prompt_tokens": 10}),
+                agent: Some("Coder".into()),
+                step: Some(1),
+                risk: Some(0.75),
+                result: json!({"events": 1}),
+                events: vec![ImplicitEvent {
+                    step: Some(0),
+                    agent: Some("Planner".into()),
+                    error_type: Some("omission".into()),
+                    severity: Some(0.5),
+                    absorbed_by: Some(1),
+                    event: json!({"why": "<script>x</script>"}),
+                }],
+                ..NewDiagnosis::default()
+            };
+            let id = store.add_diagnosis(&d).await.expect("add");
+            let back = store.diagnosis(&id).await.expect("get").expect("exists");
+            assert_eq!(back.body, d);
+            assert_eq!(store.diagnoses("r1").await.expect("list").len(), 1);
+            let risky = store
+                .list_runs(&RunFilter {
+                    min_risk: Some(0.7),
+                    located_agent: Some("Coder".into()),
+                    ..RunFilter::default()
+                })
+                .await
+                .expect("filter");
+            assert_eq!(risky.len(), 1);
+            let eval = store
+                .add_report(
+                    ReportKind::Eval,
+                    "who&when",
+                    None,
+                    &json!({"format_version": 3}),
+                )
+                .await
+                .expect("report");
+            let reports = store.reports(ReportKind::Eval).await.expect("reports");
+            assert_eq!(reports[0].0, eval);
+            assert_eq!(reports[0].3["format_version"], 3);
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! The diagnosis queue: jobs (run a method on a run) live in the store, so they survive restarts
+//! and are shared by every server on one PostgreSQL store. A worker claims the oldest queued job
+//! (`FOR UPDATE SKIP LOCKED` on PostgreSQL: two workers never get the same job; SQLite has one
+//! writer at a time), finishes or fails it; a claim older than its lease (the worker died) is
+//! given back by [`Store::requeue_stale`]. One job per `dedup` key: the same method on the same
+//! trace version with the same parameters is queued once.
+
+use serde_json::Value;
+use sqlx::any::AnyRow;
+
+use crate::diagnosis::new_id;
+use crate::{col, json_col, now_ns, q, Backend, Result, Store};
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Queued,
+    Running,
+    Done,
+    Failed,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+        }
+    }
+    fn parse(s: &str) -> JobState {
+        match s {
+            "running" => JobState::Running,
+            "done" => JobState::Done,
+            "failed" => JobState::Failed,
+            _ => JobState::Queued,
+        }
+    }
+}
+
+/// A job.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Job {
+    pub id: String,
+    pub run_id: String,
+    pub method: String,
+    pub params: Value,
+    pub state: JobState,
+    pub attempts: i64,
+    pub worker: Option<String>,
+    pub created_ns: i64,
+    pub claimed_ns: Option<i64>,
+    pub finished_ns: Option<i64>,
+    pub diagnosis_id: Option<String>,
+    pub error: Option<String>,
+}
+
+const COLS: &str = "id, run_id, method, params, state, attempts, worker, created_ns, claimed_ns, \
+     finished_ns, diagnosis_id, error";
+
+fn job(row: &AnyRow) -> Result<Job> {
+    let id: String = col(row, "id")?;
+    let params: String = col(row, "params")?;
+    let state: String = col(row, "state")?;
+    Ok(Job {
+        params: json_col(&params, || format!("job {id} params"))?,
+        state: JobState::parse(&state),
+        run_id: col(row, "run_id")?,
+        method: col(row, "method")?,
+        attempts: col(row, "attempts")?,
+        worker: col(row, "worker")?,
+        created_ns: col(row, "created_ns")?,
+        claimed_ns: col(row, "claimed_ns")?,
+        finished_ns: col(row, "finished_ns")?,
+        diagnosis_id: col(row, "diagnosis_id")?,
+        error: col(row, "error")?,
+        id,
+    })
+}
+
+impl Store {
+    /// Queue a job unless one with the same `dedup` key exists. Returns the job (new or old).
+    pub async fn enqueue(
+        &self,
+        run_id: &str,
+        method: &str,
+        params: &Value,
+        dedup: &str,
+    ) -> Result<Job> {
+        let id = new_id(&[run_id, method, dedup]);
+        sqlx::query(
+            "INSERT INTO jobs (id, run_id, method, params, dedup, state, created_ns)
+             VALUES ($1, $2, $3, $4, $5, 'queued', $6) ON CONFLICT (dedup) DO NOTHING",
+        )
+        .bind(id.as_str())
+        .bind(run_id)
+        .bind(method)
+        .bind(params.to_string())
+        .bind(dedup)
+        .bind(now_ns())
+        .execute(&self.pool)
+        .await
+        .map_err(q("enqueue"))?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM jobs WHERE dedup = $1"
+        )))
+        .bind(dedup)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(q("enqueued job"))?;
+        job(&row)
+    }
+
+    /// Claim the oldest queued job for `worker`, if any.
+    pub async fn claim(&self, worker: &str) -> Result<Option<Job>> {
+        let pick = match self.backend {
+            Backend::Postgres => {
+                "SELECT id FROM jobs WHERE state = 'queued' ORDER BY created_ns, id LIMIT 1
+                 FOR UPDATE SKIP LOCKED"
+            }
+            Backend::Sqlite => {
+                "SELECT id FROM jobs WHERE state = 'queued' ORDER BY created_ns, id LIMIT 1"
+            }
+        };
+        let mut tx = self.write_tx().await?;
+        let id: Option<String> = sqlx::query_scalar(pick)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(q("pick job"))?;
+        let Some(id) = id else {
+            tx.commit().await.map_err(q("commit claim"))?;
+            return Ok(None);
+        };
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE jobs SET state = 'running', worker = $1, claimed_ns = $2,
+               attempts = attempts + 1
+             WHERE id = $3 AND state = 'queued' RETURNING {COLS}"
+        )))
+        .bind(worker)
+        .bind(now_ns())
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(q("claim job"))?;
+        tx.commit().await.map_err(q("commit claim"))?;
+        row.as_ref().map(job).transpose()
+    }
+
+    /// A claimed job finished with a diagnosis.
+    pub async fn finish(&self, job_id: &str, diagnosis_id: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE jobs SET state = 'done', finished_ns = $1, diagnosis_id = $2, error = NULL
+             WHERE id = $3",
+        )
+        .bind(now_ns())
+        .bind(diagnosis_id)
+        .bind(job_id)
+        .execute(&self.pool)
+        .await
+        .map_err(q("finish job"))?;
+        Ok(())
+    }
+
+    /// A claimed job failed: queued again while it has attempts left, else failed for good.
+    pub async fn fail(&self, job_id: &str, error: &str, max_attempts: i64) -> Result<JobState> {
+        let state: Option<String> = sqlx::query_scalar(
+            "UPDATE jobs SET state = CASE WHEN attempts < $1 THEN 'queued' ELSE 'failed' END,
+               error = $2, finished_ns = $3, worker = NULL
+             WHERE id = $4 RETURNING state",
+        )
+        .bind(max_attempts)
+        .bind(error)
+        .bind(now_ns())
+        .bind(job_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(q("fail job"))?;
+        Ok(JobState::parse(state.as_deref().unwrap_or("failed")))
+    }
+
+    /// Give back running jobs claimed before `claimed_before_ns` (their worker died). Returns how
+    /// many.
+    pub async fn requeue_stale(&self, claimed_before_ns: i64) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE jobs SET state = 'queued', worker = NULL
+             WHERE state = 'running' AND claimed_ns < $1",
+        )
+        .bind(claimed_before_ns)
+        .execute(&self.pool)
+        .await
+        .map_err(q("requeue stale"))?;
+        Ok(r.rows_affected())
+    }
+
+    /// One job.
+    pub async fn job(&self, id: &str) -> Result<Option<Job>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM jobs WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(q("job"))?;
+        row.as_ref().map(job).transpose()
+    }
+
+    /// Jobs of a run, oldest first.
+    pub async fn jobs_of(&self, run_id: &str) -> Result<Vec<Job>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLS} FROM jobs WHERE run_id = $1 ORDER BY created_ns, id"
+        )))
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("jobs of run"))?;
+        rows.iter().map(job).collect()
+    }
+
+    /// How many jobs are in each state.
+    pub async fn job_counts(&self) -> Result<Vec<(String, i64)>> {
+        let rows =
+            sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state ORDER BY state")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(q("job counts"))?;
+        rows.iter()
+            .map(|r| Ok((col(r, "state")?, col(r, "n")?)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::stores;
+    use serde_json::json;
+    use std::collections::BTreeSet;
+
+    #[tokio::test]
+    async fn queue_dedups_claims_once_retries_and_requeues() {
+        for (store, _dir) in stores().await {
+            let a = store
+                .enqueue("r1", "locate", &json!({}), "r1/locate/h1")
+                .await
+                .expect("enqueue");
+            let again = store
+                .enqueue("r1", "locate", &json!({}), "r1/locate/h1")
+                .await
+                .expect("enqueue");
+            assert_eq!(a.id, again.id);
+            store
+                .enqueue("r2", "scan", &json!({"k": 1}), "r2/scan/h1")
+                .await
+                .expect("enqueue");
+            let first = store.claim("w1").await.expect("claim").expect("a job");
+            assert_eq!(first.id, a.id);
+            assert_eq!(first.state, JobState::Running);
+            assert_eq!(first.attempts, 1);
+            let second = store.claim("w2").await.expect("claim").expect("a job");
+            assert_ne!(second.id, first.id);
+            assert!(store.claim("w3").await.expect("claim").is_none());
+            // A failure with attempts left goes back to the queue; then for good.
+            assert_eq!(
+                store.fail(&second.id, "timeout", 2).await.expect("fail"),
+                JobState::Queued
+            );
+            let retry = store.claim("w2").await.expect("claim").expect("again");
+            assert_eq!(retry.attempts, 2);
+            assert_eq!(
+                store.fail(&retry.id, "timeout", 2).await.expect("fail"),
+                JobState::Failed
+            );
+            // A worker that died: its claim is given back after the lease.
+            assert_eq!(store.requeue_stale(now_ns() + 1).await.expect("requeue"), 1);
+            let back = store.claim("w4").await.expect("claim").expect("requeued");
+            store.finish(&back.id, "d1").await.expect("finish");
+            let done = store.job(&back.id).await.expect("job").expect("exists");
+            assert_eq!(done.state, JobState::Done);
+            assert_eq!(done.diagnosis_id.as_deref(), Some("d1"));
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_workers_never_share_a_job() {
+        for (store, _dir) in stores().await {
+            for i in 0..40 {
+                store
+                    .enqueue(&format!("r{i}"), "prior", &json!({}), &format!("k{i}"))
+                    .await
+                    .expect("enqueue");
+            }
+            let mut handles = Vec::new();
+            for w in 0..4 {
+                let store = store.clone();
+                handles.push(tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    while let Some(j) = store.claim(&format!("w{w}")).await.expect("claim") {
+                        got.push(j.id);
+                    }
+                    got
+                }));
+            }
+            let mut all = Vec::new();
+            for h in handles {
+                all.extend(h.await.expect("join"));
+            }
+            assert_eq!(all.len(), 40);
+            assert_eq!(all.iter().collect::<BTreeSet<_>>().len(), 40);
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! maslens-store: where `maslens serve` and `--db` keep their work. SQLite by default
+//! (`$MASLENS_HOME/maslens.db`, WAL), PostgreSQL with a `postgres://` URL; one query layer for
+//! both (the sqlx `Any` driver: portable SQL, `$N` placeholders, TEXT / BIGINT / DOUBLE PRECISION
+//! columns) and versioned migrations embedded in the binary (`migrations/`).
+//!
+//! What it holds:
+//! - **spans** received over OTLP, once each (idempotent on trace id + span id), and **runs**: the
+//!   maslens trace assembled from a run's spans ([`ingest`]), or a trace imported from a file;
+//! - **diagnoses** with their method, model, prompt versions, parameters, usage and time, the
+//!   implicit-failure **events** of scans, **credit tables** and **eval reports** ([`diagnosis`]);
+//! - the diagnosis **queue**, claimed with row locks on PostgreSQL so that several servers share
+//!   it ([`jobs`]), and the **outbox** of write-backs ([`outbox`]).
+//!
+//! Durability: a span is acknowledged only after the transaction that stored it committed, so a
+//! killed server loses no acknowledged span; queued jobs and pending write-backs are rows, so they
+//! resume after a restart.
+
+pub mod diagnosis;
+pub mod ingest;
+pub mod jobs;
+pub mod outbox;
+pub mod runs;
+
+use std::path::Path;
+use std::time::Duration;
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{AnyPool, Executor, SqlSafeStr};
+
+pub use diagnosis::{Diagnosis, ImplicitEvent, NewDiagnosis};
+pub use ingest::IngestOutcome;
+pub use jobs::{Job, JobState};
+pub use runs::{RunFilter, RunSummary, StoredRun};
+
+/// The store's versioned migrations, in order. An applied migration must never change (its
+/// checksum is recorded); a schema change is a new file.
+const MIGRATIONS: &[(i64, &str, &str)] =
+    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+
+/// Errors from the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {url}: {source}")]
+    Open {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("store migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("store query ({what}): {source}")]
+    Query {
+        what: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("store record {what}: {message}")]
+    Corrupt { what: String, message: String },
+    #[error("not in the store: {0}")]
+    NotFound(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+pub(crate) fn q(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| StoreError::Query { what, source }
+}
+
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A connection pool to one store.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+/// The default SQLite database under a maslens home directory.
+pub fn default_url(home: &Path) -> String {
+    sqlite_url(&home.join("maslens.db"))
+}
+
+/// A `sqlite://` URL for a file path (created when missing).
+pub fn sqlite_url(path: &Path) -> String {
+    format!("sqlite://{}?mode=rwc", path.display())
+}
+
+/// `--db` values: a `postgres://` / `postgresql://` / `sqlite:` URL, or a file path (SQLite).
+pub fn url_from_arg(arg: &str) -> String {
+    if arg.starts_with("postgres://")
+        || arg.starts_with("postgresql://")
+        || arg.starts_with("sqlite:")
+    {
+        arg.to_string()
+    } else {
+        sqlite_url(Path::new(arg))
+    }
+}
+
+/// Nanoseconds since the Unix epoch, as stored.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// A u64 time or count as a BIGINT (saturating).
+pub(crate) fn big(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Hex SHA-256 of bytes (trace content hashes, ids).
+pub(crate) fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+impl Store {
+    /// Open (and migrate) the store at `url`: `sqlite://PATH?mode=rwc`, `sqlite::memory:`, or
+    /// `postgres://...`.
+    pub async fn open(url: &str) -> Result<Store> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("postgres") {
+            Backend::Postgres
+        } else {
+            Backend::Sqlite
+        };
+        let open_err = |source| StoreError::Open {
+            url: redact(url),
+            source,
+        };
+        let pool = AnyPoolOptions::new()
+            // SQLite has one writer at a time; a few connections let reads go on beside it.
+            .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
+            .acquire_timeout(Duration::from_secs(30))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // NORMAL under WAL: a committed transaction survives a killed process.
+                        conn.execute("PRAGMA synchronous = NORMAL").await?;
+                        conn.execute("PRAGMA busy_timeout = 10000").await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(url)
+            .await
+            .map_err(open_err)?;
+        if backend == Backend::Sqlite && !url.contains(":memory:") {
+            pool.execute("PRAGMA journal_mode = WAL")
+                .await
+                .map_err(open_err)?;
+        }
+        let store = Store { pool, backend };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Apply the migrations not yet applied (several processes may race: sqlx takes a lock).
+    async fn migrate(&self) -> Result<()> {
+        let migrations = MIGRATIONS
+            .iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    (*description).into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect();
+        Migrator::with_migrations(migrations)
+            .run(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Close every connection (tests reopen the same file).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// A write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`), so two
+    /// writers wait for each other instead of failing when a read lock would have to be upgraded.
+    pub(crate) async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+        let tx = match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        };
+        tx.map_err(q("begin"))
+    }
+}
+
+/// A URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Read a column, naming it in the error.
+pub(crate) fn col<'r, T>(row: &'r AnyRow, name: &'static str) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+{
+    use sqlx::Row;
+    row.try_get(name).map_err(|e| StoreError::Corrupt {
+        what: format!("column {name}"),
+        message: e.to_string(),
+    })
+}
+
+/// Parse a JSON column, naming it and the row in the error.
+pub(crate) fn json_col<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: impl FnOnce() -> String,
+) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        what: what(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// A fresh SQLite store in a temporary directory; with `MASLENS_TEST_PG_URL` set, tests that
+    /// call [`stores`] also run on that PostgreSQL database (a fresh schema per test).
+    pub async fn sqlite() -> (Store, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&default_url(dir.path()))
+            .await
+            .expect("open sqlite store");
+        (store, dir)
+    }
+
+    /// Every back end available to tests: SQLite always, PostgreSQL when `MASLENS_TEST_PG_URL`
+    /// names a server (each call gets a new, empty database on it).
+    pub async fn stores() -> Vec<(Store, Option<tempfile::TempDir>)> {
+        let (s, dir) = sqlite().await;
+        let mut out = vec![(s, Some(dir))];
+        if let Ok(url) = std::env::var("MASLENS_TEST_PG_URL") {
+            out.push((pg_fresh(&url).await, None));
+        }
+        out
+    }
+
+    /// A new database on the PostgreSQL server of `url` (named uniquely), opened as a store.
+    pub async fn pg_fresh(url: &str) -> Store {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        sqlx::any::install_default_drivers();
+        let name = format!(
+            "maslens_test_{}_{}_{}",
+            std::process::id(),
+            now_ns() % 1_000_000_000,
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let admin = AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .expect("connect to MASLENS_TEST_PG_URL");
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .await
+            .expect("create test database");
+        admin.close().await;
+        let base = url.rsplit_once('/').map(|(b, _)| b).unwrap_or(url);
+        Store::open(&format!("{base}/{name}"))
+            .await
+            .expect("open postgres store")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            url_from_arg("/tmp/x.db"),
+            "sqlite:///tmp/x.db?mode=rwc".to_string()
+        );
+        assert_eq!(url_from_arg("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(
+            redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+
+    #[tokio::test]
+    async fn opens_migrates_and_reopens() {
+        for (store, dir) in test_support::stores().await {
+            // Migrating twice is a no-op; a reopened SQLite file keeps its WAL mode.
+            store.migrate().await.expect("second migrate");
+            if let Some(dir) = dir {
+                store.close().await;
+                let again = Store::open(&default_url(dir.path())).await.expect("reopen");
+                let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+                    .fetch_one(again.pool())
+                    .await
+                    .expect("journal mode");
+                assert_eq!(mode, "wal");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn changed_migration_is_refused() {
+        let (store, _dir) = test_support::sqlite().await;
+        let edited = Migration::new(
+            1,
+            "init".into(),
+            MigrationType::Simple,
+            "SELECT 1".into_sql_str(),
+            false,
+        );
+        let err = Migrator::with_migrations(vec![edited])
+            .run(store.pool())
+            .await
+            .expect_err("an edited applied migration must be refused");
+        assert!(err.to_string().contains("1"), "{err}");
+    }
+}
