@@ -52,6 +52,8 @@ pub enum Command {
     Model(cmd::model::Args),
     /// Serve the embedded model behind an OpenAI-compatible endpoint on loopback.
     ServeModel(cmd::serve_model::Args),
+    /// Receive OpenTelemetry traces (OTLP/HTTP), store and diagnose them, write diagnoses back.
+    Serve(cmd::serve::Args),
     /// Export uncached requests as OpenAI Batch JSONL, import batch output into the cache.
     Batch(cmd::batch::Args),
     /// Inspect the LLM call cache.

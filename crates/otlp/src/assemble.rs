@@ -63,11 +63,33 @@ pub fn kind(span: &SpanRecord) -> SpanKind {
     }
 }
 
+/// The LangGraph node a span ran in: OpenInference's LangChain instrumentor puts
+/// `{"langgraph_node": ...}` in the `metadata` attribute (a JSON string) of every span of a node,
+/// model calls included; a supervisor node is a CHAIN span without any other agent name.
+fn langgraph_node(span: &SpanRecord) -> Option<String> {
+    let meta = span.attributes.get("metadata")?;
+    let parsed;
+    let meta = match meta {
+        Value::String(s) => {
+            parsed = serde_json::from_str::<Value>(s).ok()?;
+            &parsed
+        }
+        other => other,
+    };
+    meta.get("langgraph_node")?
+        .as_str()
+        .filter(|n| !n.is_empty() && !n.starts_with("__"))
+        .map(String::from)
+}
+
 /// The agent a span names itself.
 fn own_agent(span: &SpanRecord) -> Option<String> {
     let a = &span.attributes;
     if let Some(n) = str_attr(a, "gen_ai.agent.name").or_else(|| str_attr(a, "agent.name")) {
         return Some(n.to_string());
+    }
+    if let Some(node) = langgraph_node(span) {
+        return Some(node);
     }
     if kind(span) == SpanKind::Agent {
         return str_attr(a, "graph.node.name")

@@ -3,6 +3,7 @@
 //! span records with every unplaceable span rejected with a reason ([`span`]), and the spans of
 //! one run are assembled into a maslens [`maslens_trace::Trace`] ([`assemble`]) under the
 //! OpenTelemetry GenAI semantic conventions or OpenInference; export files are read by [`file`].
+//! Diagnoses go back out as `gen_ai.evaluation.result` log events ([`export`]).
 //! No async: `maslens serve` and every trace-reading command (`--otlp`) call it.
 //!
 //! ```
@@ -21,6 +22,7 @@
 
 pub mod assemble;
 pub mod decode;
+pub mod export;
 pub mod file;
 pub mod span;
 

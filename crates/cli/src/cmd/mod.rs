@@ -16,6 +16,7 @@ pub mod replay_stats;
 pub mod scan;
 pub mod schema;
 pub mod select;
+pub mod serve;
 pub mod serve_model;
 pub mod show;
 pub mod stats;
@@ -41,6 +42,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Schema(args) => schema::run(args, &global),
         Command::Model(args) => model::run(args, &global),
         Command::ServeModel(args) => serve_model::run(args, &global),
+        Command::Serve(args) => serve::run(args, &global),
         Command::Batch(args) => batch::run(args, &global),
         Command::Cache(args) => cache::run(args, &global),
         Command::Locate(args) => locate::run(args, &global),

@@ -1,0 +1,156 @@
+//! `maslens serve`: receive OpenTelemetry traces, store them, diagnose them, write the diagnoses
+//! back (see docs/serve.md). Glue only: flags -> `maslens_server::serve::ServeConfig`.
+
+use crate::llm_args::LlmArgs;
+use crate::Global;
+use anyhow::Context;
+use maslens_server::serve::{AppState, JobMethod, Policy, ServeConfig, WriteBack};
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  maslens serve                                   # loopback:4318, SQLite in $MASLENS_HOME/maslens.db
+  maslens serve --db postgres://maslens@db/maslens --host 0.0.0.0 --token \"$TOKEN\"
+  maslens serve --diagnose all --phoenix http://127.0.0.1:6006
+Point an OpenTelemetry exporter at it:
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:4318/v1/traces")]
+pub struct Args {
+    /// Store: a `postgres://` URL, a `sqlite:` URL or a SQLite file (default
+    /// `$MASLENS_HOME/maslens.db`).
+    #[arg(long, env = "MASLENS_DB")]
+    pub db: Option<String>,
+    /// Address to bind; any non-loopback address needs `--token`.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port (4318 is OTLP/HTTP's); 0 picks a free one (the bound address is printed on stdout).
+    #[arg(long, default_value_t = 4318)]
+    pub port: u16,
+    /// Bearer token required on every route but /health.
+    #[arg(long, env = "MASLENS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Which completed runs the LLM methods diagnose on arrival (the prior localizes every run).
+    #[arg(long, value_enum, default_value = "failed")]
+    pub diagnose: DiagnoseArg,
+    /// LLM methods queued on arrival (repeat the flag).
+    #[arg(long = "on-arrival", value_enum, default_values = ["locate"])]
+    pub on_arrival: Vec<MethodArg>,
+    /// Seconds without new spans after the root span arrived before a run counts as complete.
+    #[arg(long, default_value_t = 2.0)]
+    pub settle: f64,
+    /// Seconds without new spans before a run without a root span counts as complete.
+    #[arg(long, default_value_t = 60.0)]
+    pub idle: f64,
+    /// Largest request body in MiB (before and after decompression).
+    #[arg(long, default_value_t = 64)]
+    pub max_body_mib: usize,
+    /// Write diagnoses to this OTLP/HTTP logs endpoint as gen_ai.evaluation.result events.
+    #[arg(long, value_name = "URL")]
+    pub otlp_export: Option<String>,
+    /// Write diagnoses to this Arize Phoenix as span annotations.
+    #[arg(long, value_name = "URL")]
+    pub phoenix: Option<String>,
+    /// Phoenix API key.
+    #[arg(long, env = "PHOENIX_API_KEY", hide_env_values = true)]
+    pub phoenix_token: Option<String>,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum DiagnoseArg {
+    Off,
+    Failed,
+    All,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum MethodArg {
+    Locate,
+    Scan,
+}
+
+fn secs(v: f64, flag: &str) -> anyhow::Result<Duration> {
+    if !(v.is_finite() && v >= 0.0) {
+        anyhow::bail!("{flag} must be a non-negative number of seconds");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
+    if !args.host.is_loopback() && args.token.is_none() {
+        anyhow::bail!(
+            "refusing to bind {} without a token: pass --token (or MASLENS_TOKEN), or bind a loopback address",
+            args.host
+        );
+    }
+    let url = match &args.db {
+        Some(db) => maslens_store::url_from_arg(db),
+        None => {
+            let home = maslens_llm::maslens_home();
+            std::fs::create_dir_all(&home)
+                .with_context(|| format!("cannot create {}", home.display()))?;
+            maslens_store::default_url(&home)
+        }
+    };
+    let config = ServeConfig {
+        token: args.token.clone(),
+        max_body_bytes: args.max_body_mib.max(1) << 20,
+        settle: secs(args.settle, "--settle")?,
+        idle: secs(args.idle, "--idle")?,
+        policy: match args.diagnose {
+            DiagnoseArg::Off => Policy::Off,
+            DiagnoseArg::Failed => Policy::Failed,
+            DiagnoseArg::All => Policy::All,
+        },
+        on_arrival: args
+            .on_arrival
+            .iter()
+            .map(|m| match m {
+                MethodArg::Locate => JobMethod::Locate,
+                MethodArg::Scan => JobMethod::Scan,
+            })
+            .collect(),
+        model: args.llm.model.clone(),
+        llm: args.llm.options()?,
+        writeback: WriteBack {
+            otlp_logs: args.otlp_export.clone(),
+            phoenix: args.phoenix.clone(),
+            phoenix_token: args.phoenix_token.clone(),
+        },
+        ..ServeConfig::default()
+    };
+    let addr = SocketAddr::new(args.host, args.port);
+    super::block_on(async move {
+        let store = maslens_store::Store::open(&url).await?;
+        let state = AppState::new(store, config)?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot bind {addr}"))?;
+        let bound = listener.local_addr()?;
+        if global.json {
+            println!(
+                "{}",
+                serde_json::json!({"url": format!("http://{bound}"), "otlp_traces": format!("http://{bound}/v1/traces")})
+            );
+        } else {
+            println!("listening on http://{bound} (OTLP: http://{bound}/v1/traces, API: /api, OpenAPI: /openapi.json); Ctrl-C stops");
+        }
+        std::io::stdout().flush()?;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let background = tokio::spawn(maslens_server::serve::background(state.clone(), rx));
+        let router = maslens_server::serve::router(state);
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        maslens_server::serve(listener, router, shutdown)
+            .await
+            .context("server failed")?;
+        let _ = tx.send(true);
+        let _ = background.await;
+        Ok::<_, anyhow::Error>(())
+    })??;
+    Ok(ExitCode::from(super::EXIT_OK))
+}

@@ -1,0 +1,286 @@
+//! `maslens serve`: OpenTelemetry traces in, diagnoses out.
+//!
+//! - `POST /v1/traces` (OTLP/HTTP, protobuf or JSON, gzip) stores each span once and answers only
+//!   after the store committed it; bad spans are counted in the OTLP partial-success answer with
+//!   their reason, bad bodies get a 4xx, a store that cannot write gets a 503 (the exporter
+//!   retries; nothing is lost).
+//! - In the background ([`pipeline`]): runs are assembled from their spans; a complete run
+//!   (root span arrived and quiet for `settle`, or idle for `idle`) is localized at once by the
+//!   learned prior and, by policy, queued for the LLM methods; one worker drains the queue under
+//!   the LLM layer's cache and budgets; each diagnosis is written back ([`writeback`]) as a
+//!   `gen_ai.evaluation.result` event to an OTLP logs endpoint and as a span annotation to
+//!   Arize Phoenix.
+//! - A JSON API under `/api` ([`api`]) with an OpenAPI document at `/openapi.json`.
+//!
+//! Loopback by default; a bearer token is required on every route but `/health` when one is
+//! configured (the CLI requires one on any other address).
+
+pub mod api;
+pub mod openapi;
+pub mod pipeline;
+pub mod writeback;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use maslens_otlp::decode::{decode_request, encode_response, DecodeError};
+use maslens_otlp::Encoding;
+use maslens_store::Store;
+use tokio::sync::OnceCell;
+
+/// Which completed runs the LLM methods diagnose on arrival (the prior localizes every run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    Off,
+    Failed,
+    All,
+}
+
+/// A method the queue runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobMethod {
+    /// The learned prior (no LLM).
+    Prior,
+    /// The AgentLocate pipeline (Judge, Evaluators, vote).
+    Locate,
+    /// Implicit-failure scan.
+    Scan,
+}
+
+impl JobMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobMethod::Prior => "prior",
+            JobMethod::Locate => "locate",
+            JobMethod::Scan => "scan",
+        }
+    }
+    pub fn parse(s: &str) -> Option<JobMethod> {
+        match s {
+            "prior" => Some(JobMethod::Prior),
+            "locate" => Some(JobMethod::Locate),
+            "scan" => Some(JobMethod::Scan),
+            _ => None,
+        }
+    }
+}
+
+/// Where diagnoses are written back.
+#[derive(Debug, Clone, Default)]
+pub struct WriteBack {
+    /// An OTLP/HTTP logs endpoint (`http://host:4318/v1/logs`; `/v1/logs` added when missing).
+    pub otlp_logs: Option<String>,
+    /// An Arize Phoenix base URL (`http://host:6006`).
+    pub phoenix: Option<String>,
+    /// Phoenix API key (`Authorization: Bearer`).
+    pub phoenix_token: Option<String>,
+}
+
+/// How `maslens serve` runs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Required as `Authorization: Bearer TOKEN` on every route but `/health` when set.
+    pub token: Option<String>,
+    /// Largest request body, before and after decompression.
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+    /// A run whose root span arrived is complete after this long without new spans.
+    pub settle: Duration,
+    /// A run without a root span is complete after this long without new spans.
+    pub idle: Duration,
+    pub policy: Policy,
+    /// LLM methods queued for a completed run under `policy`.
+    pub on_arrival: Vec<JobMethod>,
+    /// Model spec for the LLM methods.
+    pub model: String,
+    pub llm: maslens_llm::OpenOptions,
+    pub writeback: WriteBack,
+    /// This server's name in job claims.
+    pub worker: String,
+    /// Background loop period.
+    pub tick: Duration,
+    /// A job claimed longer ago than this is given back (its worker died).
+    pub lease: Duration,
+    pub max_attempts: i64,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            token: None,
+            max_body_bytes: 64 << 20,
+            request_timeout: Duration::from_secs(60),
+            settle: Duration::from_secs(2),
+            idle: Duration::from_secs(60),
+            policy: Policy::Failed,
+            on_arrival: vec![JobMethod::Locate],
+            model: "local:smollm2-135m".into(),
+            llm: maslens_llm::OpenOptions::default(),
+            writeback: WriteBack::default(),
+            worker: format!("maslens-{}", std::process::id()),
+            tick: Duration::from_millis(250),
+            lease: Duration::from_secs(15 * 60),
+            max_attempts: 3,
+        }
+    }
+}
+
+/// Shared by the routes and the background tasks.
+pub struct AppState {
+    pub store: Store,
+    pub config: ServeConfig,
+    /// The learned prior, loaded once.
+    pub prior: maslens_core::locate::PriorSource,
+    /// The LLM stack, opened on the first LLM job.
+    pub models: OnceCell<maslens_core::locate::Models>,
+    pub http: reqwest::Client,
+}
+
+impl AppState {
+    pub fn new(store: Store, config: ServeConfig) -> Result<Arc<AppState>, ServeError> {
+        let (prior, _) = maslens_core::locate::PriorSource::load("builtin")
+            .map_err(|e| ServeError::Setup(format!("the built-in prior: {e}")))?;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| ServeError::Setup(format!("HTTP client: {e}")))?;
+        Ok(Arc::new(AppState {
+            store,
+            config,
+            prior,
+            models: OnceCell::new(),
+            http,
+        }))
+    }
+}
+
+/// Errors that stop the server from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Setup(String),
+    #[error(transparent)]
+    Store(#[from] maslens_store::StoreError),
+}
+
+/// Every route of `maslens serve`.
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.config.max_body_bytes;
+    let timeout = state.config.request_timeout;
+    Router::new()
+        .route("/v1/traces", post(v1_traces))
+        .merge(api::routes())
+        .route("/openapi.json", get(openapi::document))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
+        .route("/health", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ))
+        .with_state(state)
+}
+
+/// Bearer-token check (constant time) when a token is configured.
+async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(token) = &state.config.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        let ok = given.len() == token.len()
+            && given
+                .bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if !ok {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "a bearer token is required (Authorization: Bearer TOKEN)",
+            )
+                .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// OTLP/HTTP trace export.
+async fn v1_traces(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let header_str = |h: header::HeaderName| headers.get(h).and_then(|v| v.to_str().ok());
+    let encoding = match Encoding::from_content_type(header_str(header::CONTENT_TYPE)) {
+        Ok(e) => e,
+        Err(e) => return (StatusCode::UNSUPPORTED_MEDIA_TYPE, e.to_string()).into_response(),
+    };
+    let request = match decode_request(
+        &body,
+        encoding,
+        header_str(header::CONTENT_ENCODING),
+        state.config.max_body_bytes,
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            let status = match e {
+                DecodeError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                DecodeError::ContentType(_) | DecodeError::ContentEncoding(_) => {
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE
+                }
+                _ => StatusCode::BAD_REQUEST,
+            };
+            tracing::info!(%e, "OTLP request refused");
+            return (status, e.to_string()).into_response();
+        }
+    };
+    let flat = maslens_otlp::span::flatten(&request);
+    match state.store.ingest(&flat.spans).await {
+        Ok(out) => {
+            tracing::debug!(
+                stored = out.stored,
+                duplicates = out.duplicates,
+                rejected = flat.rejected.len(),
+                "spans received"
+            );
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, encoding.content_type())],
+                encode_response(encoding, flat.rejected.len(), &flat.rejection_message()),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            // Not stored, not acknowledged: the exporter retries after Retry-After.
+            tracing::warn!(%e, "could not store spans");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                format!("the store could not take the spans: {e}"),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// Run the background tasks (assembly, completion, the queue worker, write-back) until
+/// `shutdown` resolves.
+pub async fn background(state: Arc<AppState>, shutdown: tokio::sync::watch::Receiver<bool>) {
+    let a = tokio::spawn(pipeline::assemble_loop(state.clone(), shutdown.clone()));
+    let w = tokio::spawn(pipeline::worker_loop(state.clone(), shutdown.clone()));
+    let b = tokio::spawn(writeback::loop_(state, shutdown));
+    let _ = tokio::join!(a, w, b);
+}

@@ -1,0 +1,300 @@
+//! From stored spans to diagnoses: assembly, completion, the prior on arrival, the queue worker.
+//! Every method is the library call the CLI makes (`maslens_core::locate`, `maslens_implicit`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use maslens_store::{NewDiagnosis, Store};
+use maslens_trace::Trace;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use super::{AppState, JobMethod, Policy};
+
+/// Assemble runs whose spans changed; complete the quiet ones and diagnose them; give back jobs
+/// of dead workers.
+pub async fn assemble_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
+    let mut last_requeue = Instant::now();
+    loop {
+        if let Err(e) = assemble_once(&state).await {
+            tracing::warn!(%e, "assembly");
+        }
+        if last_requeue.elapsed() > std::time::Duration::from_secs(10) {
+            last_requeue = Instant::now();
+            let cutoff = maslens_store::now_ns().saturating_sub(nanos(state.config.lease));
+            match state.store.requeue_stale(cutoff).await {
+                Ok(n) if n > 0 => tracing::info!(n, "jobs of dead workers queued again"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(%e, "requeue"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(state.config.tick) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+fn nanos(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// One pass: assemble, then complete and diagnose what is due.
+pub async fn assemble_once(state: &AppState) -> Result<(), maslens_store::StoreError> {
+    state.store.assemble_pending(200).await?;
+    let now = maslens_store::now_ns();
+    let due = state
+        .store
+        .due_for_completion(now, nanos(state.config.settle), nanos(state.config.idle))
+        .await?;
+    for (run, seq) in due {
+        if state.store.mark_complete(&run, seq).await? {
+            on_complete(state, &run).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A run just completed: the prior localizes it now; LLM methods are queued by policy.
+async fn on_complete(state: &AppState, run: &str) -> Result<(), maslens_store::StoreError> {
+    let Some(stored) = state.store.run(run).await? else {
+        return Ok(());
+    };
+    let Some(trace) = stored.trace else {
+        return Ok(());
+    };
+    let hash = stored.trace_hash.unwrap_or_default();
+    if let Some(d) = prior_diagnosis(state, &trace, &hash) {
+        let id = state.store.add_diagnosis(&d).await?;
+        queue_writeback(state, &id).await?;
+    }
+    let wanted = match state.config.policy {
+        Policy::Off => false,
+        Policy::All => true,
+        Policy::Failed => trace.outcome == maslens_trace::Outcome::Failure,
+    };
+    if wanted {
+        for m in &state.config.on_arrival {
+            enqueue(&state.store, run, *m, &hash, &json!({})).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Queue `method` on a run's current trace version (once per version and parameters).
+pub async fn enqueue(
+    store: &Store,
+    run: &str,
+    method: JobMethod,
+    trace_hash: &str,
+    params: &Value,
+) -> Result<maslens_store::Job, maslens_store::StoreError> {
+    let dedup = format!("{run}/{}/{trace_hash}/{params}", method.as_str());
+    store.enqueue(run, method.as_str(), params, &dedup).await
+}
+
+pub(crate) async fn queue_writeback(
+    state: &AppState,
+    diagnosis: &str,
+) -> Result<(), maslens_store::StoreError> {
+    if state.config.writeback.otlp_logs.is_some() {
+        state.store.outbox_add(diagnosis, "otlp").await?;
+    }
+    if state.config.writeback.phoenix.is_some() {
+        state.store.outbox_add(diagnosis, "phoenix").await?;
+    }
+    Ok(())
+}
+
+/// The span of the step at `index` (a source step index), when the trace came over OTLP.
+fn span_of(trace: &Trace, index: Option<usize>) -> (Option<String>, Option<String>) {
+    index
+        .and_then(|i| trace.position_of(i))
+        .and_then(|p| trace.steps[p].span.as_ref())
+        .map(|s| (Some(s.trace_id.clone()), Some(s.span_id.clone())))
+        .unwrap_or((None, None))
+}
+
+/// The prior's localization as a diagnosis (none for a trace without steps).
+pub fn prior_diagnosis(state: &AppState, trace: &Trace, hash: &str) -> Option<NewDiagnosis> {
+    let started = Instant::now();
+    let (agent, step) = state.prior.predict(trace)?;
+    let probs = state.prior.probs(trace).unwrap_or_default();
+    let confidence = trace.position_of(step).and_then(|p| probs.get(p).copied());
+    let (otel_trace_id, span_id) = span_of(trace, Some(step));
+    Some(NewDiagnosis {
+        run_id: trace.id.clone(),
+        method: "prior".into(),
+        model: Some("builtin".into()),
+        params: json!({"prior": "builtin"}),
+        trace_hash: Some(hash.to_string()),
+        agent: Some(agent.clone()),
+        step: i64::try_from(step).ok(),
+        otel_trace_id,
+        span_id,
+        confidence,
+        result: json!({"agent": agent, "step": step, "probs": probs}),
+        elapsed_ms: i64::try_from(started.elapsed().as_millis()).ok(),
+        ..NewDiagnosis::default()
+    })
+}
+
+/// Drain the queue, one job at a time (the LLM layer bounds the calls within a job).
+pub async fn worker_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        match work_once(&state).await {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(e) => tracing::warn!(%e, "queue"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(state.config.tick) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Claim and run one job; false when the queue was empty.
+pub async fn work_once(state: &AppState) -> Result<bool, maslens_store::StoreError> {
+    let Some(job) = state.store.claim(&state.config.worker).await? else {
+        return Ok(false);
+    };
+    match run_job(state, &job).await {
+        Ok(d) => {
+            let id = state.store.add_diagnosis(&d).await?;
+            state.store.finish(&job.id, &id).await?;
+            queue_writeback(state, &id).await?;
+        }
+        Err(e) => {
+            tracing::warn!(job = %job.id, run = %job.run_id, method = %job.method, %e, "job failed");
+            state
+                .store
+                .fail(&job.id, &e, state.config.max_attempts)
+                .await?;
+        }
+    }
+    Ok(true)
+}
+
+async fn run_job(state: &AppState, job: &maslens_store::Job) -> Result<NewDiagnosis, String> {
+    let stored = state
+        .store
+        .run(&job.run_id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("run {} is not in the store", job.run_id))?;
+    let trace = stored
+        .trace
+        .ok_or_else(|| format!("run {} has no assembled trace yet", job.run_id))?;
+    let hash = stored.trace_hash.unwrap_or_default();
+    let method =
+        JobMethod::parse(&job.method).ok_or_else(|| format!("unknown method {:?}", job.method))?;
+    match method {
+        JobMethod::Prior => prior_diagnosis(state, &trace, &hash)
+            .ok_or_else(|| format!("{}: the trace has no steps to localize", trace.id)),
+        JobMethod::Locate => locate(state, &trace, &hash).await,
+        JobMethod::Scan => scan(state, &trace, &hash).await,
+    }
+}
+
+async fn models(state: &AppState) -> Result<&maslens_core::locate::Models, String> {
+    state
+        .models
+        .get_or_try_init(|| async {
+            let judge = maslens_llm::open(&state.config.model, &state.config.llm)
+                .await
+                .map_err(|e| format!("cannot open model {}: {e}", state.config.model))?;
+            Ok::<_, String>(maslens_core::locate::Models {
+                judge,
+                evaluators: Vec::new(),
+            })
+        })
+        .await
+}
+
+async fn locate(state: &AppState, trace: &Trace, hash: &str) -> Result<NewDiagnosis, String> {
+    let started = Instant::now();
+    let models = models(state).await?;
+    let opts = maslens_core::locate::LocateOptions::default();
+    let any_aegis = trace.source.format == "aegis";
+    let localizer = maslens_core::locate::LlmLocalizer {
+        models,
+        config: opts.config(opts.wants_error_modes(any_aegis)),
+        styles: opts.evaluators.clone(),
+        prior: None,
+    };
+    let v = localizer.verdict(trace).await.map_err(|e| e.to_string())?;
+    let (otel_trace_id, span_id) = span_of(trace, v.step);
+    Ok(NewDiagnosis {
+        run_id: trace.id.clone(),
+        method: "locate".into(),
+        model: Some(v.model.clone()),
+        prompt_versions: json!(v.prompt_versions),
+        params: serde_json::to_value(&opts).unwrap_or(Value::Null),
+        usage: serde_json::to_value(v.usage).unwrap_or(Value::Null),
+        trace_hash: Some(hash.to_string()),
+        agent: v.agent.clone(),
+        step: v.step.and_then(|s| i64::try_from(s).ok()),
+        otel_trace_id,
+        span_id,
+        confidence: Some(v.confidence),
+        result: serde_json::to_value(&v).unwrap_or(Value::Null),
+        elapsed_ms: i64::try_from(started.elapsed().as_millis()).ok(),
+        ..NewDiagnosis::default()
+    })
+}
+
+async fn scan(state: &AppState, trace: &Trace, hash: &str) -> Result<NewDiagnosis, String> {
+    let started = Instant::now();
+    let models = models(state).await?;
+    let model: &dyn maslens_llm::ChatModel = models.judge.model.as_ref();
+    let cfg = maslens_implicit::scan::ScanConfig::default();
+    let s = maslens_implicit::scan::scan_trace(&[model], trace, &cfg)
+        .await
+        .map_err(|e| e.to_string())?;
+    let events = s
+        .events
+        .iter()
+        .map(|e| {
+            let v = serde_json::to_value(e).unwrap_or(Value::Null);
+            maslens_store::ImplicitEvent {
+                step: v.get("step").and_then(Value::as_i64),
+                agent: v.get("agent").and_then(Value::as_str).map(String::from),
+                error_type: v
+                    .get("error_type")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+                severity: None,
+                absorbed_by: v.pointer("/absorption/by_step").and_then(Value::as_i64),
+                event: v,
+            }
+        })
+        .collect();
+    let mut result = serde_json::to_value(&s).unwrap_or(Value::Null);
+    // The span of each step, so that write-back can put each event on its span.
+    let step_spans: Vec<Value> = trace
+        .steps
+        .iter()
+        .filter_map(|st| {
+            let sp = st.span.as_ref()?;
+            Some(json!({"step": st.index, "trace_id": sp.trace_id, "span_id": sp.span_id}))
+        })
+        .collect();
+    if let Some(o) = result.as_object_mut() {
+        o.insert("step_spans".into(), Value::Array(step_spans));
+    }
+    Ok(NewDiagnosis {
+        run_id: trace.id.clone(),
+        method: "scan".into(),
+        model: Some(state.config.model.clone()),
+        prompt_versions: json!(maslens_implicit::scan_file::prompt_versions()),
+        params: json!({"config": "default"}),
+        usage: serde_json::to_value(s.usage).unwrap_or(Value::Null),
+        trace_hash: Some(hash.to_string()),
+        risk: Some(s.risk),
+        result,
+        elapsed_ms: i64::try_from(started.elapsed().as_millis()).ok(),
+        events,
+        ..NewDiagnosis::default()
+    })
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Create (or reuse) the Python venv that runs the OpenTelemetry producers in tests/otel/.
+#
+#   scripts/pyenv.sh             # OpenTelemetry SDK + OTLP/HTTP exporters + OpenInference + AutoGen/LangGraph
+#   scripts/pyenv.sh --phoenix   # additionally arize-phoenix (python/requirements/phoenix.txt)
+#
+# Prints the venv path on stdout (everything else goes to stderr), so:
+#   VENV=$(scripts/pyenv.sh) && "$VENV/bin/python" tests/otel/genai_run.py --endpoint ...
+#
+# Venv: $MASLENS_VENV, else $MASLENS_HOME/venv, else ~/.cache/maslens/venv. Interpreter: $PYTHON or python3
+# (>= 3.11). Idempotent: a stamp file in the venv records the sha256 of each requirements file installed,
+# and an unchanged file is not installed again. Packages come from PyPI (pip honours PIP_INDEX_URL,
+# PIP_FIND_LINKS etc. from the environment).
+set -euo pipefail
+
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+
+phoenix=0
+for arg in "$@"; do
+  case "$arg" in
+    --phoenix|phoenix) phoenix=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "pyenv.sh: unknown argument: $arg" >&2; usage; exit 2 ;;
+  esac
+done
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+reqdir="$root/python/requirements"
+venv="${MASLENS_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv}"
+python="${PYTHON:-python3}"
+stamp="$venv/.maslens-requirements.sha256"
+
+# Once phoenix is in the venv it stays part of every resolve, so a changed otel.txt cannot break it.
+if [ -f "$stamp" ] && grep -q '  phoenix.txt$' "$stamp"; then phoenix=1; fi
+reqs=("$reqdir/otel.txt")
+[ "$phoenix" = 1 ] && reqs+=("$reqdir/phoenix.txt")
+for r in "${reqs[@]}"; do
+  [ -f "$r" ] || { echo "pyenv.sh: missing $r" >&2; exit 2; }
+done
+
+if ! command -v "$python" >/dev/null 2>&1; then
+  echo "pyenv.sh: $python not found (set PYTHON=/path/to/python3.11+)" >&2
+  exit 2
+fi
+if ! "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+  echo "pyenv.sh: $("$python" --version 2>&1) is too old; need Python >= 3.11" >&2
+  exit 2
+fi
+
+# A venv whose interpreter no longer runs (the base Python was removed or upgraded) is rebuilt.
+if [ -e "$venv" ] && ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
+  echo "pyenv.sh: $venv is broken; recreating it" >&2
+  rm -rf "$venv"
+fi
+if [ ! -x "$venv/bin/python" ]; then
+  echo "pyenv.sh: creating venv $venv with $("$python" --version 2>&1)" >&2
+  mkdir -p "$(dirname "$venv")"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q --upgrade pip >&2
+fi
+
+# Which requirement files are not installed yet (or changed since)? The stamp holds "sha256  name" lines.
+todo=()
+for r in "${reqs[@]}"; do
+  line="$(sha256sum "$r" | cut -d' ' -f1)  $(basename "$r")"
+  if [ ! -f "$stamp" ] || ! grep -qxF "$line" "$stamp"; then
+    todo+=("$r")
+  fi
+done
+
+if [ "${#todo[@]}" -gt 0 ]; then
+  # One resolve over every requested file, so phoenix's dependencies and the otel pins agree.
+  args=()
+  for r in "${reqs[@]}"; do args+=(-r "$r"); done
+  echo "pyenv.sh: installing ${todo[*]##*/} into $venv" >&2
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q "${args[@]}" >&2
+  "$venv/bin/python" -m pip check >&2 || echo "pyenv.sh: warning: pip check reports conflicts" >&2
+  # Rewrite the stamp: keep entries for other files, replace the ones just installed.
+  tmp="$stamp.tmp"
+  : >"$tmp"
+  if [ -f "$stamp" ]; then
+    for r in "${reqs[@]}"; do
+      grep -vE "  $(basename "$r")\$" "$stamp" >"$tmp.keep" || true
+      mv "$tmp.keep" "$stamp"
+    done
+    cat "$stamp" >>"$tmp"
+  fi
+  for r in "${reqs[@]}"; do
+    echo "$(sha256sum "$r" | cut -d' ' -f1)  $(basename "$r")" >>"$tmp"
+  done
+  mv "$tmp" "$stamp"
+else
+  echo "pyenv.sh: $venv is up to date" >&2
+fi
+
+echo "$venv"
