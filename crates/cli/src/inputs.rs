@@ -14,7 +14,7 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Inputs {
     /// Input files or directories (recursed, sorted by name); `-` reads stdin (one record per line).
-    #[arg(required = true, value_name = "PATH")]
+    #[arg(required_unless_present = "db", value_name = "PATH")]
     pub inputs: Vec<PathBuf>,
     /// Input format: auto, whowhen, aegis, chat, native. `auto` detects it from the content.
     #[arg(long, short = 'f', default_value = "auto", value_name = "FORMAT")]
@@ -27,6 +27,11 @@ pub struct Inputs {
     /// grouped into runs (GenAI semantic conventions, OpenInference), one trace per run.
     #[arg(long)]
     pub otlp: bool,
+    /// A maslens store (a `postgres://` or `sqlite:` URL, or a SQLite file; the one `maslens
+    /// serve` writes): without PATHs, read every run in it; `import` stores what it reads there
+    /// and `locate` stores its verdicts there as diagnoses.
+    #[arg(long, value_name = "URL|FILE")]
+    pub db: Option<String>,
 }
 
 /// Counts kept while reading.
@@ -86,6 +91,18 @@ pub fn for_each_trace(
             }
         }
     };
+    if let (Some(db), true) = (&inputs.db, inputs.inputs.is_empty()) {
+        let traces = crate::cmd::block_on(async {
+            let store = crate::db::open(db).await?;
+            crate::db::all_traces(&store).await
+        })??;
+        for trace in traces {
+            let diagnostics = maslens_trace::validate(&trace);
+            handle(Ok(Imported { trace, diagnostics }))?;
+        }
+        pb.finish_and_clear();
+        return Ok(counts);
+    }
     if inputs.otlp {
         let read = maslens_otlp::file::read_paths(&inputs.inputs);
         for p in read.problems {

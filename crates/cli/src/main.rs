@@ -2,6 +2,7 @@
 //! library crates, renders their results. Nothing here decides a verdict.
 
 mod cmd;
+mod db;
 mod inputs;
 mod llm_args;
 mod locate_args;

@@ -271,6 +271,20 @@ pub(crate) mod test_support {
 
     /// A new database on the PostgreSQL server of `url` (named uniquely), opened as a store.
     pub async fn pg_fresh(url: &str) -> Store {
+        let db = crate::testing::fresh_postgres(url)
+            .await
+            .expect("create a test database on MASLENS_TEST_PG_URL");
+        Store::open(&db).await.expect("open postgres store")
+    }
+}
+
+/// For tests of the store's users: a new, empty database on a PostgreSQL server.
+pub mod testing {
+    use super::*;
+
+    /// Create a uniquely named database on the server of `url` (a `postgres://` URL whose
+    /// user may create databases); returns the new database's URL.
+    pub async fn fresh_postgres(url: &str) -> Result<String> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static N: AtomicU64 = AtomicU64::new(0);
         sqlx::any::install_default_drivers();
@@ -284,16 +298,17 @@ pub(crate) mod test_support {
             .max_connections(1)
             .connect(url)
             .await
-            .expect("connect to MASLENS_TEST_PG_URL");
+            .map_err(|source| StoreError::Open {
+                url: redact(url),
+                source,
+            })?;
         admin
             .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .await
-            .expect("create test database");
+            .map_err(q("create database"))?;
         admin.close().await;
         let base = url.rsplit_once('/').map(|(b, _)| b).unwrap_or(url);
-        Store::open(&format!("{base}/{name}"))
-            .await
-            .expect("open postgres store")
+        Ok(format!("{base}/{name}"))
     }
 }
 

@@ -33,6 +33,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         None => Box::new(BufWriter::new(std::io::stdout().lock())),
     };
     let show_warnings = args.warnings;
+    // `--db` with PATHs: the traces go into the store (and to `-o` when given, not to stdout).
+    let to_db = args.input.db.is_some() && !args.input.inputs.is_empty();
+    let write_jsonl = !to_db || args.output.is_some();
+    let mut stored = Vec::new();
     let counts = for_each_trace(
         &args.input,
         global,
@@ -42,6 +46,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 if d.severity == Severity::Error || show_warnings {
                     eprintln!("{}", diag_line(&imp.trace.id, d));
                 }
+            }
+            if to_db {
+                stored.push(imp.trace.clone());
+            }
+            if !write_jsonl {
+                return Ok(());
             }
             match maslens_trace::export::write_jsonl(&mut out, &imp.trace) {
                 // `maslens import x | head`: the reader has gone; stop quietly.
@@ -53,6 +63,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     )?;
     out.flush().context("cannot write output")?;
     drop(out);
+    if let (true, Some(db)) = (to_db, &args.input.db) {
+        super::block_on(async {
+            let store = crate::db::open(db).await?;
+            for t in &stored {
+                store.put_trace(t).await?;
+            }
+            anyhow::Ok(())
+        })??;
+        eprintln!("stored {} traces in {db}", stored.len());
+    }
     if let (Some(tmp), Some(path)) = (tmp, &args.output) {
         tmp.persist(path)
             .with_context(|| format!("cannot write {}", path.display()))?;

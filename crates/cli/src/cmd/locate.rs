@@ -92,7 +92,17 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let (quiet, json) = (global.quiet, global.json);
+    let db = args.input.db.clone();
+    // The prior's diagnosis for the store (the localizer owns its own copy).
+    let prior_for_db = match (&db, opts.method, opts.prior_spec()) {
+        (Some(_), Method::Prior, Some(spec)) => Some(PriorSource::load(spec)?.0),
+        _ => None,
+    };
     let problems = super::block_on(async {
+        let store = match &db {
+            Some(d) => Some(crate::db::open(d).await?),
+            None => None,
+        };
         let models;
         let llm;
         let prior_only;
@@ -116,12 +126,23 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         let mut problems = problems;
         for t in traces.iter_mut() {
             pb.set_message(t.id.clone());
+            let started = std::time::Instant::now();
+            let hash = match &store {
+                Some(s) => Some(crate::db::ensure(s, t).await?),
+                None => None,
+            };
+            let mut diagnosis = None;
             let printed = match pipeline {
                 Some(p) => p.verdict(t).await.map_err(|e| e.to_string()).map(|v| {
                     pb.suspend(|| match json {
                         true => println!("{}", serde_json::to_string(&v).unwrap_or_default()),
                         false => print_verdict(&v),
                     });
+                    if let Some(h) = &hash {
+                        diagnosis = Some(maslens_server::serve::pipeline::locate_to_diagnosis(
+                            &v, &opts, t, h, started,
+                        ));
+                    }
                     t.labels.verdicts.push(v.to_label());
                 }),
                 None => localizer
@@ -129,6 +150,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                     .await
                     .map_err(|e| e.to_string())
                     .map(|l| {
+                        if let (Some(h), Some(prior)) = (&hash, prior_for_db.as_ref()) {
+                            diagnosis =
+                                maslens_server::serve::pipeline::prior_to_diagnosis(prior, t, h);
+                        }
                         let p = &l.prediction;
                         match (json, &p.agent, p.step) {
                             (true, _, _) => println!("{}", l.verdict.unwrap_or_default()),
@@ -142,6 +167,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             if let Err(e) = printed {
                 pb.suspend(|| eprintln!("error: {e}"));
                 problems += 1;
+            }
+            if let (Some(s), Some(d)) = (&store, &diagnosis) {
+                crate::db::add(s, d).await?;
             }
             if let Some(w) = out.as_mut() {
                 maslens_trace::export::write_jsonl(&mut *w, t)

@@ -43,6 +43,9 @@ pub struct Args {
     /// Seconds without new spans before a run without a root span counts as complete.
     #[arg(long, default_value_t = 60.0)]
     pub idle: f64,
+    /// Seconds after which a job claimed by a server that stopped answering is queued again.
+    #[arg(long, default_value_t = 900.0)]
+    pub job_lease: f64,
     /// Largest request body in MiB (before and after decompression).
     #[arg(long, default_value_t = 64)]
     pub max_body_mib: usize,
@@ -100,6 +103,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         max_body_bytes: args.max_body_mib.max(1) << 20,
         settle: secs(args.settle, "--settle")?,
         idle: secs(args.idle, "--idle")?,
+        lease: secs(args.job_lease, "--job-lease")?,
         policy: match args.diagnose {
             DiagnoseArg::Off => Policy::Off,
             DiagnoseArg::Failed => Policy::Failed,

@@ -14,13 +14,14 @@ use super::{AppState, JobMethod, Policy};
 /// Assemble runs whose spans changed; complete the quiet ones and diagnose them; give back jobs
 /// of dead workers.
 pub async fn assemble_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
-    let mut last_requeue = Instant::now();
+    // Jobs of servers that died (a restart of this one included) go back to the queue.
+    let mut last_requeue: Option<Instant> = None;
     loop {
         if let Err(e) = assemble_once(&state).await {
             tracing::warn!(%e, "assembly");
         }
-        if last_requeue.elapsed() > std::time::Duration::from_secs(10) {
-            last_requeue = Instant::now();
+        if last_requeue.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(10)) {
+            last_requeue = Some(Instant::now());
             let cutoff = maslens_store::now_ns().saturating_sub(nanos(state.config.lease));
             match state.store.requeue_stale(cutoff).await {
                 Ok(n) if n > 0 => tracing::info!(n, "jobs of dead workers queued again"),
@@ -117,9 +118,19 @@ fn span_of(trace: &Trace, index: Option<usize>) -> (Option<String>, Option<Strin
 
 /// The prior's localization as a diagnosis (none for a trace without steps).
 pub fn prior_diagnosis(state: &AppState, trace: &Trace, hash: &str) -> Option<NewDiagnosis> {
+    prior_to_diagnosis(&state.prior, trace, hash)
+}
+
+/// The prior's localization of `trace` as a diagnosis (what `maslens locate --method prior
+/// --db` stores too).
+pub fn prior_to_diagnosis(
+    prior: &maslens_core::locate::PriorSource,
+    trace: &Trace,
+    hash: &str,
+) -> Option<NewDiagnosis> {
     let started = Instant::now();
-    let (agent, step) = state.prior.predict(trace)?;
-    let probs = state.prior.probs(trace).unwrap_or_default();
+    let (agent, step) = prior.predict(trace)?;
+    let probs = prior.probs(trace).unwrap_or_default();
     let confidence = trace.position_of(step).and_then(|p| probs.get(p).copied());
     let (otel_trace_id, span_id) = span_of(trace, Some(step));
     Some(NewDiagnosis {
@@ -224,13 +235,24 @@ async fn locate(state: &AppState, trace: &Trace, hash: &str) -> Result<NewDiagno
         prior: None,
     };
     let v = localizer.verdict(trace).await.map_err(|e| e.to_string())?;
+    Ok(locate_to_diagnosis(&v, &opts, trace, hash, started))
+}
+
+/// A pipeline verdict as a diagnosis (what `maslens locate --db` stores too).
+pub fn locate_to_diagnosis(
+    v: &maslens_locate::LocateVerdict,
+    opts: &maslens_core::locate::LocateOptions,
+    trace: &Trace,
+    hash: &str,
+    started: Instant,
+) -> NewDiagnosis {
     let (otel_trace_id, span_id) = span_of(trace, v.step);
-    Ok(NewDiagnosis {
+    NewDiagnosis {
         run_id: trace.id.clone(),
         method: "locate".into(),
         model: Some(v.model.clone()),
         prompt_versions: json!(v.prompt_versions),
-        params: serde_json::to_value(&opts).unwrap_or(Value::Null),
+        params: serde_json::to_value(opts).unwrap_or(Value::Null),
         usage: serde_json::to_value(v.usage).unwrap_or(Value::Null),
         trace_hash: Some(hash.to_string()),
         agent: v.agent.clone(),
@@ -238,10 +260,10 @@ async fn locate(state: &AppState, trace: &Trace, hash: &str) -> Result<NewDiagno
         otel_trace_id,
         span_id,
         confidence: Some(v.confidence),
-        result: serde_json::to_value(&v).unwrap_or(Value::Null),
+        result: serde_json::to_value(v).unwrap_or(Value::Null),
         elapsed_ms: i64::try_from(started.elapsed().as_millis()).ok(),
         ..NewDiagnosis::default()
-    })
+    }
 }
 
 async fn scan(state: &AppState, trace: &Trace, hash: &str) -> Result<NewDiagnosis, String> {

@@ -1,0 +1,397 @@
+//! `maslens serve` over real sockets: OTLP in (JSON and gzip protobuf, repeated), a run assembled
+//! and localized by the prior on one of its spans, the diagnosis written back to an OTLP logs
+//! receiver, the API and its OpenAPI document, bad input answered without harm, the token.
+//! The spans are an export recorded from a real OpenTelemetry SDK run (tests/otel/recorded).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::routing::post;
+use maslens_server::serve::{self, AppState, Policy, ServeConfig, WriteBack};
+use prost::Message;
+use serde_json::Value;
+
+fn recorded(name: &str) -> Vec<String> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/otel/recorded")
+        .join(name);
+    std::fs::read_to_string(&p)
+        .expect("recorded export")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect()
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).expect("gzip");
+    e.finish().expect("gzip")
+}
+
+/// An OTLP logs receiver keeping every request body.
+async fn logs_receiver() -> (String, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let got: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let sink = got.clone();
+    let app = axum::Router::new().route(
+        "/v1/logs",
+        post(move |body: Bytes| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().expect("lock").push(body.to_vec());
+                ""
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), got)
+}
+
+struct Server {
+    base: String,
+    _dir: tempfile::TempDir,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+async fn start(config: ServeConfig) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = maslens_store::Store::open(&maslens_store::default_url(dir.path()))
+        .await
+        .expect("store");
+    let state = AppState::new(store, config).expect("state");
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve::background(state.clone(), rx));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, serve::router(state)).await });
+    Server {
+        base: format!("http://{addr}"),
+        _dir: dir,
+        stop,
+    }
+}
+
+fn fast(config: ServeConfig) -> ServeConfig {
+    ServeConfig {
+        settle: Duration::from_millis(100),
+        tick: Duration::from_millis(50),
+        policy: Policy::Off,
+        ..config
+    }
+}
+
+async fn poll<F: Fn(&Value) -> bool>(client: &reqwest::Client, url: &str, ok: F) -> Value {
+    for _ in 0..200 {
+        if let Ok(r) = client.get(url).send().await {
+            if let Ok(v) = r.json::<Value>().await {
+                if ok(&v) {
+                    return v;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{url} never satisfied the condition");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_run_is_stored_localized_on_a_span_and_written_back() {
+    let (logs, got) = logs_receiver().await;
+    let server = start(fast(ServeConfig {
+        writeback: WriteBack {
+            otlp_logs: Some(logs),
+            ..WriteBack::default()
+        },
+        ..ServeConfig::default()
+    }))
+    .await;
+    let client = reqwest::Client::new();
+    let summary: Value =
+        serde_json::from_str(&recorded("genai.summary.json").join("\n")).expect("summary");
+    let lines = recorded("genai.jsonl");
+    let mut span_ids = std::collections::BTreeSet::new();
+    for line in &lines {
+        // As OTLP/JSON...
+        let r = client
+            .post(format!("{}/v1/traces", server.base))
+            .header("content-type", "application/json")
+            .body(line.clone())
+            .send()
+            .await
+            .expect("post json");
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.expect("body"), "{}");
+        // ...and again as gzip protobuf: stored once.
+        let req = maslens_otlp::decode::decode_request(
+            line.as_bytes(),
+            maslens_otlp::Encoding::Json,
+            None,
+            1 << 24,
+        )
+        .expect("decodes");
+        for s in maslens_otlp::span::flatten(&req).spans {
+            span_ids.insert(s.span_id);
+        }
+        let r = client
+            .post(format!("{}/v1/traces", server.base))
+            .header("content-type", "application/x-protobuf")
+            .header("content-encoding", "gzip")
+            .body(gzip(&req.encode_to_vec()))
+            .send()
+            .await
+            .expect("post protobuf");
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.headers()["content-type"].to_str().expect("ct"),
+            "application/x-protobuf"
+        );
+    }
+    let conv = summary["conversation_id"].as_str().expect("conversation");
+    let run = poll(&client, &format!("{}/api/runs/{conv}", server.base), |v| {
+        v["diagnoses"].as_array().is_some_and(|d| !d.is_empty())
+    })
+    .await;
+    assert_eq!(run["run"]["state"], "complete");
+    assert_eq!(run["run"]["n_spans"].as_u64(), Some(span_ids.len() as u64));
+    assert_eq!(
+        run["trace"]["steps"].as_array().map(Vec::len),
+        summary["steps"].as_u64().map(|n| n as usize)
+    );
+    let d = &run["diagnoses"][0];
+    assert_eq!(d["method"], "prior");
+    let span = d["span_id"].as_str().expect("the diagnosis names a span");
+    assert!(span_ids.contains(span), "{span} is one of the run's spans");
+    // The step the prior chose is the one whose span it names.
+    let step = d["step"].as_u64().expect("step");
+    let chosen = run["trace"]["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .find(|s| s["index"].as_u64() == Some(step))
+        .expect("step exists");
+    assert_eq!(chosen["span"]["span_id"].as_str(), Some(span));
+    assert_eq!(chosen["agent"], d["agent"]);
+    // Written back as a gen_ai.evaluation.result event on that span.
+    for _ in 0..100 {
+        if !got.lock().expect("lock").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let bodies = got.lock().expect("lock").clone();
+    assert_eq!(bodies.len(), 1, "one write-back");
+    let logs = maslens_otlp::export::decode_logs(&bodies[0]).expect("logs");
+    let rec = &logs.resource_logs[0].scope_logs[0].log_records[0];
+    assert_eq!(rec.event_name, "gen_ai.evaluation.result");
+    assert_eq!(hex::encode(&rec.span_id), span);
+    // Listed, filterable.
+    let list: Value = client
+        .get(format!(
+            "{}/api/runs?state=complete&agent=WebSurfer",
+            server.base
+        ))
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(list["runs"].as_array().map(Vec::len), Some(1));
+    let _ = server.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_answer_and_the_server_keeps_serving() {
+    let server = start(fast(ServeConfig {
+        max_body_bytes: 1 << 20,
+        ..ServeConfig::default()
+    }))
+    .await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/traces", server.base);
+    let post = |ct: &'static str, body: Vec<u8>| {
+        client
+            .post(url.clone())
+            .header("content-type", ct)
+            .body(body)
+    };
+    let line = recorded("genai.jsonl").remove(0);
+    let req = maslens_otlp::decode::decode_request(
+        line.as_bytes(),
+        maslens_otlp::Encoding::Json,
+        None,
+        1 << 24,
+    )
+    .expect("decodes");
+    let pb = req.encode_to_vec();
+    // Truncated protobuf.
+    let r = post("application/x-protobuf", pb[..pb.len() / 2].to_vec())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 400);
+    // Wrong content type.
+    let r = post("text/plain", b"hello".to_vec())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 415);
+    // Too large.
+    let r = post("application/json", vec![b' '; 2 << 20])
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 413);
+    // Spans without ids: accepted with a partial-success count and its reason.
+    let body =
+        r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"x","traceId":"","spanId":""}]}]}]}"#;
+    let r = post("application/json", body.as_bytes().to_vec())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v["partialSuccess"]["rejectedSpans"], "1");
+    assert!(v["partialSuccess"]["errorMessage"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+    // Still serving.
+    let r = post("application/x-protobuf", pb)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 200);
+    // API errors are JSON with a reason.
+    let r = client
+        .post(format!("{}/api/jobs", server.base))
+        .json(&serde_json::json!({"method": "nope", "run": "x"}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 422);
+    assert!(r.json::<Value>().await.expect("json")["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("nope")));
+    let r = client
+        .get(format!("{}/api/runs?before=garbage", server.base))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 400);
+    let _ = server.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_openapi_and_jobs_on_imported_traces() {
+    let server = start(fast(ServeConfig {
+        token: Some("s3cret".into()),
+        ..ServeConfig::default()
+    }))
+    .await;
+    let client = reqwest::Client::new();
+    let r = client
+        .get(format!("{}/api/status", server.base))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 401);
+    let r = client
+        .get(format!("{}/api/status", server.base))
+        .bearer_auth("wrong!")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 401);
+    let r = client
+        .get(format!("{}/health", server.base))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 200);
+    // Every GET route of the OpenAPI document answers (no 404/405), with the token.
+    let spec: Value = client
+        .get(format!("{}/openapi.json", server.base))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(spec["openapi"], "3.1.0");
+    let paths = spec["paths"].as_object().expect("paths");
+    for (method, path, _) in serve::openapi::ROUTES {
+        assert!(paths.contains_key(*path), "{path} documented");
+        let url = format!("{}{}", server.base, path.replace("{id}", "missing"));
+        let r = client
+            .request(method.to_uppercase().parse().expect("method"), url)
+            .bearer_auth("s3cret")
+            .send()
+            .await
+            .expect("send");
+        assert_ne!(r.status(), 405, "{method} {path}");
+        if !path.contains("{id}") {
+            assert_ne!(r.status(), 404, "{method} {path}");
+        }
+    }
+    // Import a trace, queue the prior on it, poll the job to a diagnosis.
+    let trace = maslens_trace::TraceBuilder::new("imported-1")
+        .task("q")
+        .step("Planner", "plan")
+        .step("Coder", "code")
+        .build();
+    let r = client
+        .post(format!("{}/api/runs", server.base))
+        .bearer_auth("s3cret")
+        .json(&trace)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 201);
+    let r: Value = client
+        .post(format!("{}/api/jobs", server.base))
+        .bearer_auth("s3cret")
+        .json(&serde_json::json!({"method": "prior", "filter": {"source": "import"}}))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let job = r["jobs"][0]["id"].as_str().expect("job id").to_string();
+    let authed = reqwest::Client::builder()
+        .default_headers(
+            [(
+                reqwest::header::AUTHORIZATION,
+                "Bearer s3cret".parse().expect("header"),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .build()
+        .expect("client");
+    let done = poll(&authed, &format!("{}/api/jobs/{job}", server.base), |v| {
+        v["state"] == "done"
+    })
+    .await;
+    let run: Value = authed
+        .get(format!("{}/api/runs/imported-1", server.base))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(run["diagnoses"][0]["id"], done["diagnosis_id"]);
+    assert_eq!(run["run"]["located_agent"], run["diagnoses"][0]["agent"]);
+    let _ = server.stop.send(true);
+}
