@@ -24,6 +24,14 @@ if [ -z "${MASLENS_TEST_PG_URL:-}" ]; then
   export MASLENS_TEST_PG_URL
   started_pg=1
 fi
+# Python venv (PyPI): OpenTelemetry SDK, OpenInference instrumentors, AutoGen, LangGraph, Arize Phoenix;
+# the serve tests drive real clients and frameworks from it.
+if [ -z "${MASLENS_VENV:-}" ]; then
+  start=$SECONDS
+  MASLENS_VENV=$(./scripts/pyenv.sh --phoenix)
+  export MASLENS_VENV
+  echo "test.sh: python took $((SECONDS - start)) s" >&2
+fi
 phase fmt cargo fmt --all -- --check
 phase clippy cargo clippy --workspace --all-targets -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then

@@ -30,6 +30,13 @@ def add_export_args(parser: argparse.ArgumentParser, *, default_service: str) ->
     g = parser.add_argument_group("export")
     g.add_argument("--endpoint", help="full OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces")
     g.add_argument(
+        "--also-endpoint",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="send the same spans (protobuf) to this traces URL too (repeatable), e.g. Phoenix and maslens",
+    )
+    g.add_argument(
         "--encoding",
         choices=["protobuf", "json"],
         default="protobuf",
@@ -202,6 +209,9 @@ class Pipeline:
             # Large queue so that a long run (--runs) never drops spans before force_flush.
             self.processor = BatchSpanProcessor(self.tee, max_queue_size=65536, max_export_batch_size=512)
         self.provider.add_span_processor(self.processor)
+        for url in getattr(args, "also_endpoint", []) or []:
+            also = make_otlp_exporter(url, "protobuf", args.gzip, _parse_headers(args.header), args.timeout)
+            self.provider.add_span_processor(BatchSpanProcessor(also, max_queue_size=65536, max_export_batch_size=512))
 
     def tracer(self, name: str, version: str | None = None):
         return self.provider.get_tracer(name, version)
