@@ -2,11 +2,11 @@
 //!
 //! - [`serve`]: `maslens serve`: OpenTelemetry traces in (OTLP/HTTP), the store, diagnosis on
 //!   arrival and on request, write-back, the JSON API.
-//! - An OpenAI-compatible endpoint (`POST /v1/chat/completions`,
-//! `GET /v1/models`) over any [`ChatModel`], used by `maslens serve-model` to put the embedded
-//! GGUF model behind the protocol every OpenAI client speaks. `response_format` with a JSON
-//! schema becomes a grammar on the embedded model, so the answer matches the schema; usage
-//! includes `prompt_tokens_details.cached_tokens` (prefix-cache reuse).
+//! - An OpenAI-compatible endpoint (`POST /v1/chat/completions`, `GET /v1/models`) over any
+//!   [`ChatModel`], used by `maslens serve-model` to put the embedded GGUF model behind the
+//!   protocol every OpenAI client speaks. `response_format` with a JSON schema becomes a grammar
+//!   on the embedded model, so the answer matches the schema; usage includes
+//!   `prompt_tokens_details.cached_tokens` (prefix-cache reuse).
 //!
 //! `stream: true` is answered as server-sent events: piece by piece as tokens are generated when
 //! the router has a [`StreamingModel`] (the embedded model, feature `local`), else the whole

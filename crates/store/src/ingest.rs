@@ -392,7 +392,10 @@ mod tests {
         for (store, _dir) in stores().await {
             let a = span("a", "1", Some("9"), 300, chat("Coder", "third"));
             let b = span("a", "2", Some("9"), 100, chat("Planner", "first"));
-            let out = store.ingest(&[a.clone()]).await.expect("ingest 1");
+            let out = store
+                .ingest(std::slice::from_ref(&a))
+                .await
+                .expect("ingest 1");
             assert_eq!((out.stored, out.duplicates), (1, 0));
             let run = out.runs[0].clone();
             store.assemble_pending(10).await.expect("assemble");

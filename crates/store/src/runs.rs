@@ -273,7 +273,7 @@ mod tests {
     fn trace(id: &str, outcome: Outcome, agents: &[&str]) -> Trace {
         let mut b = TraceBuilder::new(id).task("q").outcome(outcome);
         for a in agents {
-            b = b.step(*a, "text");
+            b = b.step(a, "text");
         }
         b.build()
     }
