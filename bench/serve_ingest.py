@@ -237,11 +237,15 @@ class RunBuilder:
             return head + [_msg("assistant", prev[: max(40, budget - len(json.dumps(head)) - 60)], name="previous")]
 
         inp = _json_in_range(make_in, 300, 800)
+        if len(inp) < 300:  # a short history: add the earlier context the agent was given
+            short = 300 - len(inp)
+            ctx = _msg("user", "Context: " + g.text(short + 10, short + 250))
+            inp = json.dumps([ctx] + json.loads(inp))
         call_id = None
         if wants_tool:
             tool = TOOLS.get(agent, ("web_search", ""))[0]
             call_id = f"call_{g.rng.getrandbits(40):010x}"
-            arg = g.text(200, 650)
+            arg = g.text(180, 600)
             out_obj = {"role": "assistant", "parts": [
                 {"type": "text", "content": f"I will use {tool}."},
                 {"type": "tool_call", "id": call_id, "name": tool, "arguments": {"query": arg}},
@@ -249,7 +253,7 @@ class RunBuilder:
             finish = "tool_calls"
             self.last_output = arg
         else:
-            body = ("FINAL ANSWER: " if final else "") + g.text(230, 700)
+            body = ("FINAL ANSWER: " if final else "") + g.text(230, 680)
             out_obj = {**_msg("assistant", body), "finish_reason": "stop"}
             finish = "stop"
             self.last_output = body
@@ -447,13 +451,16 @@ def _discard_server(sock: socket.socket) -> None:
         c.close()
 
 
-def client_ceiling(bodies: list[bytes]) -> dict[str, Any]:
+def client_ceiling(bodies: list[bytes], pidfile: str | None) -> dict[str, Any]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     p = multiprocessing.get_context("fork").Process(target=_discard_server, args=(sock,), daemon=True)
     p.start()
     sock.close()
+    if pidfile:
+        with open(pidfile, "a") as pf:
+            pf.write(f"{p.pid}\n")
     try:
         r = send_all(f"http://127.0.0.1:{port}/v1/traces", bodies)
     finally:
@@ -785,6 +792,8 @@ def main() -> int:
     ap.add_argument("--phoenix-timeout", type=float, default=420, help="wait for Phoenix's database (s)")
     ap.add_argument("--out", required=True, help="write the summary as JSON here")
     args = ap.parse_args()
+    # SIGTERM (the shell's trap) unwinds through the finally blocks that stop the servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.spans <= 0 or args.spans % SPANS_PER_REQUEST:
         ap.error("--spans must be a positive multiple of 1000")
     n_req = args.spans // SPANS_PER_REQUEST
@@ -810,7 +819,7 @@ def main() -> int:
     procs = Procs(args.pidfile)
     summary: dict[str, Any] = {"generator": info, "machine": machine, "spans": args.spans, "requests": n_req}
     try:
-        ceiling = client_ceiling(bodies)
+        ceiling = client_ceiling(bodies, args.pidfile)
         summary["client_ceiling"] = {
             "send_s": ceiling["t_sent"] - ceiling["t0"],
             "spans_per_s": args.spans / (ceiling["t_sent"] - ceiling["t0"]),
