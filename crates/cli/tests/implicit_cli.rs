@@ -87,6 +87,8 @@ async fn scan_reports_then_repair_writes_matched_plans() {
             out.to_str().unwrap(),
             "--markdown",
             md.to_str().unwrap(),
+            "--db",
+            dir.path().join("m.db").to_str().unwrap(),
             "-q",
         ],
     ))
@@ -95,6 +97,20 @@ async fn scan_reports_then_repair_writes_matched_plans() {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let traces = v["traces"].as_array().unwrap();
     assert_eq!(traces.len(), 3);
+    // `--db`: each scan stored as a diagnosis with its counted event, weighted.
+    let store = maslens_store::Store::open(&maslens_store::url_from_arg(
+        dir.path().join("m.db").to_str().unwrap(),
+    ))
+    .await
+    .unwrap();
+    for t in traces {
+        let d = store.diagnoses(t["id"].as_str().unwrap()).await.unwrap();
+        assert_eq!(d.len(), 1, "{}", t["id"]);
+        assert_eq!(d[0].body.method, "scan");
+        assert_eq!(d[0].body.events.len(), 1);
+        assert!(d[0].body.events[0].severity.unwrap() > 0.0);
+        assert_eq!(d[0].body.risk, t["risk"].as_f64());
+    }
     for t in traces {
         // One supported IF counted, the invented one flagged and not counted.
         assert_eq!(t["events"].as_array().unwrap().len(), 1, "{}", t["id"]);

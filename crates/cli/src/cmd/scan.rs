@@ -100,12 +100,33 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             );
         }
         let models: Vec<&dyn ChatModel> = stacks.iter().map(|s| s.model.as_ref()).collect();
+        let started = std::time::Instant::now();
         let file = scan_traces(&models, &traces, &opts, |p| match p {
             ScanProgress::Scanned { .. } if quiet => {}
             ScanProgress::Failed { .. } => eprintln!("warning: {p}"),
             _ => eprintln!("{p}"),
         })
         .await?;
+        // `--db`: each trace's scan is stored as a diagnosis with its events.
+        if let Some(db) = &args.input.db {
+            let store = crate::db::open(db).await?;
+            let params = serde_json::to_value(&opts.settings).unwrap_or_default();
+            for s in &file.traces {
+                let Some(t) = traces.iter().find(|t| t.id == s.id) else {
+                    continue;
+                };
+                let hash = crate::db::ensure(&store, t).await?;
+                let d = maslens_server::serve::pipeline::scan_to_diagnosis(
+                    s,
+                    t,
+                    &hash,
+                    &args.llm.model,
+                    &params,
+                    started,
+                );
+                crate::db::add(&store, &d).await?;
+            }
+        }
         for s in &stacks {
             crate::llm_args::finish(s, quiet);
         }

@@ -274,22 +274,41 @@ async fn scan(state: &AppState, trace: &Trace, hash: &str) -> Result<NewDiagnosi
     let s = maslens_implicit::scan::scan_trace(&[model], trace, &cfg)
         .await
         .map_err(|e| e.to_string())?;
+    Ok(scan_to_diagnosis(
+        &s,
+        trace,
+        hash,
+        &state.config.model,
+        &json!({"config": "default"}),
+        started,
+    ))
+}
+
+/// A scan of `trace` as a diagnosis with its events (what `maslens scan --db` stores too).
+pub fn scan_to_diagnosis(
+    s: &maslens_implicit::scan::TraceScan,
+    trace: &Trace,
+    hash: &str,
+    model: &str,
+    params: &Value,
+    started: Instant,
+) -> NewDiagnosis {
+    // Each event's weight is the paper's severity-weighted cost term, w_type x w_abs.
+    let w = maslens_implicit::weights::Weights::default();
     let events = s
         .events
         .iter()
-        .map(|e| {
-            let v = serde_json::to_value(e).unwrap_or(Value::Null);
-            maslens_store::ImplicitEvent {
-                step: v.get("step").and_then(Value::as_i64),
-                agent: v.get("agent").and_then(Value::as_str).map(String::from),
-                error_type: v
-                    .get("error_type")
-                    .and_then(Value::as_str)
-                    .map(String::from),
-                severity: None,
-                absorbed_by: v.pointer("/absorption/by_step").and_then(Value::as_i64),
-                event: v,
-            }
+        .map(|e| maslens_store::ImplicitEvent {
+            step: i64::try_from(e.step).ok(),
+            agent: Some(e.agent.clone()),
+            error_type: serde_json::to_value(e.error_type)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from)),
+            severity: Some(
+                w.w_type(e.error_type) * w.w_abs(e.absorption.as_ref().and_then(|a| a.label)),
+            ),
+            absorbed_by: None,
+            event: serde_json::to_value(e).unwrap_or(Value::Null),
         })
         .collect();
     let mut result = serde_json::to_value(&s).unwrap_or(Value::Null);
@@ -305,12 +324,12 @@ async fn scan(state: &AppState, trace: &Trace, hash: &str) -> Result<NewDiagnosi
     if let Some(o) = result.as_object_mut() {
         o.insert("step_spans".into(), Value::Array(step_spans));
     }
-    Ok(NewDiagnosis {
+    NewDiagnosis {
         run_id: trace.id.clone(),
         method: "scan".into(),
-        model: Some(state.config.model.clone()),
+        model: Some(model.to_string()),
         prompt_versions: json!(maslens_implicit::scan_file::prompt_versions()),
-        params: json!({"config": "default"}),
+        params: params.clone(),
         usage: serde_json::to_value(s.usage).unwrap_or(Value::Null),
         trace_hash: Some(hash.to_string()),
         risk: Some(s.risk),
@@ -318,5 +337,5 @@ async fn scan(state: &AppState, trace: &Trace, hash: &str) -> Result<NewDiagnosi
         elapsed_ms: i64::try_from(started.elapsed().as_millis()).ok(),
         events,
         ..NewDiagnosis::default()
-    })
+    }
 }
