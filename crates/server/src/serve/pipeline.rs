@@ -311,7 +311,7 @@ pub fn scan_to_diagnosis(
             event: serde_json::to_value(e).unwrap_or(Value::Null),
         })
         .collect();
-    let mut result = serde_json::to_value(&s).unwrap_or(Value::Null);
+    let mut result = serde_json::to_value(s).unwrap_or(Value::Null);
     // The span of each step, so that write-back can put each event on its span.
     let step_spans: Vec<Value> = trace
         .steps
