@@ -5,154 +5,29 @@
 //! comes from `scripts/pyenv.sh --phoenix` (`.ci/run`). Slow: named `e2e_*`.
 #![cfg(feature = "local")]
 
+mod common;
+
+use common::serve::{check_run, first_acts, poll, python, serve, start, venv};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-struct Proc {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Start a server command (`home`: its MASLENS_HOME; none keeps the user's, where the embedded
-/// model was fetched).
-fn start(args: &[&str], home: Option<&Path>) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_maslens"));
-    if let Some(h) = home {
-        cmd.env("MASLENS_HOME", h);
-    }
-    let mut child = cmd
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn maslens");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("first line");
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .trim_end_matches(['/', ',', ';'])
-        .to_string();
-    Proc { child, url }
-}
-
-/// The venv's Python; required (the e2e tests run in CI, where `.ci/run` makes the venv).
-fn venv(with_phoenix: bool) -> Option<PathBuf> {
-    let venv = std::env::var_os("MASLENS_VENV")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/maslens/venv"))
-        })?;
-    let needed = if with_phoenix {
-        "bin/phoenix"
-    } else {
-        "bin/python"
-    };
-    if venv.join(needed).exists() {
-        return Some(venv);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{} missing: .ci/run makes it with scripts/pyenv.sh --phoenix",
-        venv.join(needed).display()
-    );
-    eprintln!("skipped: no {needed} in {}", venv.display());
-    None
-}
-
-fn get(url: &str) -> Value {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", url])
-        .output()
-        .expect("curl");
-    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-}
-
-fn poll(url: &str, ok: impl Fn(&Value) -> bool, secs: u64) -> Value {
-    let start = Instant::now();
-    loop {
-        let v = get(url);
-        if ok(&v) {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "{url} never satisfied the condition; last: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn python(venv: &Path, script: &str, args: &[&str]) -> Value {
-    let out = Command::new(venv.join("bin/python"))
-        .arg(repo().join("tests/otel").join(script))
-        .args(args)
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "{script} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .next()
-        .expect("a summary line")
-}
-
-/// The run arrived whole (its agents, one step per model call, in order) and its diagnosis is
-/// tied to one of its spans.
-fn check(serve: &str, run_id: &str, agents: &[&str], model_calls: u64) {
-    let run = poll(
-        &format!("{serve}/api/runs/{run_id}"),
-        |v| v["diagnoses"].as_array().is_some_and(|d| !d.is_empty()),
-        60,
-    );
+/// The run arrived whole: its agents in the order they first acted, one step per model call.
+fn check(serve: &str, run_id: &str, agents: &[&str], summary: &Value) {
+    let run = check_run(serve, run_id);
     let steps = run["trace"]["steps"].as_array().expect("steps");
     assert_eq!(
-        steps.len() as u64,
-        model_calls,
+        Some(steps.len() as u64),
+        summary["model_calls"].as_u64(),
         "{run_id}: one step per model call"
     );
-    let seen: Vec<&str> = steps.iter().filter_map(|s| s["agent"].as_str()).collect();
-    let mut order: Vec<&str> = Vec::new();
-    for a in &seen {
-        if !order.contains(a) {
-            order.push(a);
-        }
-    }
-    assert_eq!(
-        order, agents,
-        "{run_id}: agents in the order they first acted"
-    );
-    let span = run["diagnoses"][0]["span_id"].as_str().expect("a span");
-    assert!(steps
-        .iter()
-        .any(|s| s["span"]["span_id"].as_str() == Some(span)));
+    assert_eq!(first_acts(&run["trace"]), agents, "{run_id}");
 }
 
 #[test]
 fn e2e_autogen_and_langgraph_runs_arrive_whole_and_get_diagnosed() {
-    let Some(venv) = venv(false) else { return };
+    let Some(venv) = venv("bin/python") else {
+        return;
+    };
     let home = tempfile::tempdir().expect("tempdir");
     let model = start(
         &[
@@ -167,33 +42,16 @@ fn e2e_autogen_and_langgraph_runs_arrive_whole_and_get_diagnosed() {
         None,
     );
     let db = home.path().join("m.db");
-    let serve = start(
-        &[
-            "serve",
-            "--port",
-            "0",
-            "--db",
-            db.to_str().expect("utf-8"),
-            "--settle",
-            "0.5",
-            "--diagnose",
-            "off",
-        ],
-        Some(home.path()),
-    );
+    let serve = serve(db.to_str().expect("utf-8"), home.path(), &[]);
     let endpoint = format!("{}/v1/traces", serve.url);
     let a = python(
         &venv,
         "autogen_run.py",
         &["--base-url", &model.url, "--endpoint", &endpoint],
-    );
+    )
+    .remove(0);
     let run = a["trace_ids"][0].as_str().expect("trace id");
-    check(
-        &serve.url,
-        run,
-        &["Solver", "Checker", "Reporter"],
-        a["model_calls"].as_u64().expect("calls"),
-    );
+    check(&serve.url, run, &["Solver", "Checker", "Reporter"], &a);
     let l = python(
         &venv,
         "langgraph_run.py",
@@ -205,12 +63,13 @@ fn e2e_autogen_and_langgraph_runs_arrive_whole_and_get_diagnosed() {
             "--thread-id",
             "lg-e2e",
         ],
-    );
+    )
+    .remove(0);
     check(
         &serve.url,
         "lg-e2e",
         &["supervisor", "research_agent", "writer_agent"],
-        l["model_calls"].as_u64().expect("calls"),
+        &l,
     );
 }
 
@@ -223,10 +82,12 @@ fn free_port() -> u16 {
 
 #[test]
 fn e2e_phoenix_receives_maslens_diagnoses_as_span_annotations() {
-    let Some(venv) = venv(true) else { return };
+    let Some(venv) = venv("bin/phoenix") else {
+        return;
+    };
     let home = tempfile::tempdir().expect("tempdir");
     let (port, grpc) = (free_port(), free_port());
-    let mut phoenix = Command::new(venv.join("bin/phoenix"))
+    let phoenix = Command::new(venv.join("bin/phoenix"))
         .arg("serve")
         .env("PHOENIX_WORKING_DIR", home.path().join("phoenix"))
         .env("PHOENIX_HOST", "127.0.0.1")
@@ -236,14 +97,14 @@ fn e2e_phoenix_receives_maslens_diagnoses_as_span_annotations() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start phoenix");
-    struct Kill<'a>(&'a mut Child);
-    impl Drop for Kill<'_> {
+    struct Kill(Child);
+    impl Drop for Kill {
         fn drop(&mut self) {
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
     }
-    let _phoenix = Kill(&mut phoenix);
+    let _phoenix = Kill(phoenix);
     let phoenix_url = format!("http://127.0.0.1:{port}");
     poll(
         &format!("{phoenix_url}/v1/projects"),
@@ -251,21 +112,10 @@ fn e2e_phoenix_receives_maslens_diagnoses_as_span_annotations() {
         120,
     );
     let db = home.path().join("m.db");
-    let serve = start(
-        &[
-            "serve",
-            "--port",
-            "0",
-            "--db",
-            db.to_str().expect("utf-8"),
-            "--settle",
-            "0.5",
-            "--diagnose",
-            "off",
-            "--phoenix",
-            &phoenix_url,
-        ],
-        Some(home.path()),
+    let serve = serve(
+        db.to_str().expect("utf-8"),
+        home.path(),
+        &["--phoenix", &phoenix_url],
     );
     // The same spans to both: Phoenix shows them, maslens says which one broke the run.
     python(
@@ -280,11 +130,7 @@ fn e2e_phoenix_receives_maslens_diagnoses_as_span_annotations() {
             "phoenix-e2e",
         ],
     );
-    let run = poll(
-        &format!("{}/api/runs/phoenix-e2e", serve.url),
-        |v| v["diagnoses"].as_array().is_some_and(|d| !d.is_empty()),
-        60,
-    );
+    let run = check_run(&serve.url, "phoenix-e2e");
     let span = run["diagnoses"][0]["span_id"]
         .as_str()
         .expect("a span")

@@ -48,3 +48,4 @@ pub fn stdout_json(o: &Output) -> Value {
         )
     })
 }
+pub mod serve;
