@@ -29,7 +29,7 @@ pub struct Inputs {
     pub otlp: bool,
     /// A maslens store (a `postgres://` or `sqlite:` URL, or a SQLite file; the one `maslens
     /// serve` writes): without PATHs, read every run in it; `import` stores what it reads there
-    /// and `locate` and `scan` store their results there as diagnoses.
+    /// and `locate` and `scan` store their results there as diagnoses, `credit` its table.
     #[arg(long, value_name = "URL|FILE")]
     pub db: Option<String>,
 }

@@ -162,12 +162,26 @@ async fn credit_on_debate_and_whowhen_traces() {
             html.to_str().unwrap(),
             "--write-verdicts",
             verdicts.to_str().unwrap(),
+            "--db",
+            dir.path().join("m.db").to_str().unwrap(),
             "-q",
         ],
     ))
     .await;
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    // `--db`: the credit run is stored as written to --out.
+    let store = maslens_store::Store::open(&maslens_store::url_from_arg(
+        dir.path().join("m.db").to_str().unwrap(),
+    ))
+    .await
+    .unwrap();
+    let stored = store
+        .reports(maslens_store::diagnosis::ReportKind::Credit)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].3, v);
     assert_eq!(
         v["table"]["roles"],
         json!(["analyst", "skeptic", "synthesizer"])

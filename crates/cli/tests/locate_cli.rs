@@ -64,11 +64,25 @@ async fn eval_locate_scores_predictions_exact_versus_substring() {
             preds.to_str().unwrap(),
             "--out",
             out.to_str().unwrap(),
+            "--db",
+            dir.path().join("m.db").to_str().unwrap(),
         ],
     ))
     .await;
     let r = stdout_json(&o);
     assert_eq!(r["cases"], n);
+    // `--db`: the same report stored in the store.
+    let store = maslens_store::Store::open(&maslens_store::url_from_arg(
+        dir.path().join("m.db").to_str().unwrap(),
+    ))
+    .await
+    .unwrap();
+    let reports = store
+        .reports(maslens_store::diagnosis::ReportKind::Eval)
+        .await
+        .unwrap();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].3, r);
     assert_eq!(r["agent_accuracy"]["k"], n - 1);
     assert_eq!(r["step_accuracy"]["k"], long);
     assert_eq!(r["step_accuracy"]["n"], n);

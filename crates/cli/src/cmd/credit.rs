@@ -96,6 +96,25 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         std::fs::write(p, serde_json::to_string_pretty(&run)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
+    // `--db`: the credit run (table and per-trace credit) is stored beside the runs it scored.
+    if let Some(db) = &args.input.db {
+        let body = serde_json::to_value(&run)?;
+        let run_id = (traces.len() == 1).then(|| traces[0].id.clone());
+        let id = block_on(async {
+            let store = crate::db::open(db).await?;
+            anyhow::Ok(
+                store
+                    .add_report(
+                        maslens_store::diagnosis::ReportKind::Credit,
+                        &title,
+                        run_id.as_deref(),
+                        &body,
+                    )
+                    .await?,
+            )
+        })??;
+        eprintln!("credit table stored in {db} as {id}");
+    }
     if let Some(p) = &args.html {
         std::fs::write(p, credit_html(table, &title))
             .with_context(|| format!("writing {}", p.display()))?;

@@ -46,6 +46,10 @@ pub struct LocateArgs {
     /// Directory for report.json, report.md, report.html and verdicts.jsonl.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Also store the report in a maslens store (a `postgres://` or `sqlite:` URL, or a SQLite
+    /// file; the one `maslens serve` uses), named after the dataset.
+    #[arg(long, value_name = "URL|FILE")]
+    pub db: Option<String>,
     /// Evaluate only the first N cases (by id) of the evaluated side.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -111,6 +115,23 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &a.out {
         maslens_eval::run::write_run(&out.run, dir)
             .with_context(|| format!("writing reports to {}", dir.display()))?;
+    }
+    if let Some(db) = &a.db {
+        let body = serde_json::to_value(report)?;
+        let id = super::block_on(async {
+            let store = crate::db::open(db).await?;
+            anyhow::Ok(
+                store
+                    .add_report(
+                        maslens_store::diagnosis::ReportKind::Eval,
+                        &a.dataset,
+                        None,
+                        &body,
+                    )
+                    .await?,
+            )
+        })??;
+        eprintln!("report stored in {db} as {id}");
     }
     if global.json {
         println!("{}", serde_json::to_string_pretty(report)?);
