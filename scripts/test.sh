@@ -26,12 +26,11 @@ if [ -z "${MASLENS_TEST_PG_URL:-}" ]; then
 fi
 # Python venv (PyPI): OpenTelemetry SDK, OpenInference instrumentors, AutoGen, LangGraph, Arize Phoenix;
 # the serve tests drive real clients and frameworks from it.
-if [ -z "${MASLENS_VENV:-}" ]; then
-  start=$SECONDS
-  MASLENS_VENV=$(./scripts/pyenv.sh --phoenix)
-  export MASLENS_VENV
-  echo "test.sh: python took $((SECONDS - start)) s" >&2
-fi
+# Idempotent (a no-op when the pinned requirements are installed); honours MASLENS_VENV.
+start=$SECONDS
+MASLENS_VENV=$(./scripts/pyenv.sh --phoenix)
+export MASLENS_VENV
+echo "test.sh: python took $((SECONDS - start)) s" >&2
 phase fmt cargo fmt --all -- --check
 phase clippy cargo clippy --workspace --all-targets -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
