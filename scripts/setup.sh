@@ -10,6 +10,10 @@ ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need+=(libclang-dev)
 # ccache: with CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache in the environment,
 # llama.cpp rebuilds (new build-script hash after a dependency change) become cache hits.
 command -v ccache >/dev/null 2>&1 || need+=(ccache)
+# curl: the serve tests talk to the server (and Phoenix) the way users do.
+command -v curl >/dev/null 2>&1 || need+=(curl)
+# python3-venv: scripts/pyenv.sh makes the venv of the OpenTelemetry clients and Phoenix.
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
