@@ -359,3 +359,44 @@ fn completions_for_each_shell() {
     }
     assert_eq!(maslens(&["completions", "tcsh"]).status.code(), Some(2));
 }
+
+/// `maslens ... | head -1`: the reader goes away; the command ends quietly (exit 0), never with a
+/// panic (exit 101) and a backtrace. The read end is closed before the command writes.
+#[test]
+fn a_closed_stdout_pipe_ends_quietly() {
+    let home = tempfile::tempdir().expect("tempdir");
+    maslens_llm::cache::Cache::open(home.path().join("cache.sqlite")).expect("an empty cache");
+    let hc = shared("whowhen/Hand-Crafted");
+    for args in [
+        vec![
+            "locate",
+            hc.as_str(),
+            "--method",
+            "prior",
+            "--prior",
+            "builtin",
+        ],
+        vec!["prior", "rank", hc.as_str()],
+        vec!["cache", "stats"],
+        vec![
+            "eval",
+            "locate",
+            "--method",
+            "prior",
+            &format!("whowhen:{hc}"),
+        ],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_maslens"))
+            .args(&args)
+            .env("MASLENS_HOME", home.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}

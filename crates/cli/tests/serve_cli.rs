@@ -279,3 +279,33 @@ fn db_flag_imports_locates_and_reads_back() {
     assert_eq!(diagnoses[0].body.method, "prior");
     assert_eq!(diagnoses[0].body.agent.as_deref(), v["agent"].as_str());
 }
+
+/// SIGTERM (systemd, Docker, Kubernetes) stops `serve` like Ctrl-C: in-flight requests drain, the
+/// background tasks stop, exit code 0 (before, the default action killed it mid-request).
+#[test]
+fn sigterm_drains_and_exits_cleanly() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let db = home.path().join("m.db");
+    let mut server = serve(db.to_str().expect("utf-8"), home.path(), &[]);
+    let line =
+        std::fs::read_to_string(repo().join("tests/otel/recorded/genai.jsonl")).expect("recorded");
+    assert_eq!(
+        post(&format!("{}/v1/traces", server.url), line.trim()).0,
+        200
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = server.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "still running 20 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}

@@ -39,12 +39,16 @@ pub fn z_scores(success_costs: &[f64]) -> Vec<f64> {
         .copied()
         .fold(f64::NEG_INFINITY, f64::max);
     let cmin = success_costs.iter().copied().fold(f64::INFINITY, f64::min);
-    if cmax - cmin <= 0.0 {
+    // On halves: finite costs may span more than f64 (1e308 and -1e308), where cmax - cmin
+    // overflows to infinity; the halves' difference cannot, and halving is exact for normal
+    // numbers, so the ratio is the same.
+    let (hmax, hmin) = (cmax / 2.0, cmin / 2.0);
+    if hmax - hmin <= 0.0 {
         return vec![0.0; success_costs.len()];
     }
     success_costs
         .iter()
-        .map(|c| (cmax - c) / (cmax - cmin) - 0.5)
+        .map(|c| (hmax - c / 2.0) / (hmax - hmin) - 0.5)
         .collect()
 }
 
@@ -115,6 +119,22 @@ pub fn if_grpo_advantages(
             adv[idx[k]] = a;
         }
     }
+    // A trainer reads these as numbers: never hand it a NaN (written as JSON null).
+    if let Some((i, x)) = inputs
+        .iter()
+        .enumerate()
+        .find(|(i, _)| !adv[*i].is_finite())
+    {
+        return Err(AdvantageInputError {
+            record: i + 1,
+            group: x.group.clone(),
+            id: x.id.clone(),
+            message: format!(
+                "the advantage came out as {} (costs of this group out of range)",
+                adv[i]
+            ),
+        });
+    }
     Ok(inputs
         .iter()
         .zip(adv)
@@ -133,6 +153,36 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn costs_spanning_more_than_f64_give_finite_advantages() {
+        // Before: cmax - cmin overflowed to infinity and the advantages became NaN (JSON null).
+        let out = if_grpo_advantages(&[
+            AdvantageInput {
+                group: "g".into(),
+                id: "a".into(),
+                success: true,
+                if_cost: 1e308,
+            },
+            AdvantageInput {
+                group: "g".into(),
+                id: "b".into(),
+                success: true,
+                if_cost: -1e308,
+            },
+            AdvantageInput {
+                group: "g".into(),
+                id: "c".into(),
+                success: false,
+                if_cost: 0.0,
+            },
+        ])
+        .expect("finite input");
+        assert!(out.iter().all(|o| o.advantage.is_finite()), "{out:?}");
+        // The cheaper success is the better one: z = +0.5 vs -0.5.
+        assert!(out[1].advantage > out[0].advantage);
+        assert_eq!(z_scores(&[1e308, -1e308]), vec![-0.5, 0.5]);
     }
 
     #[test]

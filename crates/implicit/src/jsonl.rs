@@ -24,8 +24,8 @@ pub fn open(path: &Path) -> Result<std::io::BufReader<std::fs::File>, ImplicitEr
 
 /// Read one `T` per non-empty line of `reader` (`name` names it in warnings). A line that does
 /// not parse gives `"{name}: line {n}: {serde error}{hint}"`; one that parses but fails
-/// `check` gives `"{name}: line {n}: {check's message}"`. Both are left out. A line that cannot
-/// be read at all (I/O, invalid UTF-8) is an error.
+/// `check` gives `"{name}: line {n}: {check's message}"`, and so does a line that is not UTF-8.
+/// All are left out. Only an I/O error ends the read.
 pub fn read_jsonl<T: DeserializeOwned>(
     name: &str,
     reader: impl BufRead,
@@ -34,11 +34,18 @@ pub fn read_jsonl<T: DeserializeOwned>(
 ) -> Result<WithWarnings<Vec<T>>, ImplicitError> {
     let mut value = Vec::new();
     let mut warnings = Vec::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| ImplicitError::Read {
+    for (i, line) in reader.split(b'\n').enumerate() {
+        let bytes = line.map_err(|e| ImplicitError::Read {
             file: format!("{name}: line {}", i + 1),
             message: e.to_string(),
         })?;
+        let line = match String::from_utf8(bytes) {
+            Ok(l) => l,
+            Err(e) => {
+                warnings.push(format!("{name}: line {}: not UTF-8 text ({e})", i + 1));
+                continue;
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }
@@ -75,5 +82,18 @@ mod tests {
                 && r.warnings[0].ends_with(" (a number)")
         );
         assert_eq!(r.warnings[1], "f.jsonl: line 4: field n: -2 is negative");
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_skipped_not_fatal() {
+        let text: &[u8] = b"1\n\xff\xfe\n2\r\n";
+        let r = read_jsonl::<i64>("f.jsonl", text, "", |_| Ok(())).unwrap();
+        assert_eq!(r.value, [1, 2]);
+        assert_eq!(r.warnings.len(), 1);
+        assert!(
+            r.warnings[0].starts_with("f.jsonl: line 2: not UTF-8"),
+            "{:?}",
+            r.warnings
+        );
     }
 }

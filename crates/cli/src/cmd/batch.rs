@@ -100,9 +100,9 @@ fn import(output: PathBuf, cache: Option<PathBuf>, global: &Global) -> anyhow::R
     let report = import_output(&cache, &output)?;
     report_line_errors(&output, &report.errors);
     if global.json {
-        println!("{}", serde_json::to_string(&report)?);
+        crate::outln!("{}", serde_json::to_string(&report)?);
     } else {
-        println!(
+        crate::outln!(
             "imported {} response(s) into {} ({} not exported from this cache), {} bad line(s)",
             report.imported,
             path.display(),
@@ -162,9 +162,9 @@ async fn run_requests(
         );
     }
     if global.json {
-        println!("{}", json!({"summary": summary, "usage": report}));
+        crate::outln!("{}", json!({"summary": summary, "usage": report}));
     } else {
-        println!(
+        crate::outln!(
             "{} requests: {} ok ({} from cache), {} errors, {} deferred, {} not started, {} bad lines",
             summary.requests,
             summary.ok,

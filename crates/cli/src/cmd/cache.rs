@@ -43,9 +43,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         CacheCommand::Stats => {
             let stats = cache.stats()?;
             if global.json {
-                println!("{}", serde_json::to_string(&stats)?);
+                crate::outln!("{}", serde_json::to_string(&stats)?);
             } else {
-                println!(
+                crate::outln!(
                     "{}: {} entries, {} pending batch request(s), {:.1} MB",
                     stats.path.display(),
                     stats.entries,
@@ -70,18 +70,18 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                     ]);
                 }
                 if !stats.by_model.is_empty() {
-                    println!("{table}");
+                    crate::outln!("{table}");
                 }
             }
         }
         CacheCommand::Clear { model, all: _ } => {
             let n = cache.clear(model.as_deref())?;
             if global.json {
-                println!("{}", serde_json::json!({"deleted": n, "model": model}));
+                crate::outln!("{}", serde_json::json!({"deleted": n, "model": model}));
             } else {
                 match &model {
-                    Some(m) => println!("deleted {n} entries of {m} from {}", path.display()),
-                    None => println!("deleted all {n} entries from {}", path.display()),
+                    Some(m) => crate::outln!("deleted {n} entries of {m} from {}", path.display()),
+                    None => crate::outln!("deleted all {n} entries from {}", path.display()),
                 }
             }
         }

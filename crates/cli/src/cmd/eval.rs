@@ -134,11 +134,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         eprintln!("report stored in {db} as {id}");
     }
     if global.json {
-        println!("{}", serde_json::to_string_pretty(report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(report)?);
     } else {
-        print!("{}", maslens_eval::markdown::render(report));
+        let text = maslens_eval::markdown::render(report);
+        crate::outln!("{}", text.strip_suffix('\n').unwrap_or(&text));
         if let Some(dir) = &a.out {
-            println!("\nreports written to {}", dir.display());
+            crate::outln!("\nreports written to {}", dir.display());
         }
     }
     if let Some(s) = &report.stopped_early {

@@ -37,31 +37,34 @@ fn print_verdict(v: &LocateVerdict) {
                 ),
                 _ => String::new(),
             };
-            println!(
+            crate::outln!(
                 "{}: {} at step {} (confidence {:.2}{agree})",
-                v.trace, a, s, v.confidence
+                v.trace,
+                a,
+                s,
+                v.confidence
             );
             if let Some(m) = &v.error_mode {
-                println!("  error mode: {m}");
+                crate::outln!("  error mode: {m}");
             }
             if let Some(e) = &v.step_excerpt {
-                println!("  step {s}: {}", e.replace('\n', " "));
+                crate::outln!("  step {s}: {}", e.replace('\n', " "));
             }
             if !v.rationale.is_empty() {
-                println!("  why: {}", v.rationale.replace('\n', " "));
+                crate::outln!("  why: {}", v.rationale.replace('\n', " "));
             }
         }
-        _ => println!(
+        _ => crate::outln!(
             "{}: no location ({})",
             v.trace,
             v.abstain_reason.clone().unwrap_or_default()
         ),
     }
     if v.long_trace.strategy != maslens_locate::render::Strategy::Full {
-        println!("  long trace: {}", v.long_trace.strategy.describe());
+        crate::outln!("  long trace: {}", v.long_trace.strategy.describe());
     }
     if let Some(n) = &v.note {
-        println!("  note: {n}");
+        crate::outln!("  note: {n}");
     }
 }
 
@@ -135,7 +138,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             let printed = match pipeline {
                 Some(p) => p.verdict(t).await.map_err(|e| e.to_string()).map(|v| {
                     pb.suspend(|| match json {
-                        true => println!("{}", serde_json::to_string(&v).unwrap_or_default()),
+                        true => crate::outln!("{}", serde_json::to_string(&v).unwrap_or_default()),
                         false => print_verdict(&v),
                     });
                     if let Some(h) = &hash {
@@ -156,11 +159,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                         }
                         let p = &l.prediction;
                         match (json, &p.agent, p.step) {
-                            (true, _, _) => println!("{}", l.verdict.unwrap_or_default()),
+                            (true, _, _) => crate::outln!("{}", l.verdict.unwrap_or_default()),
                             (false, Some(a), Some(s)) => {
-                                println!("{}: {a} at step {s} (prior)", t.id)
+                                crate::outln!("{}: {a} at step {s} (prior)", t.id)
                             }
-                            _ => println!("{}: no location (prior)", t.id),
+                            _ => crate::outln!("{}: no location (prior)", t.id),
                         }
                     }),
             };

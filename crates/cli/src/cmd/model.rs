@@ -35,7 +35,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             }
             let stored = store.pull(&name, force)?;
             if global.json {
-                println!(
+                crate::outln!(
                     "{}",
                     serde_json::json!({
                         "name": stored.manifest.name,
@@ -46,21 +46,21 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                     })
                 );
             } else {
-                println!("{}", stored.path.display());
+                crate::outln!("{}", stored.path.display());
             }
         }
         ModelCommand::List => {
             let rows = maslens_llm::catalog::catalog(&store)?;
             if global.json {
-                println!("{}", serde_json::to_string(&rows)?);
+                crate::outln!("{}", serde_json::to_string(&rows)?);
             } else {
-                println!("models in {}:", store.root().display());
+                crate::outln!("models in {}:", store.root().display());
                 for r in &rows {
                     let state = match &r.path {
                         Some(p) => p.display().to_string(),
                         None => format!("not present (maslens model pull {})", r.name),
                     };
-                    println!("  {:<14} {}\n  {:<14} {state}", r.name, r.description, "");
+                    crate::outln!("  {:<14} {}\n  {:<14} {state}", r.name, r.description, "");
                 }
             }
         }

@@ -136,9 +136,10 @@ fn exit(skipped: usize) -> ExitCode {
 
 fn print_report(report: &prior::EvalReport, global: &Global) -> anyhow::Result<()> {
     if global.json {
-        println!("{}", serde_json::to_string_pretty(report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(report)?);
     } else {
-        print!("{}", prior::render_text(report));
+        let text = prior::render_text(report);
+        crate::outln!("{}", text.strip_suffix('\n').unwrap_or(&text));
     }
     Ok(())
 }
@@ -187,7 +188,7 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
     }
     print_report(&trained.report, global)?;
     if !global.json {
-        println!("\nmodel written to {}", args.out.display());
+        crate::outln!("\nmodel written to {}", args.out.display());
     }
     Ok(exit(skipped))
 }
@@ -213,18 +214,21 @@ fn rank(args: RankArgs, global: &Global) -> anyhow::Result<ExitCode> {
     for t in &traces {
         let r = prior::rank(&model, t, args.top);
         if global.json {
-            println!("{}", serde_json::to_string(&r)?);
+            crate::outln!("{}", serde_json::to_string(&r)?);
             continue;
         }
-        println!("{} ({} steps)", r.trace, r.steps);
+        crate::outln!("{} ({} steps)", r.trace, r.steps);
         let agents: Vec<String> = (r.agents.iter().take(3))
             .map(|a| format!("{} {:.2}", a.agent, a.prob))
             .collect();
-        println!("  agents: {}", agents.join(", "));
+        crate::outln!("  agents: {}", agents.join(", "));
         for c in &r.candidates {
-            println!(
+            crate::outln!(
                 "  step {:>4}  {:30} p={:.3}  score={:+.2}",
-                c.step, c.agent, c.prob, c.score
+                c.step,
+                c.agent,
+                c.prob,
+                c.score
             );
         }
     }

@@ -135,20 +135,18 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot bind {addr}"))?;
         let bound = listener.local_addr()?;
         if global.json {
-            println!(
+            crate::outln!(
                 "{}",
                 serde_json::json!({"url": format!("http://{bound}"), "otlp_traces": format!("http://{bound}/v1/traces")})
             );
         } else {
-            println!("listening on http://{bound} (OTLP: http://{bound}/v1/traces, API: /api, OpenAPI: /openapi.json); Ctrl-C stops");
+            crate::outln!("listening on http://{bound} (OTLP: http://{bound}/v1/traces, API: /api, OpenAPI: /openapi.json); Ctrl-C or SIGTERM stops");
         }
         std::io::stdout().flush()?;
         let (tx, rx) = tokio::sync::watch::channel(false);
         let background = tokio::spawn(maslens_server::serve::background(state.clone(), rx));
         let router = maslens_server::serve::router(state);
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
+        let shutdown = maslens_server::shutdown_signal();
         maslens_server::serve(listener, router, shutdown)
             .await
             .context("server failed")?;

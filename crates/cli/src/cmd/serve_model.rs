@@ -89,17 +89,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             .map(|n| n.to_string())
             .unwrap_or_else(|| "?".into());
         if global.json {
-            println!(
+            crate::outln!(
                 "{}",
                 serde_json::json!({"base_url": format!("http://{bound}/v1"), "model": name, "context_size": model.context_size()})
             );
         } else {
-            println!("listening on http://{bound}/v1 (model {name}, context {context} tokens); Ctrl-C stops");
+            crate::outln!("listening on http://{bound}/v1 (model {name}, context {context} tokens); Ctrl-C or SIGTERM stops");
         }
         std::io::stdout().flush()?;
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
+        let shutdown = maslens_server::shutdown_signal();
         maslens_server::serve(listener, router, shutdown)
             .await
             .context("server failed")?;
