@@ -216,7 +216,13 @@ async fn bad_input_gets_a_clear_answer_and_the_server_keeps_serving() {
         ..ServeConfig::default()
     }))
     .await;
-    let client = reqwest::Client::new();
+    // A fresh connection per request: after refusing a too-large body the server closes that
+    // connection without reading the rest, and a pooled client could pick it up again (a real
+    // exporter retries that; the test should not depend on the race).
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client");
     let url = format!("{}/v1/traces", server.base);
     let post = |ct: &'static str, body: Vec<u8>| {
         client
@@ -251,6 +257,17 @@ async fn bad_input_gets_a_clear_answer_and_the_server_keeps_serving() {
         .await
         .expect("send");
     assert_eq!(r.status(), 413);
+    // A small gzip body that inflates past the limit (a zip bomb): refused after reading it whole.
+    let r = client
+        .post(url.clone())
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(gzip(&vec![b' '; 4 << 20]))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 413);
+    assert!(r.text().await.expect("text").contains("larger than"));
     // Spans without ids: accepted with a partial-success count and its reason.
     let body =
         r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"x","traceId":"","spanId":""}]}]}]}"#;
