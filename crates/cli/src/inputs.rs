@@ -94,7 +94,7 @@ pub fn for_each_trace(
     if let (Some(db), true) = (&inputs.db, inputs.inputs.is_empty()) {
         let traces = crate::cmd::block_on(async {
             let store = crate::db::open(db).await?;
-            crate::db::all_traces(&store).await
+            anyhow::Ok(store.traces(&maslens_store::RunFilter::default()).await?)
         })??;
         for trace in traces {
             let diagnostics = maslens_trace::validate(&trace);

@@ -15,7 +15,7 @@ use maslens_otlp::span::SpanRecord;
 use maslens_trace::Trace;
 use sqlx::{AssertSqlSafe, Row};
 
-use crate::{big, col, json_col, now_ns, q, sha256, Result, Store};
+use crate::{big, col, json_col, now_ns, q, Result, Store};
 
 /// What one ingest did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -162,10 +162,7 @@ impl Store {
         }
         let refs: Vec<&SpanRecord> = spans.iter().collect();
         let trace = maslens_otlp::assemble::assemble(run, &refs);
-        let json = serde_json::to_string(&trace).map_err(|e| crate::StoreError::Corrupt {
-            what: format!("trace {run}"),
-            message: e.to_string(),
-        })?;
+        let (json, hash) = crate::trace_json(&trace)?;
         let first = spans.iter().map(|s| s.start_ns).min().unwrap_or(0);
         let last = spans.iter().map(|s| s.end_ns).max().unwrap_or(0);
         let system = spans.iter().find_map(|s| s.service.clone());
@@ -177,7 +174,7 @@ impl Store {
              WHERE id = $12 AND assembled_seq < $11",
         )
         .bind(json.as_str())
-        .bind(sha256(json.as_bytes()))
+        .bind(hash.as_str())
         .bind(trace.task.as_str())
         .bind(trace.outcome.as_str())
         .bind(big(trace.steps.len() as u64))

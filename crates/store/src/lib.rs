@@ -116,6 +116,22 @@ pub(crate) fn big(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
+/// A trace as stored (`runs.trace_json`) and its content hash (`runs.trace_hash`): the one
+/// definition imports, assembly and callers that compare a trace with the stored one share.
+pub fn trace_json(trace: &maslens_trace::Trace) -> Result<(String, String)> {
+    let json = serde_json::to_string(trace).map_err(|e| StoreError::Corrupt {
+        what: format!("trace {}", trace.id),
+        message: e.to_string(),
+    })?;
+    let hash = sha256(json.as_bytes());
+    Ok((json, hash))
+}
+
+/// The content hash the store gives `trace` (see [`trace_json`]).
+pub fn trace_hash(trace: &maslens_trace::Trace) -> Result<String> {
+    trace_json(trace).map(|(_, h)| h)
+}
+
 /// Hex SHA-256 of bytes (trace content hashes, ids).
 pub(crate) fn sha256(bytes: &[u8]) -> String {
     use sha2::Digest;

@@ -8,7 +8,7 @@ use maslens_trace::Trace;
 use sqlx::any::AnyRow;
 use sqlx::AssertSqlSafe;
 
-use crate::{big, col, json_col, now_ns, q, sha256, Result, Store, StoreError};
+use crate::{big, col, json_col, now_ns, q, Result, Store};
 
 /// One run as lists show it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -34,6 +34,8 @@ pub struct RunSummary {
     pub located_agent: Option<String>,
     pub located_step: Option<i64>,
     pub risk: Option<f64>,
+    /// SHA-256 of the stored trace ([`crate::trace_hash`]); none until first assembled.
+    pub trace_hash: Option<String>,
 }
 
 /// One run with its trace (none until first assembled).
@@ -41,7 +43,6 @@ pub struct RunSummary {
 pub struct StoredRun {
     pub summary: RunSummary,
     pub trace: Option<Trace>,
-    pub trace_hash: Option<String>,
 }
 
 /// Filters for [`Store::list_runs`]; every field narrows, none set lists everything.
@@ -100,7 +101,7 @@ impl Where {
 
 const SUMMARY_COLS: &str =
     "id, source, system, task, outcome, n_steps, n_spans, agents, has_root, \
-     first_ns, last_ns, received_ns, state, located_agent, located_step, risk";
+     first_ns, last_ns, received_ns, state, located_agent, located_step, risk, trace_hash";
 
 fn summary(row: &AnyRow) -> Result<RunSummary> {
     let has_root: i64 = col(row, "has_root")?;
@@ -121,6 +122,7 @@ fn summary(row: &AnyRow) -> Result<RunSummary> {
         located_agent: col(row, "located_agent")?,
         located_step: col(row, "located_step")?,
         risk: col(row, "risk")?,
+        trace_hash: col(row, "trace_hash")?,
     })
 }
 
@@ -128,11 +130,7 @@ impl Store {
     /// Store an imported trace (from a file, the CLI, the API) as a complete run, replacing an
     /// earlier import with the same id. Returns its content hash.
     pub async fn put_trace(&self, trace: &Trace) -> Result<String> {
-        let json = serde_json::to_string(trace).map_err(|e| StoreError::Corrupt {
-            what: format!("trace {}", trace.id),
-            message: e.to_string(),
-        })?;
-        let hash = sha256(json.as_bytes());
+        let (json, hash) = crate::trace_json(trace)?;
         let agents: BTreeSet<&str> = trace.steps.iter().map(|s| s.agent.as_str()).collect();
         let system = (!trace.source.format.is_empty()).then(|| trace.source.format.clone());
         let now = now_ns();
@@ -164,7 +162,7 @@ impl Store {
     /// One run with its trace.
     pub async fn run(&self, id: &str) -> Result<Option<StoredRun>> {
         let row = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {SUMMARY_COLS}, trace_json, trace_hash FROM runs WHERE id = $1"
+            "SELECT {SUMMARY_COLS}, trace_json FROM runs WHERE id = $1"
         )))
         .bind(id)
         .fetch_optional(&self.pool)
@@ -179,16 +177,41 @@ impl Store {
         Ok(Some(StoredRun {
             summary: summary(&row)?,
             trace,
-            trace_hash: col(&row, "trace_hash")?,
         }))
     }
 
-    /// The traces of runs matching `filter` (runs not yet assembled are skipped).
+    /// One run's summary, without loading its trace.
+    pub async fn run_summary(&self, id: &str) -> Result<Option<RunSummary>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {SUMMARY_COLS} FROM runs WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(q("run summary"))?;
+        row.as_ref().map(summary).transpose()
+    }
+
+    /// The traces of every run matching `filter` (all pages, newest first; `filter.limit` is the
+    /// page size), one query per page; runs not yet assembled are skipped.
     pub async fn traces(&self, filter: &RunFilter) -> Result<Vec<Trace>> {
         let mut out = Vec::new();
-        for s in self.list_runs(filter).await? {
-            if let Some(t) = self.run(&s.id).await?.and_then(|r| r.trace) {
-                out.push(t);
+        let mut page = RunFilter {
+            limit: Some(filter.limit.unwrap_or(1000)),
+            ..filter.clone()
+        };
+        loop {
+            let rows = self
+                .select_runs(&page, &format!("{SUMMARY_COLS}, trace_json"))
+                .await?;
+            let Some(last) = rows.last() else { break };
+            page.before = Some((col(last, "received_ns")?, col(last, "id")?));
+            for row in &rows {
+                let json: Option<String> = col(row, "trace_json")?;
+                if let Some(j) = json {
+                    let id: String = col(row, "id")?;
+                    out.push(json_col(&j, || format!("trace of run {id}"))?);
+                }
             }
         }
         Ok(out)
@@ -196,6 +219,15 @@ impl Store {
 
     /// Runs matching `filter`, newest first (by the time the store last received them), one page.
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>> {
+        self.select_runs(filter, SUMMARY_COLS)
+            .await?
+            .iter()
+            .map(summary)
+            .collect()
+    }
+
+    /// `columns` of one page of runs matching `filter`.
+    async fn select_runs(&self, filter: &RunFilter, columns: &str) -> Result<Vec<AnyRow>> {
         let mut w = Where::default();
         if let Some(v) = &filter.outcome {
             w.text("outcome = {}", v.clone());
@@ -235,7 +267,7 @@ impl Store {
             w.clauses.push(format!("risk >= {p}"));
         }
         let limit = w.push(Bind::Int(filter.limit.unwrap_or(50).clamp(1, 1000)));
-        let mut sql = format!("SELECT {SUMMARY_COLS} FROM runs");
+        let mut sql = format!("SELECT {columns} FROM runs");
         if !w.clauses.is_empty() {
             sql.push_str(" WHERE ");
             sql.push_str(&w.clauses.join(" AND "));
@@ -251,8 +283,7 @@ impl Store {
                 Bind::Real(v) => query.bind(v),
             };
         }
-        let rows = query.fetch_all(&self.pool).await.map_err(q("list runs"))?;
-        rows.iter().map(summary).collect()
+        query.fetch_all(&self.pool).await.map_err(q("list runs"))
     }
 
     /// How many runs the store holds, by source.
@@ -337,6 +368,16 @@ mod tests {
             }
             assert_eq!(seen.len(), 7);
             assert_eq!(seen.iter().collect::<BTreeSet<_>>().len(), 7);
+            // `traces` walks every page (here pages of 3) in the same order.
+            let traces = store
+                .traces(&RunFilter {
+                    limit: Some(3),
+                    ..RunFilter::default()
+                })
+                .await
+                .expect("traces");
+            let ids: Vec<String> = traces.into_iter().map(|t| t.id).collect();
+            assert_eq!(ids, seen);
             let back = store.run("t3").await.expect("run").expect("exists");
             assert_eq!(back.trace.expect("trace").steps.len(), 1);
             assert_eq!(back.summary.state, "complete");

@@ -120,7 +120,7 @@ async fn get_run(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> 
     };
     Json(json!({
         "run": run.summary,
-        "trace_hash": run.trace_hash,
+        "trace_hash": run.summary.trace_hash,
         "trace": run.trace,
         "diagnoses": diagnoses,
         "jobs": jobs,
@@ -177,8 +177,12 @@ async fn start_jobs(
             ),
         );
     };
-    let runs: Vec<String> = match (&req.run, &req.filter) {
-        (Some(run), None) => vec![run.clone()],
+    let runs: Vec<maslens_store::RunSummary> = match (&req.run, &req.filter) {
+        (Some(run), None) => match state.store.run_summary(run).await {
+            Ok(Some(r)) => vec![r],
+            Ok(None) => return error(StatusCode::NOT_FOUND, format!("no run {run:?}")),
+            Err(e) => return store_error(e),
+        },
         (None, Some(f)) => {
             let q: ListQuery = match serde_json::from_value(f.clone()) {
                 Ok(q) => q,
@@ -190,7 +194,7 @@ async fn start_jobs(
             };
             filter.limit = Some(filter.limit.unwrap_or(1000));
             match state.store.list_runs(&filter).await {
-                Ok(r) => r.into_iter().map(|r| r.id).collect(),
+                Ok(r) => r,
                 Err(e) => return store_error(e),
             }
         }
@@ -202,13 +206,15 @@ async fn start_jobs(
         }
     };
     let mut jobs = Vec::new();
-    for id in runs {
-        let hash = match state.store.run(&id).await {
-            Ok(Some(r)) if r.trace.is_some() => r.trace_hash.unwrap_or_default(),
-            Ok(_) => return error(StatusCode::NOT_FOUND, format!("no assembled run {id:?}")),
-            Err(e) => return store_error(e),
+    for run in runs {
+        // A run has a hash once its trace is stored (assembled or imported).
+        let Some(hash) = &run.trace_hash else {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("no assembled run {:?}", run.id),
+            );
         };
-        match enqueue(&state.store, &id, method, &hash, &json!({})).await {
+        match enqueue(&state.store, &run.id, method, hash, &json!({})).await {
             Ok(j) => jobs.push(j),
             Err(e) => return store_error(e),
         }

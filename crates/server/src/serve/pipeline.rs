@@ -64,7 +64,7 @@ async fn on_complete(state: &AppState, run: &str) -> Result<(), maslens_store::S
     let Some(trace) = stored.trace else {
         return Ok(());
     };
-    let hash = stored.trace_hash.unwrap_or_default();
+    let hash = stored.summary.trace_hash.unwrap_or_default();
     if let Some(d) = prior_diagnosis(state, &trace, &hash) {
         let id = state.store.add_diagnosis(&d).await?;
         queue_writeback(state, &id).await?;
@@ -197,7 +197,7 @@ async fn run_job(state: &AppState, job: &maslens_store::Job) -> Result<NewDiagno
     let trace = stored
         .trace
         .ok_or_else(|| format!("run {} has no assembled trace yet", job.run_id))?;
-    let hash = stored.trace_hash.unwrap_or_default();
+    let hash = stored.summary.trace_hash.unwrap_or_default();
     let method =
         JobMethod::parse(&job.method).ok_or_else(|| format!("unknown method {:?}", job.method))?;
     match method {
