@@ -302,6 +302,61 @@ impl Store {
     }
 }
 
+impl Store {
+    /// One credit table or eval report: `(name, created_ns, run_id, body)` (eval reports belong
+    /// to no run).
+    pub async fn report(
+        &self,
+        kind: ReportKind,
+        id: &str,
+    ) -> Result<Option<(String, i64, Option<String>, Value)>> {
+        let sql = match kind {
+            ReportKind::Credit => {
+                "SELECT name, created_ns, run_id, body FROM credit_tables WHERE id = $1"
+            }
+            ReportKind::Eval => "SELECT name, created_ns, body FROM eval_reports WHERE id = $1",
+        };
+        let row = sqlx::query(sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(q("report"))?;
+        let Some(r) = row else { return Ok(None) };
+        let body: String = col(&r, "body")?;
+        let body = json_col(&body, || format!("report {id}"))?;
+        let run_id: Option<String> = match kind {
+            ReportKind::Credit => col(&r, "run_id")?,
+            ReportKind::Eval => None,
+        };
+        Ok(Some((
+            col(&r, "name")?,
+            col(&r, "created_ns")?,
+            run_id,
+            body,
+        )))
+    }
+
+    /// The credit tables of one run, newest first: `(id, name, created_ns, body)`.
+    pub async fn reports_of_run(&self, run_id: &str) -> Result<Vec<(String, String, i64, Value)>> {
+        let rows = sqlx::query(
+            "SELECT id, name, created_ns, body FROM credit_tables WHERE run_id = $1
+             ORDER BY created_ns DESC, id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("reports of run"))?;
+        rows.iter()
+            .map(|r| {
+                let id: String = col(r, "id")?;
+                let body: String = col(r, "body")?;
+                let body = json_col(&body, || format!("report {id}"))?;
+                Ok((id, col(r, "name")?, col(r, "created_ns")?, body))
+            })
+            .collect()
+    }
+}
+
 /// Which report table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReportKind {
@@ -371,6 +426,46 @@ mod tests {
             let reports = store.reports(ReportKind::Eval).await.expect("reports");
             assert_eq!(reports[0].0, eval);
             assert_eq!(reports[0].3["format_version"], 3);
+            let (name, _, run, body) = store
+                .report(ReportKind::Eval, &eval)
+                .await
+                .expect("report")
+                .expect("exists");
+            assert_eq!(
+                (name.as_str(), run, body["format_version"].as_i64()),
+                ("who&when", None, Some(3))
+            );
+            let credit = store
+                .add_report(
+                    ReportKind::Credit,
+                    "debate",
+                    Some("r1"),
+                    &json!({"roles": 2}),
+                )
+                .await
+                .expect("credit");
+            store
+                .add_report(ReportKind::Credit, "other", Some("r2"), &json!({}))
+                .await
+                .expect("credit");
+            let (_, _, run, _) = store
+                .report(ReportKind::Credit, &credit)
+                .await
+                .expect("report")
+                .expect("exists");
+            assert_eq!(run.as_deref(), Some("r1"));
+            assert!(store
+                .report(ReportKind::Credit, &eval)
+                .await
+                .expect("report")
+                .is_none());
+            let of_run = store.reports_of_run("r1").await.expect("of run");
+            assert_eq!(of_run.len(), 1);
+            assert_eq!(
+                (of_run[0].0.as_str(), of_run[0].1.as_str()),
+                (credit.as_str(), "debate")
+            );
+            assert_eq!(of_run[0].3["roles"], 2);
         }
     }
 }

@@ -15,6 +15,7 @@ use maslens_otlp::span::SpanRecord;
 use maslens_trace::Trace;
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::search::index_run;
 use crate::{big, col, json_col, now_ns, q, Result, Store};
 
 /// What one ingest did.
@@ -93,6 +94,7 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(q("mark run"))?;
+            crate::search::touch_run_agents(&mut tx, run, now).await?;
         }
         tx.commit().await.map_err(q("commit ingest"))?;
         out.runs = touched.into_keys().collect();
@@ -149,15 +151,20 @@ impl Store {
         let Some(seq) = seq else { return Ok(None) };
         let spans = self.run_spans(run).await?;
         if spans.is_empty() {
-            sqlx::query(
+            let mut tx = self.write_tx().await?;
+            let gone = sqlx::query(
                 "DELETE FROM runs WHERE id = $1 AND source = 'otlp' AND ingest_seq = $2
                  AND NOT EXISTS (SELECT 1 FROM otel_traces WHERE run_id = $1)",
             )
             .bind(run)
             .bind(seq)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(q("remove empty run"))?;
+            if gone.rows_affected() > 0 {
+                index_run(&mut tx, self.backend, run, None, 0).await?;
+            }
+            tx.commit().await.map_err(q("commit remove empty run"))?;
             return Ok(None);
         }
         let refs: Vec<&SpanRecord> = spans.iter().collect();
@@ -167,11 +174,15 @@ impl Store {
         let last = spans.iter().map(|s| s.end_ns).max().unwrap_or(0);
         let system = spans.iter().find_map(|s| s.service.clone());
         let agents: BTreeSet<&str> = trace.steps.iter().map(|s| s.agent.as_str()).collect();
-        let done = sqlx::query(
+        let mut tx = self.write_tx().await?;
+        // The trace and its search rows change together; `received_ns` (read under the write)
+        // keeps `run_agents` in step with the run.
+        let received_ns: Option<i64> = sqlx::query_scalar(
             "UPDATE runs SET trace_json = $1, trace_hash = $2, task = $3, outcome = $4,
                n_steps = $5, n_spans = $6, agents = $7, system = $8, first_ns = $9, last_ns = $10,
                assembled_seq = $11
-             WHERE id = $12 AND assembled_seq < $11",
+             WHERE id = $12 AND assembled_seq < $11
+             RETURNING received_ns",
         )
         .bind(json.as_str())
         .bind(hash.as_str())
@@ -185,10 +196,14 @@ impl Store {
         .bind(big(last))
         .bind(seq)
         .bind(run)
-        .execute(&self.pool)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(q("store assembled trace"))?;
-        Ok((done.rows_affected() == 1).then_some(trace))
+        if let Some(received_ns) = received_ns {
+            index_run(&mut tx, self.backend, run, Some(&trace), received_ns).await?;
+        }
+        tx.commit().await.map_err(q("commit assembled trace"))?;
+        Ok(received_ns.map(|_| trace))
     }
 
     /// Assemble every run waiting for it (up to `limit`); returns the runs assembled.
@@ -469,6 +484,21 @@ mod tests {
             assert_eq!(texts, ["one", "two"]);
             assert!(run.summary.has_root);
             assert!(store.run(&first_run).await.expect("old").is_none());
+            // The removed run's search rows went with it; the conversation has them now.
+            for table in ["step_text", "run_agents"] {
+                let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT COUNT(*) FROM {table} WHERE run_id = $1"
+                )))
+                .bind(first_run.as_str())
+                .fetch_one(store.pool())
+                .await
+                .expect("count");
+                assert_eq!(n, 0, "{table}");
+            }
+            let m = store.step_matches("conv-7", "one two", 3).await.expect("m");
+            assert!(m.is_empty());
+            let m = store.step_matches("conv-7", "one", 3).await.expect("m");
+            assert_eq!(m.len(), 1);
         }
     }
 
@@ -515,6 +545,69 @@ mod tests {
                 .expect("late");
             let run = store.run(&run).await.expect("run").expect("exists");
             assert_eq!(run.summary.state, "open");
+        }
+    }
+
+    /// Assembly writes the search rows with the trace; a later ingest keeps `run_agents` in step
+    /// with the run's received time; a run removed by assembly loses its rows.
+    #[tokio::test]
+    async fn assembly_indexes_steps_and_agents() {
+        for (store, _dir) in stores().await {
+            let out = store
+                .ingest(&[span("f", "1", None, 1, chat("Scout", "a quokka appears"))])
+                .await
+                .expect("ingest");
+            let run = out.runs[0].clone();
+            store.assemble_pending(10).await.expect("assemble");
+            let find = |q: &str| crate::RunFilter {
+                q: Some(q.into()),
+                ..crate::RunFilter::default()
+            };
+            let ids = |runs: Vec<crate::RunSummary>| -> Vec<String> {
+                runs.into_iter().map(|r| r.id).collect()
+            };
+            assert_eq!(
+                ids(store.list_runs(&find("quokka")).await.expect("list")),
+                std::slice::from_ref(&run)
+            );
+            let m = store
+                .step_matches(&run, "quokka", 3)
+                .await
+                .expect("matches");
+            assert_eq!(m[0].agent.as_deref(), Some("Scout"));
+            // More spans: the run is received again (run_agents follows), then reassembled.
+            store
+                .ingest(&[span("f", "2", Some("1"), 5, chat("Keeper", "a wombat too"))])
+                .await
+                .expect("ingest");
+            let times: Vec<(i64, i64)> = sqlx::query_as::<_, (i64, i64)>(
+                "SELECT a.received_ns, r.received_ns FROM run_agents a
+                 JOIN runs r ON r.id = a.run_id",
+            )
+            .fetch_all(store.pool())
+            .await
+            .expect("times");
+            assert!(
+                !times.is_empty() && times.iter().all(|(a, r)| a == r),
+                "{times:?}"
+            );
+            store.assemble_pending(10).await.expect("assemble");
+            assert_eq!(
+                ids(store.list_runs(&find("wombat")).await.expect("list")),
+                std::slice::from_ref(&run)
+            );
+            assert_eq!(
+                ids(store.list_runs(&find("quokka")).await.expect("list")),
+                std::slice::from_ref(&run)
+            );
+            let keeper = crate::RunFilter {
+                agent: Some("Keeper".into()),
+                ..crate::RunFilter::default()
+            };
+            assert_eq!(
+                ids(store.list_runs(&keeper).await.expect("list")),
+                std::slice::from_ref(&run)
+            );
         }
     }
 }

@@ -231,6 +231,87 @@ impl Store {
     }
 }
 
+/// How far the jobs of one batch are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BatchProgress {
+    pub total: i64,
+    pub queued: i64,
+    pub running: i64,
+    pub done: i64,
+    pub failed: i64,
+}
+
+impl Store {
+    /// Put jobs in batch `batch` (one UI action over many runs). A job may be in several batches
+    /// (the queue deduplicates jobs); adding one twice is a no-op.
+    pub async fn add_to_batch(&self, batch: &str, job_ids: &[String]) -> Result<()> {
+        if job_ids.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write_tx().await?;
+        for chunk in job_ids.chunks(500) {
+            let mut sql = String::from("INSERT INTO job_batches (batch, job_id) VALUES ");
+            for i in 0..chunk.len() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                sql.push_str(&format!("($1, ${})", i + 2));
+            }
+            sql.push_str(" ON CONFLICT (batch, job_id) DO NOTHING");
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(batch);
+            for id in chunk {
+                query = query.bind(id.as_str());
+            }
+            query.execute(&mut *tx).await.map_err(q("add to batch"))?;
+        }
+        tx.commit().await.map_err(q("commit batch"))?;
+        Ok(())
+    }
+
+    /// How many jobs of batch `batch` are in each state (all zero for an unknown batch).
+    pub async fn batch_progress(&self, batch: &str) -> Result<BatchProgress> {
+        let rows = sqlx::query(
+            "SELECT j.state AS state, COUNT(*) AS n FROM job_batches b
+             JOIN jobs j ON j.id = b.job_id WHERE b.batch = $1 GROUP BY j.state",
+        )
+        .bind(batch)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("batch progress"))?;
+        let mut p = BatchProgress::default();
+        for r in &rows {
+            let state: String = col(r, "state")?;
+            let n: i64 = col(r, "n")?;
+            p.total += n;
+            match JobState::parse(&state) {
+                JobState::Queued => p.queued += n,
+                JobState::Running => p.running += n,
+                JobState::Done => p.done += n,
+                JobState::Failed => p.failed += n,
+            }
+        }
+        Ok(p)
+    }
+
+    /// The jobs of batch `batch`, oldest first.
+    pub async fn batch_jobs(&self, batch: &str) -> Result<Vec<Job>> {
+        let cols = COLS
+            .split(", ")
+            .map(|c| format!("j.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {cols} FROM job_batches b JOIN jobs j ON j.id = b.job_id
+             WHERE b.batch = $1 ORDER BY j.created_ns, j.id"
+        )))
+        .bind(batch)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("batch jobs"))?;
+        rows.iter().map(job).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +389,62 @@ mod tests {
             }
             assert_eq!(all.len(), 40);
             assert_eq!(all.iter().collect::<BTreeSet<_>>().len(), 40);
+        }
+    }
+
+    #[tokio::test]
+    async fn batches_count_their_jobs_by_state() {
+        for (store, _dir) in stores().await {
+            let mut ids = Vec::new();
+            for i in 0..4 {
+                let j = store
+                    .enqueue(&format!("r{i}"), "locate", &json!({}), &format!("b{i}"))
+                    .await
+                    .expect("enqueue");
+                ids.push(j.id);
+            }
+            // One job in two batches; adding twice is a no-op; an empty batch is all zeros.
+            store.add_to_batch("ui-1", &ids[..3]).await.expect("batch");
+            store.add_to_batch("ui-1", &ids[..1]).await.expect("again");
+            store.add_to_batch("ui-2", &ids[2..]).await.expect("batch");
+            store.add_to_batch("ui-3", &[]).await.expect("empty");
+            assert_eq!(
+                store.batch_progress("ui-1").await.expect("progress"),
+                BatchProgress {
+                    total: 3,
+                    queued: 3,
+                    ..BatchProgress::default()
+                }
+            );
+            let a = store.claim("w").await.expect("claim").expect("job");
+            store.finish(&a.id, "d").await.expect("finish");
+            let b = store.claim("w").await.expect("claim").expect("job");
+            store.fail(&b.id, "boom", 1).await.expect("fail");
+            let c = store.claim("w").await.expect("claim").expect("job");
+            let p1 = store.batch_progress("ui-1").await.expect("progress");
+            assert_eq!(
+                p1,
+                BatchProgress {
+                    total: 3,
+                    queued: 0,
+                    running: 1,
+                    done: 1,
+                    failed: 1,
+                }
+            );
+            assert_eq!(c.id, ids[2]);
+            let p2 = store.batch_progress("ui-2").await.expect("progress");
+            assert_eq!((p2.total, p2.running, p2.queued), (2, 1, 1));
+            assert_eq!(
+                store.batch_progress("none").await.expect("progress"),
+                BatchProgress::default()
+            );
+            let jobs = store.batch_jobs("ui-1").await.expect("jobs");
+            let got: BTreeSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+            assert_eq!(got, ids[..3].iter().map(String::as_str).collect());
+            assert!(store.batch_jobs("none").await.expect("jobs").is_empty());
+            let json = serde_json::to_value(p1).expect("json");
+            assert_eq!(json["done"], 1);
         }
     }
 }

@@ -8,7 +8,8 @@ use maslens_trace::Trace;
 use sqlx::any::AnyRow;
 use sqlx::AssertSqlSafe;
 
-use crate::{big, col, json_col, now_ns, q, Result, Store};
+use crate::search::{self, fts5_query, index_run, pg_query};
+use crate::{big, col, json_col, now_ns, q, Backend, Result, Store};
 
 /// One run as lists show it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -59,6 +60,9 @@ pub struct RunFilter {
     pub located_agent: Option<String>,
     /// An agent that acts in the run.
     pub agent: Option<String>,
+    /// Full text: runs with a step whose text (content, tool calls) holds every word of this
+    /// ([`crate::search`]). Blank: no filter; no letters or digits at all: no run.
+    pub q: Option<String>,
     /// Latest implicit-failure risk at least this.
     pub min_risk: Option<f64>,
     /// Received at or after / before (ns since the epoch).
@@ -97,6 +101,74 @@ impl Where {
         let p = self.push(Bind::Int(v));
         self.clauses.push(clause.replace("{}", &p));
     }
+    /// ` WHERE a AND b ...`, or nothing.
+    fn sql(&self) -> String {
+        if self.clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", self.clauses.join(" AND "))
+        }
+    }
+    /// `sql` with this clause's values bound in order.
+    fn bound(self, sql: &str) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
+        let mut query = sqlx::query(AssertSqlSafe(sql.to_string()));
+        for b in self.binds {
+            query = match b {
+                Bind::Text(v) => query.bind(v),
+                Bind::Int(v) => query.bind(v),
+                Bind::Real(v) => query.bind(v),
+            };
+        }
+        query
+    }
+}
+
+/// A text query matching at most this many steps is checked by looking its runs up (SQLite).
+const DRIVE_MAX: i64 = 1_000;
+/// ... at most this many: by testing each listed run against the set of matching runs; more:
+/// by asking the full-text index about each listed run's steps (a common word matches early).
+const MEMBER_MAX: i64 = 50_000;
+
+/// A text query the PostgreSQL planner expects in at most this many steps is checked by
+/// collecting its runs through the GIN index; more: run by run along the list's index.
+const PG_DRIVE_MAX: i64 = 5_000;
+
+/// How a text filter is checked (SQLite: all four; PostgreSQL: Nothing, Drive, Probe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TextPlan {
+    /// No step matches.
+    Nothing,
+    /// Few matches: the matching runs drive the query (looked up by search key, then sorted).
+    Drive,
+    /// Some: the list walks its index and tests each run against the matching runs' keys.
+    Member,
+    /// Many: the list walks its index and probes the run's rowid range in the FTS index.
+    Probe,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests force a text plan, to cover each one on a small store.
+    pub(crate) static FORCE_TEXT_PLAN: std::cell::Cell<Option<TextPlan>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The parts of a list query.
+struct ListSql {
+    from: String,
+    w: Where,
+    order: &'static str,
+    /// FROM starts at the full-text index: one row per matching step (counts only).
+    from_text: bool,
+}
+
+/// `runs.`-qualified columns (lists may join `run_agents`, which has `received_ns` too).
+fn qualified(columns: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| format!("runs.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 const SUMMARY_COLS: &str =
@@ -128,13 +200,15 @@ fn summary(row: &AnyRow) -> Result<RunSummary> {
 
 impl Store {
     /// Store an imported trace (from a file, the CLI, the API) as a complete run, replacing an
-    /// earlier import with the same id. Returns its content hash.
+    /// earlier import with the same id (a run received over OTLP with that id is left as it is).
+    /// Its search rows are rewritten in the same transaction. Returns its content hash.
     pub async fn put_trace(&self, trace: &Trace) -> Result<String> {
         let (json, hash) = crate::trace_json(trace)?;
         let agents: BTreeSet<&str> = trace.steps.iter().map(|s| s.agent.as_str()).collect();
         let system = (!trace.source.format.is_empty()).then(|| trace.source.format.clone());
         let now = now_ns();
-        sqlx::query(
+        let mut tx = self.write_tx().await?;
+        let done = sqlx::query(
             "INSERT INTO runs (id, source, system, trace_json, trace_hash, task, outcome, n_steps,
                agents, received_ns, ingest_seq, assembled_seq, state, completed_ns)
              VALUES ($1, 'import', $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 'complete', $9)
@@ -153,9 +227,13 @@ impl Store {
         .bind(big(trace.steps.len() as u64))
         .bind(agents.into_iter().collect::<Vec<_>>().join(" "))
         .bind(now)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(q("put trace"))?;
+        if done.rows_affected() > 0 {
+            index_run(&mut tx, self.backend, &trace.id, Some(trace), now).await?;
+        }
+        tx.commit().await.map_err(q("commit put trace"))?;
         Ok(hash)
     }
 
@@ -228,62 +306,269 @@ impl Store {
 
     /// `columns` of one page of runs matching `filter`.
     async fn select_runs(&self, filter: &RunFilter, columns: &str) -> Result<Vec<AnyRow>> {
+        let mut l = self.list_sql(filter, true).await?;
+        let limit =
+            l.w.push(Bind::Int(filter.limit.unwrap_or(50).clamp(1, 1000)));
+        let sql = format!(
+            "SELECT {} FROM {}{} ORDER BY {} LIMIT {limit}",
+            qualified(columns),
+            l.from,
+            l.w.sql(),
+            l.order
+        );
+        l.w.bound(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(q("list runs"))
+    }
+
+    /// How many runs match `filter` (its cursor and page size aside), counting no further than
+    /// `cap`: `(min(count, cap), count > cap)`, for a "10,000+" display without a full count.
+    pub async fn count_runs_capped(&self, filter: &RunFilter, cap: i64) -> Result<(i64, bool)> {
+        let cap = cap.max(0);
+        let mut l = self.list_sql(filter, false).await?;
+        let limit = l.w.push(Bind::Int(cap.saturating_add(1)));
+        let sql = if l.from_text {
+            // One row per matching step, a run's steps together: count distinct runs (SQLite
+            // streams this). With no other filter the index's rowids alone name the runs.
+            let (from, run) = if l.w.clauses.len() == 1 {
+                ("step_fts f", "f.rowid >> 20")
+            } else {
+                (l.from.as_str(), "runs.search_key")
+            };
+            format!(
+                "SELECT COUNT(*) AS n FROM (SELECT DISTINCT {run} FROM {from}{} LIMIT {limit}) capped",
+                l.w.sql()
+            )
+        } else {
+            format!(
+                "SELECT COUNT(*) AS n FROM (SELECT 1 AS one FROM {}{} LIMIT {limit}) capped",
+                l.from,
+                l.w.sql()
+            )
+        };
+        let row =
+            l.w.bound(&sql)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(q("count runs"))?;
+        let n: i64 = col(&row, "n")?;
+        Ok((n.min(cap), n > cap))
+    }
+
+    /// The FROM, WHERE and ORDER BY of a list with `filter` (with its keyset cursor when
+    /// `cursor`, else for a count). The agent filter walks `run_agents` by (agent, received_ns,
+    /// run_id), the others walk a `runs` index by (filter, received_ns, id); a text filter is
+    /// checked as [`TextPlan`] says.
+    async fn list_sql(&self, filter: &RunFilter, cursor: bool) -> Result<ListSql> {
         let mut w = Where::default();
+        let terms = filter
+            .q
+            .as_deref()
+            .filter(|t| !search::is_blank(t))
+            .map(search::terms);
+        let pg_text = pg_query(filter.q.as_deref().unwrap_or_default());
+        let plan = match (&terms, self.backend) {
+            (None, _) => None,
+            (Some(t), _) if t.is_empty() => Some(TextPlan::Nothing),
+            (Some(t), Backend::Sqlite) => Some(self.text_plan(&fts5_query(t)).await?),
+            (Some(_), Backend::Postgres) => Some(self.pg_text_plan(&pg_text).await?),
+        };
+        // A count with a common word reads the full-text index in rowid order (one run's steps
+        // are together) instead of probing it once per run.
+        let from_text = !cursor && plan == Some(TextPlan::Probe) && self.backend == Backend::Sqlite;
+        let mut from = String::from(if from_text {
+            "step_fts f CROSS JOIN runs ON runs.search_key = f.rowid >> 20"
+        } else {
+            "runs"
+        });
+        // The agent filter walks run_agents in list order, unless a rare text query drives (then
+        // each of its few runs is checked for the agent).
+        let agent_walk = filter.agent.is_some() && plan != Some(TextPlan::Drive);
+        let (time, id, order) = if agent_walk {
+            from = if from_text {
+                format!("{from} JOIN run_agents a ON a.run_id = runs.id")
+            } else {
+                "run_agents a JOIN runs ON runs.id = a.run_id".into()
+            };
+            (
+                "a.received_ns",
+                "a.run_id",
+                "a.received_ns DESC, a.run_id DESC",
+            )
+        } else {
+            (
+                "runs.received_ns",
+                "runs.id",
+                "runs.received_ns DESC, runs.id DESC",
+            )
+        };
+        if let Some(v) = &filter.agent {
+            if agent_walk {
+                w.text("a.agent = {}", v.clone());
+            } else {
+                w.text(
+                    "EXISTS (SELECT 1 FROM run_agents a WHERE a.run_id = runs.id AND a.agent = {})",
+                    v.clone(),
+                );
+            }
+        }
         if let Some(v) = &filter.outcome {
-            w.text("outcome = {}", v.clone());
+            w.text("runs.outcome = {}", v.clone());
         }
         if let Some(v) = &filter.system {
-            w.text("system = {}", v.clone());
+            w.text("runs.system = {}", v.clone());
         }
         if let Some(v) = &filter.source {
-            w.text("source = {}", v.clone());
+            w.text("runs.source = {}", v.clone());
         }
         if let Some(v) = &filter.state {
-            w.text("state = {}", v.clone());
+            w.text("runs.state = {}", v.clone());
         }
         if let Some(v) = &filter.located_agent {
-            w.text("located_agent = {}", v.clone());
+            w.text("runs.located_agent = {}", v.clone());
         }
-        if let Some(v) = &filter.agent {
-            let name = v.replace(['%', '_'], "");
-            w.text("(' ' || agents || ' ') LIKE {}", format!("% {name} %"));
+        match (&terms, plan, self.backend) {
+            (None, _, _) | (_, None, _) => {}
+            (_, Some(TextPlan::Nothing), _) => w.clauses.push("1 = 0".into()),
+            (Some(_), Some(plan), Backend::Postgres) => {
+                let clause = match plan {
+                    // OFFSET 0 keeps the subquery whole: its rows are found by the GIN index.
+                    TextPlan::Drive => {
+                        "runs.id IN (SELECT run_id FROM step_text
+                           WHERE tsv @@ plainto_tsquery('simple', {}) OFFSET 0)"
+                    }
+                    _ => {
+                        "EXISTS (SELECT 1 FROM step_text s WHERE s.run_id = runs.id
+                           AND s.tsv @@ plainto_tsquery('simple', {}))"
+                    }
+                };
+                w.text(clause, pg_text);
+            }
+            (Some(t), Some(plan), Backend::Sqlite) => {
+                let clause = match plan {
+                    _ if from_text => "step_fts MATCH {}",
+                    TextPlan::Drive => {
+                        "runs.search_key IN (SELECT rowid >> 20 FROM step_fts WHERE step_fts MATCH {})"
+                    }
+                    TextPlan::Member => {
+                        "+runs.search_key IN (SELECT rowid >> 20 FROM step_fts WHERE step_fts MATCH {})"
+                    }
+                    TextPlan::Probe | TextPlan::Nothing => {
+                        "EXISTS (SELECT 1 FROM step_fts WHERE step_fts MATCH {}
+                           AND rowid BETWEEN runs.search_key << 20
+                           AND (runs.search_key << 20) + 1048575)"
+                    }
+                };
+                w.text(clause, fts5_query(t));
+            }
         }
         if let Some(v) = filter.since_ns {
-            w.int("received_ns >= {}", v);
+            w.int(&format!("{time} >= {{}}"), v);
         }
         if let Some(v) = filter.until_ns {
-            w.int("received_ns < {}", v);
+            w.int(&format!("{time} < {{}}"), v);
         }
-        if let Some((ns, id)) = &filter.before {
+        if let (true, Some((ns, run))) = (cursor, &filter.before) {
             let a = w.push(Bind::Int(*ns));
-            let b = w.push(Bind::Int(*ns));
-            let c = w.push(Bind::Text(id.clone()));
-            w.clauses.push(format!(
-                "(received_ns < {a} OR (received_ns = {b} AND id < {c}))"
-            ));
+            let b = w.push(Bind::Text(run.clone()));
+            w.clauses.push(format!("({time}, {id}) < ({a}, {b})"));
         }
         if let Some(r) = filter.min_risk {
             let p = w.push(Bind::Real(r));
-            w.clauses.push(format!("risk >= {p}"));
+            w.clauses.push(format!("runs.risk >= {p}"));
         }
-        let limit = w.push(Bind::Int(filter.limit.unwrap_or(50).clamp(1, 1000)));
-        let mut sql = format!("SELECT {columns} FROM runs");
-        if !w.clauses.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&w.clauses.join(" AND "));
+        Ok(ListSql {
+            from,
+            w,
+            order,
+            from_text,
+        })
+    }
+
+    /// How to check `plainto_tsquery` text `text` on PostgreSQL, from the planner's estimate of
+    /// the matching steps (its statistics on `step_text.tsv`; planning only, nothing is read).
+    /// Few: the matching steps drive the query ([`TextPlan::Drive`]); else the list walks its
+    /// index and checks each run's steps ([`TextPlan::Probe`]). Unknown: probe.
+    async fn pg_text_plan(&self, text: &str) -> Result<TextPlan> {
+        #[cfg(test)]
+        if let Some(plan) = FORCE_TEXT_PLAN.with(std::cell::Cell::get) {
+            return Ok(if plan == TextPlan::Drive {
+                plan
+            } else {
+                TextPlan::Probe
+            });
         }
-        sql.push_str(&format!(
-            " ORDER BY received_ns DESC, id DESC LIMIT {limit}"
-        ));
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for b in w.binds {
-            query = match b {
-                Bind::Text(v) => query.bind(v),
-                Bind::Int(v) => query.bind(v),
-                Bind::Real(v) => query.bind(v),
-            };
+        let lines: Vec<String> = sqlx::query_scalar(
+            "EXPLAIN SELECT 1 FROM step_text WHERE tsv @@ plainto_tsquery('simple', $1)",
+        )
+        .bind(text)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("estimate text matches"))?;
+        let rows = lines.first().and_then(|l| {
+            let at = l.find(" rows=")? + 6;
+            let digits: String = l[at..].chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<i64>().ok()
+        });
+        Ok(match rows {
+            Some(n) if n <= PG_DRIVE_MAX => TextPlan::Drive,
+            _ => TextPlan::Probe,
+        })
+    }
+
+    /// How to check FTS5 query `m` on SQLite, from how many steps match it (counted up to
+    /// [`MEMBER_MAX`], which reads no more than that many index entries).
+    async fn text_plan(&self, m: &str) -> Result<TextPlan> {
+        #[cfg(test)]
+        if let Some(plan) = FORCE_TEXT_PLAN.with(std::cell::Cell::get) {
+            return Ok(plan);
         }
-        query.fetch_all(&self.pool).await.map_err(q("list runs"))
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM step_fts WHERE step_fts MATCH $1 LIMIT $2) hits",
+        )
+        .bind(m)
+        .bind(MEMBER_MAX + 1)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(q("count text matches"))?;
+        Ok(match n {
+            0 => TextPlan::Nothing,
+            n if n <= DRIVE_MAX => TextPlan::Drive,
+            n if n <= MEMBER_MAX => TextPlan::Member,
+            _ => TextPlan::Probe,
+        })
+    }
+
+    /// The database's plan for [`Store::list_runs`] with `filter`, one line per plan row
+    /// (SQLite `EXPLAIN QUERY PLAN` details, PostgreSQL `EXPLAIN` lines): for benchmarks and for
+    /// finding out why a list is slow.
+    pub async fn explain_list(&self, filter: &RunFilter) -> Result<Vec<String>> {
+        let mut l = self.list_sql(filter, true).await?;
+        let limit =
+            l.w.push(Bind::Int(filter.limit.unwrap_or(50).clamp(1, 1000)));
+        let sql = format!(
+            "{} SELECT {} FROM {}{} ORDER BY {} LIMIT {limit}",
+            match self.backend {
+                Backend::Sqlite => "EXPLAIN QUERY PLAN",
+                Backend::Postgres => "EXPLAIN",
+            },
+            qualified(SUMMARY_COLS),
+            l.from,
+            l.w.sql(),
+            l.order
+        );
+        let rows =
+            l.w.bound(&sql)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(q("explain list"))?;
+        rows.iter()
+            .map(|r| match self.backend {
+                Backend::Sqlite => col(r, "detail"),
+                Backend::Postgres => col(r, "QUERY PLAN"),
+            })
+            .collect()
     }
 
     /// How many runs the store holds, by source.
@@ -383,5 +668,231 @@ mod tests {
             assert_eq!(back.summary.state, "complete");
             assert!(store.run("nope").await.expect("run").is_none());
         }
+    }
+
+    fn keyed(i: usize) -> Trace {
+        let outcome = [Outcome::Success, Outcome::Failure, Outcome::Unknown][i % 3];
+        let mut words = vec![if i.is_multiple_of(2) { "even" } else { "odd" }];
+        if i.is_multiple_of(3) {
+            words.push("tri");
+        }
+        TraceBuilder::new(format!("k{i:02}"))
+            .outcome(outcome)
+            .step(&format!("A{}", i % 4), format!("common word{i}"))
+            .step("B", words.join(" "))
+            .build()
+    }
+
+    /// Pages of every filter shape (and on SQLite every text plan) are disjoint, complete and in
+    /// list order, also across runs that share a received time.
+    #[tokio::test]
+    async fn keyset_pages_with_text_and_filters_are_disjoint_and_complete() {
+        for (store, _dir) in stores().await {
+            for i in 0..30 {
+                store.put_trace(&keyed(i)).await.expect("put");
+            }
+            // Three runs share each received time: the id breaks ties.
+            for i in 0..30 {
+                let ns = 1_000 + (i as i64) / 3;
+                for sql in [
+                    "UPDATE runs SET received_ns = $1 WHERE id = $2",
+                    "UPDATE run_agents SET received_ns = $1 WHERE run_id = $2",
+                ] {
+                    sqlx::query(sql)
+                        .bind(ns)
+                        .bind(format!("k{i:02}"))
+                        .execute(store.pool())
+                        .await
+                        .expect("time");
+                }
+            }
+            // Newest first: received time, then id, both descending.
+            let order: Vec<usize> = (0..30).rev().collect();
+            type Pred = Box<dyn Fn(usize) -> bool>;
+            let cases: Vec<(RunFilter, Pred)> = vec![
+                (RunFilter::default(), Box::new(|_| true)),
+                (
+                    RunFilter {
+                        q: Some("common".into()),
+                        ..RunFilter::default()
+                    },
+                    Box::new(|_| true),
+                ),
+                (
+                    RunFilter {
+                        q: Some("EVEN".into()),
+                        ..RunFilter::default()
+                    },
+                    Box::new(|i| i % 2 == 0),
+                ),
+                (
+                    RunFilter {
+                        q: Some("even tri".into()),
+                        ..RunFilter::default()
+                    },
+                    Box::new(|i| i % 6 == 0),
+                ),
+                (
+                    RunFilter {
+                        q: Some("odd".into()),
+                        outcome: Some("failure".into()),
+                        ..RunFilter::default()
+                    },
+                    Box::new(|i| i % 2 == 1 && i % 3 == 1),
+                ),
+                (
+                    RunFilter {
+                        agent: Some("A1".into()),
+                        q: Some("common".into()),
+                        ..RunFilter::default()
+                    },
+                    Box::new(|i| i % 4 == 1),
+                ),
+                (
+                    RunFilter {
+                        agent: Some("B".into()),
+                        outcome: Some("success".into()),
+                        since_ns: Some(1_002),
+                        until_ns: Some(1_009),
+                        ..RunFilter::default()
+                    },
+                    Box::new(|i| i % 3 == 0 && (6..27).contains(&i)),
+                ),
+                (
+                    RunFilter {
+                        outcome: Some("unknown".into()),
+                        since_ns: Some(1_003),
+                        ..RunFilter::default()
+                    },
+                    Box::new(|i| i % 3 == 2 && i >= 9),
+                ),
+            ];
+            let plans = match store.backend() {
+                Backend::Sqlite => vec![
+                    None,
+                    Some(TextPlan::Drive),
+                    Some(TextPlan::Member),
+                    Some(TextPlan::Probe),
+                ],
+                Backend::Postgres => vec![None, Some(TextPlan::Drive), Some(TextPlan::Probe)],
+            };
+            for plan in plans {
+                FORCE_TEXT_PLAN.with(|f| f.set(plan));
+                for (filter, pred) in &cases {
+                    let want: Vec<String> = order
+                        .iter()
+                        .filter(|i| pred(**i))
+                        .map(|i| format!("k{i:02}"))
+                        .collect();
+                    let mut got = Vec::new();
+                    let mut before = None;
+                    loop {
+                        let page = store
+                            .list_runs(&RunFilter {
+                                limit: Some(4),
+                                before: before.clone(),
+                                ..filter.clone()
+                            })
+                            .await
+                            .expect("page");
+                        assert!(page.len() <= 4);
+                        let Some(last) = page.last() else { break };
+                        before = Some((last.received_ns, last.id.clone()));
+                        got.extend(page.into_iter().map(|r| r.id));
+                    }
+                    assert_eq!(got, want, "{filter:?} plan {plan:?}");
+                    let n = i64::try_from(want.len()).expect("small");
+                    let counted = store.count_runs_capped(filter, 100).await.expect("count");
+                    assert_eq!(counted, (n, false), "{filter:?} plan {plan:?}");
+                    if n > 0 {
+                        let capped = store.count_runs_capped(filter, n - 1).await.expect("count");
+                        assert_eq!(capped, (n - 1, true), "{filter:?} plan {plan:?}");
+                    }
+                }
+            }
+            FORCE_TEXT_PLAN.with(|f| f.set(None));
+        }
+    }
+
+    /// SQLite walks an index in list order for each common filter (no sort of all matches),
+    /// and the row-value cursor is an index range.
+    #[tokio::test]
+    async fn sqlite_list_plans_walk_an_index_without_sorting() {
+        let (store, _dir) = crate::test_support::sqlite().await;
+        for i in 0..6 {
+            store.put_trace(&keyed(i)).await.expect("put");
+        }
+        let cursor = Some((1_000, "k03".to_string()));
+        let cases: Vec<(RunFilter, &str)> = vec![
+            (RunFilter::default(), "SCAN runs USING INDEX runs_recv_id"),
+            (
+                RunFilter {
+                    outcome: Some("failure".into()),
+                    ..RunFilter::default()
+                },
+                "USING INDEX runs_outcome_recv (outcome=?)",
+            ),
+            (
+                RunFilter {
+                    before: cursor.clone(),
+                    ..RunFilter::default()
+                },
+                "USING INDEX runs_recv_id ((received_ns,id)<(?,?))",
+            ),
+            (
+                RunFilter {
+                    before: cursor.clone(),
+                    outcome: Some("failure".into()),
+                    ..RunFilter::default()
+                },
+                "USING INDEX runs_outcome_recv (outcome=? AND (received_ns,id)<(?,?))",
+            ),
+            (
+                RunFilter {
+                    system: Some("s".into()),
+                    ..RunFilter::default()
+                },
+                "USING INDEX runs_system_recv (system=?)",
+            ),
+            (
+                RunFilter {
+                    located_agent: Some("A1".into()),
+                    ..RunFilter::default()
+                },
+                "USING INDEX runs_located_recv (located_agent=?)",
+            ),
+            (
+                RunFilter {
+                    agent: Some("A1".into()),
+                    before: cursor.clone(),
+                    ..RunFilter::default()
+                },
+                "USING COVERING INDEX run_agents_agent (agent=? AND (received_ns,run_id)<(?,?))",
+            ),
+        ];
+        for plan in [Some(TextPlan::Member), Some(TextPlan::Probe), None] {
+            FORCE_TEXT_PLAN.with(|f| f.set(plan));
+            for (filter, index) in &cases {
+                let mut filter = filter.clone();
+                if plan.is_some() {
+                    filter.q = Some("common".into());
+                }
+                let lines = store.explain_list(&filter).await.expect("plan").join("\n");
+                assert!(lines.contains(index), "{filter:?}: {lines}");
+                assert!(!lines.contains("TEMP B-TREE"), "{filter:?}: {lines}");
+            }
+        }
+        // Few matches: the matching runs are looked up by key (and the page sorted).
+        FORCE_TEXT_PLAN.with(|f| f.set(Some(TextPlan::Drive)));
+        let lines = store
+            .explain_list(&RunFilter {
+                q: Some("tri".into()),
+                ..RunFilter::default()
+            })
+            .await
+            .expect("plan")
+            .join("\n");
+        assert!(lines.contains("runs_search_key"), "{lines}");
+        FORCE_TEXT_PLAN.with(|f| f.set(None));
     }
 }

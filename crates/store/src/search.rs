@@ -1,0 +1,908 @@
+//! Search over runs. Every stored trace's steps are rows of `step_text` under a full-text index
+//! (FTS5 on SQLite; on PostgreSQL a GIN index over a stored `to_tsvector('simple', content)`),
+//! and its acting agents are rows of `run_agents` (the agent filter). Both are rewritten with the
+//! trace, in the transaction that writes `runs.trace_json`; runs stored before these tables
+//! existed are indexed when the store opens ([`Store::reindex_search`]).
+//!
+//! A text query is an AND of words. The query is cut into terms here, in Rust, the same way for
+//! both backends: maximal runs of letters and digits ([`terms`]); everything else separates terms.
+//! No user input is ever query syntax: `foo"`, `-x`, `a:b`, `NEAR(`, `OR` are words or nothing.
+//! SQLite gets each term quoted (`"a" "b"`, FTS5's implicit AND); PostgreSQL gets the query's
+//! words through `plainto_tsquery('simple', ...)` (also an AND; it reads no operators). A query
+//! without any letter or digit matches no run on both. Both sides lower-case and do not stem, so
+//! ordinary words match the same runs. Known differences (tested): SQLite's `unicode61
+//! remove_diacritics 2` folds accents (`cafe` finds `café`), PostgreSQL's `simple` configuration
+//! does not; PostgreSQL keeps file names, host names, URLs, e-mail addresses and numbers like
+//! `3.14` as one token, so a part of one (`parser` of `parser.rs`) is found on SQLite only (the
+//! whole, `parser.rs`, on both).
+//!
+//! A run matches when one of its steps holds every word (the AND is per step, as the index is).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use maslens_trace::Trace;
+use sqlx::AssertSqlSafe;
+
+use crate::{big, col, q, Backend, Result, Store};
+
+/// The most text kept per step (bytes, cut on a character boundary).
+pub const MAX_STEP_TEXT: usize = 64 * 1024;
+
+/// The most terms of a query that are searched; later ones are ignored.
+pub const MAX_TERMS: usize = 32;
+
+/// Runs indexed per transaction when the store indexes what it holds.
+const BACKFILL_BATCH: i64 = 50;
+
+/// Rows per multi-row INSERT (SQLite allows 32,766 parameters, PostgreSQL 65,535).
+const ROWS_PER_INSERT: usize = 500;
+
+/// The flag set once every run stored before the search tables existed has been indexed.
+const BACKFILL_FLAG: &str = "search_backfill";
+
+/// A step of a run that matches a text query.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepMatch {
+    /// The step's index in its trace (`Step::index`).
+    pub step: i64,
+    pub agent: Option<String>,
+}
+
+/// The values the run list's filters can take, for drop-downs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Facets {
+    /// `runs.system` values (service names, import formats).
+    pub systems: Vec<String>,
+    /// Agents named by a run's latest localization.
+    pub located_agents: Vec<String>,
+    /// Agents acting in some run.
+    pub agents: Vec<String>,
+}
+
+/// The searchable terms of a query: maximal runs of letters and digits, at most [`MAX_TERMS`].
+/// Empty when the query has none (then it matches no run).
+pub fn terms(query: &str) -> Vec<String> {
+    query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .take(MAX_TERMS)
+        .map(str::to_string)
+        .collect()
+}
+
+/// A query that filters nothing: empty or only whitespace.
+pub(crate) fn is_blank(query: &str) -> bool {
+    query.trim().is_empty()
+}
+
+/// An FTS5 MATCH expression for `terms`: each term a quoted string (`"` doubled), joined by
+/// spaces (AND). Quoted strings are never operators (`OR`, `NEAR`, `-`, `:` , `*`, `^`).
+pub(crate) fn fts5_query(terms: &[String]) -> String {
+    terms
+        .iter()
+        .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The text for `plainto_tsquery('simple', ...)` (PostgreSQL): the query's whitespace-separated
+/// words that hold a letter or digit, at most [`MAX_TERMS`] of them, for PostgreSQL's own parser,
+/// so that a word it keeps whole in the text (`parser.rs`, `3.14`) is found whole.
+/// `plainto_tsquery` reads no operators, so no input is syntax.
+pub(crate) fn pg_query(query: &str) -> String {
+    query
+        .split(|c: char| c.is_whitespace() || c == '\0')
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .take(MAX_TERMS)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One row of `step_text`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StepRow {
+    pub step: i64,
+    pub agent: Option<String>,
+    pub content: String,
+}
+
+/// The `step_text` rows of a trace: per step (by `Step::index`; steps sharing an index share a
+/// row) its content, then each tool call's name and arguments on lines of their own; NUL
+/// characters become spaces (PostgreSQL text has none); at most [`MAX_STEP_TEXT`] bytes.
+pub(crate) fn step_rows(trace: &Trace) -> Vec<StepRow> {
+    let mut rows: BTreeMap<i64, StepRow> = BTreeMap::new();
+    for s in &trace.steps {
+        let step = big(s.index as u64);
+        let row = rows.entry(step).or_insert_with(|| StepRow {
+            step,
+            agent: (!s.agent.is_empty()).then(|| s.agent.clone()),
+            content: String::new(),
+        });
+        append(&mut row.content, &s.content);
+        for call in &s.tool_calls {
+            append(&mut row.content, &call.name);
+            append(&mut row.content, &call.arguments);
+        }
+    }
+    rows.into_values()
+        .map(|mut r| {
+            if r.content.contains('\0') {
+                r.content = r.content.replace('\0', " ");
+            }
+            r
+        })
+        .collect()
+}
+
+/// Append `part` on a line of its own, keeping `buf` within [`MAX_STEP_TEXT`] bytes (so a huge
+/// step costs no more than that).
+fn append(buf: &mut String, part: &str) {
+    if part.is_empty() || buf.len() >= MAX_STEP_TEXT {
+        return;
+    }
+    if !buf.is_empty() {
+        buf.push('\n');
+    }
+    let room = MAX_STEP_TEXT.saturating_sub(buf.len());
+    buf.push_str(cut(part, room));
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The acting agents of a trace (non-empty names, each once).
+pub(crate) fn run_agents(trace: &Trace) -> BTreeSet<&str> {
+    trace
+        .steps
+        .iter()
+        .map(|s| s.agent.as_str())
+        .filter(|a| !a.is_empty())
+        .collect()
+}
+
+/// `INSERT INTO {head} VALUES (...), ...` for `rows` rows of `cols` placeholders each.
+fn multi_insert(head: &str, cols: usize, rows: usize) -> String {
+    let mut sql = format!("INSERT INTO {head} VALUES ");
+    for r in 0..rows {
+        if r > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        for c in 0..cols {
+            if c > 0 {
+                sql.push(',');
+            }
+            sql.push_str(&format!("${}", r * cols + c + 1));
+        }
+        sql.push(')');
+    }
+    sql
+}
+
+/// Rows of one run in `step_text` on SQLite: `id = search_key << STEP_BITS | position`.
+pub(crate) const STEP_BITS: u32 = 20;
+
+/// Rewrite a run's `step_text` and `run_agents` rows for `trace` (none: remove them), inside the
+/// transaction that writes the run (its `runs` row must exist). `received_ns` is the run's
+/// `runs.received_ns`. On SQLite a step past the 2^20th of a run is not indexed.
+pub(crate) async fn index_run(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    backend: Backend,
+    run_id: &str,
+    trace: Option<&Trace>,
+    received_ns: i64,
+) -> Result<()> {
+    sqlx::query("DELETE FROM step_text WHERE run_id = $1")
+        .bind(run_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(q("clear step text"))?;
+    sqlx::query("DELETE FROM run_agents WHERE run_id = $1")
+        .bind(run_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(q("clear run agents"))?;
+    let Some(trace) = trace else { return Ok(()) };
+    let mut rows = step_rows(trace);
+    match backend {
+        Backend::Sqlite => {
+            let Some(key) = search_key(tx, run_id).await? else {
+                return Ok(());
+            };
+            rows.truncate(1 << STEP_BITS);
+            for (n, chunk) in rows.chunks(ROWS_PER_INSERT).enumerate() {
+                let sql = multi_insert(
+                    "step_text (id, run_id, step, agent, content)",
+                    5,
+                    chunk.len(),
+                );
+                let mut query = sqlx::query(AssertSqlSafe(sql));
+                for (i, r) in chunk.iter().enumerate() {
+                    let position = big((n * ROWS_PER_INSERT + i) as u64);
+                    query = query
+                        .bind((key << STEP_BITS) | position)
+                        .bind(run_id)
+                        .bind(r.step)
+                        .bind(r.agent.clone())
+                        .bind(r.content.as_str());
+                }
+                query
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(q("insert step text"))?;
+            }
+        }
+        Backend::Postgres => {
+            for chunk in rows.chunks(ROWS_PER_INSERT) {
+                let sql = multi_insert("step_text (run_id, step, agent, content)", 4, chunk.len());
+                let mut query = sqlx::query(AssertSqlSafe(sql));
+                for r in chunk {
+                    query = query
+                        .bind(run_id)
+                        .bind(r.step)
+                        .bind(r.agent.clone())
+                        .bind(r.content.as_str());
+                }
+                query
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(q("insert step text"))?;
+            }
+        }
+    }
+    let agents: Vec<&str> = run_agents(trace).into_iter().collect();
+    for chunk in agents.chunks(ROWS_PER_INSERT) {
+        let sql = multi_insert("run_agents (run_id, agent, received_ns)", 3, chunk.len());
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for a in chunk {
+            query = query.bind(run_id).bind(*a).bind(received_ns);
+        }
+        query
+            .execute(&mut **tx)
+            .await
+            .map_err(q("insert run agents"))?;
+    }
+    Ok(())
+}
+
+/// The run's search key (SQLite), assigned on first use: one more than the largest. None when
+/// the run is not in the store.
+async fn search_key(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    run_id: &str,
+) -> Result<Option<i64>> {
+    let key: Option<Option<i64>> = sqlx::query_scalar("SELECT search_key FROM runs WHERE id = $1")
+        .bind(run_id)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(q("search key"))?;
+    match key {
+        None => Ok(None),
+        Some(Some(k)) => Ok(Some(k)),
+        Some(None) => {
+            // Under the write lock (BEGIN IMMEDIATE): no other writer can take the same key.
+            let k: i64 = sqlx::query_scalar(
+                "UPDATE runs SET search_key = (SELECT COALESCE(MAX(search_key), 0) + 1 FROM runs)
+                 WHERE id = $1 RETURNING search_key",
+            )
+            .bind(run_id)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(q("new search key"))?;
+            Ok(Some(k))
+        }
+    }
+}
+
+/// Keep `run_agents.received_ns` equal to the run's `received_ns` after a write that moved it.
+pub(crate) async fn touch_run_agents(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    run_id: &str,
+    received_ns: i64,
+) -> Result<()> {
+    sqlx::query("UPDATE run_agents SET received_ns = $1 WHERE run_id = $2")
+        .bind(received_ns)
+        .bind(run_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(q("run agents time"))?;
+    Ok(())
+}
+
+impl Store {
+    /// Index the runs stored before the search tables existed, once per database (a flag in
+    /// `store_flags` records it). Called by [`Store::open`].
+    pub(crate) async fn backfill_search(&self) -> Result<()> {
+        let done: Option<i64> = sqlx::query_scalar("SELECT value FROM store_flags WHERE name = $1")
+            .bind(BACKFILL_FLAG)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(q("store flag"))?;
+        if done.is_some() {
+            return Ok(());
+        }
+        let n = self.reindex_search().await?;
+        if n > 0 {
+            tracing::info!(runs = n, "indexed the stored runs for search");
+        }
+        sqlx::query(
+            "INSERT INTO store_flags (name, value) VALUES ($1, 1) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(BACKFILL_FLAG)
+        .execute(&self.pool)
+        .await
+        .map_err(q("set store flag"))?;
+        Ok(())
+    }
+
+    /// Build the search rows (`step_text`, `run_agents`) of every run that has a trace but no
+    /// such rows, in batches of one transaction each; safe to repeat and to run beside writers.
+    /// Returns how many runs it indexed. A run whose stored trace cannot be read is skipped with
+    /// a warning.
+    pub async fn reindex_search(&self) -> Result<u64> {
+        let lock = match self.backend {
+            Backend::Postgres => " FOR UPDATE",
+            Backend::Sqlite => "",
+        };
+        let sql = format!(
+            "SELECT id, trace_json, received_ns FROM runs r
+             WHERE id > $1 AND trace_hash IS NOT NULL AND trace_json IS NOT NULL
+               AND (NOT EXISTS (SELECT 1 FROM step_text s WHERE s.run_id = r.id)
+                    OR NOT EXISTS (SELECT 1 FROM run_agents a WHERE a.run_id = r.id))
+             ORDER BY id LIMIT {BACKFILL_BATCH}{lock}"
+        );
+        let mut after = String::new();
+        let mut n = 0u64;
+        loop {
+            let mut tx = self.write_tx().await?;
+            let rows = sqlx::query(AssertSqlSafe(sql.as_str()))
+                .bind(after.as_str())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(q("runs to index"))?;
+            let Some(last) = rows.last() else {
+                tx.commit().await.map_err(q("commit index"))?;
+                break;
+            };
+            if after.is_empty() {
+                tracing::info!("indexing the stored runs for search (once, after an upgrade)");
+            }
+            after = col(last, "id")?;
+            for row in &rows {
+                let id: String = col(row, "id")?;
+                let json: String = col(row, "trace_json")?;
+                let received_ns: i64 = col(row, "received_ns")?;
+                match serde_json::from_str::<Trace>(&json) {
+                    Ok(trace) => {
+                        index_run(&mut tx, self.backend, &id, Some(&trace), received_ns).await?;
+                        n += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(run = %id, error = %e, "stored trace unreadable; not indexed")
+                    }
+                }
+            }
+            tx.commit().await.map_err(q("commit index"))?;
+        }
+        Ok(n)
+    }
+
+    /// The steps of run `run_id` whose text matches `query` (an AND of words; see the module
+    /// docs), in step order, at most `limit`. A blank query or one without letters or digits
+    /// matches nothing.
+    pub async fn step_matches(
+        &self,
+        run_id: &str,
+        query: &str,
+        limit: i64,
+    ) -> Result<Vec<StepMatch>> {
+        let terms = terms(query);
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (sql, text) = match self.backend {
+            // The run's steps are one rowid range of the full-text index: one probe.
+            Backend::Sqlite => (
+                "SELECT s.step, s.agent FROM step_fts f CROSS JOIN step_text s
+                 WHERE step_fts MATCH $2
+                   AND f.rowid BETWEEN (SELECT search_key << 20 FROM runs WHERE id = $1)
+                                   AND (SELECT (search_key << 20) + 1048575 FROM runs WHERE id = $1)
+                   AND s.id = f.rowid
+                 ORDER BY s.step LIMIT $3",
+                fts5_query(&terms),
+            ),
+            Backend::Postgres => (
+                "SELECT step, agent FROM step_text
+                 WHERE run_id = $1
+                   AND tsv @@ plainto_tsquery('simple', $2)
+                 ORDER BY step LIMIT $3",
+                pg_query(query),
+            ),
+        };
+        let rows = sqlx::query(sql)
+            .bind(run_id)
+            .bind(text)
+            .bind(limit.max(0))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(q("step matches"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(StepMatch {
+                    step: col(r, "step")?,
+                    agent: col(r, "agent")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The distinct values of the list filters (systems, localized agents, acting agents), sorted.
+    /// Each is a walk over the leading column of an index, one seek per value, so it costs the
+    /// number of values, not of runs.
+    pub async fn facets(&self) -> Result<Facets> {
+        Ok(Facets {
+            systems: self.distinct("runs", "system").await?,
+            located_agents: self.distinct("runs", "located_agent").await?,
+            agents: self.distinct("run_agents", "agent").await?,
+        })
+    }
+
+    /// The non-null values of `table.column` (the leading column of an index), ascending.
+    async fn distinct(&self, table: &'static str, column: &'static str) -> Result<Vec<String>> {
+        let sql = format!(
+            "WITH RECURSIVE v (x) AS (
+               SELECT MIN({column}) FROM {table}
+               UNION ALL
+               SELECT (SELECT MIN({column}) FROM {table} WHERE {column} > v.x) FROM v
+               WHERE v.x IS NOT NULL)
+             SELECT x FROM v WHERE x IS NOT NULL"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(q("facets"))?;
+        rows.iter().map(|r| col(r, "x")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{store_urls, stores};
+    use crate::RunFilter;
+    use maslens_trace::{Outcome, Step, ToolCall, TraceBuilder};
+
+    fn fixture() -> Vec<Trace> {
+        vec![
+            TraceBuilder::new("alpha")
+                .outcome(Outcome::Failure)
+                .step("Planner", "Plan the deployment of the Kubernetes cluster.")
+                .step_with(Step {
+                    agent: "Coder".into(),
+                    content: "Applying the manifest now.".into(),
+                    tool_calls: vec![ToolCall {
+                        id: Some("c1".into()),
+                        name: "shell".into(),
+                        arguments: r#"{"cmd": "kubectl get pods"}"#.into(),
+                    }],
+                    ..Step::default()
+                })
+                .step("Critic", "The rollout stalled at 3 replicas.")
+                .build(),
+            TraceBuilder::new("beta")
+                .outcome(Outcome::Success)
+                .step("Planner", "Book a flight to Paris.")
+                .step("Booker", "Hotel reservation confirmed.")
+                .build(),
+            TraceBuilder::new("gamma")
+                .outcome(Outcome::Failure)
+                .step("Coder", "Fix the flaky test in parser.rs")
+                .step("Tester", "All tests pass.")
+                .build(),
+            TraceBuilder::new("delta")
+                .step("Planner", "He said \"hello\" to NEAR(x) a:b -x * OR")
+                .build(),
+            TraceBuilder::new("epsilon")
+                .outcome(Outcome::Success)
+                .step("Writer", "Lunch at Café Flore.")
+                .build(),
+        ]
+    }
+
+    async fn ids(store: &Store, filter: &RunFilter) -> BTreeSet<String> {
+        store
+            .list_runs(filter)
+            .await
+            .unwrap_or_else(|e| panic!("list {filter:?}: {e}"))
+            .into_iter()
+            .map(|r| r.id)
+            .collect()
+    }
+
+    fn text(q: &str) -> RunFilter {
+        RunFilter {
+            q: Some(q.into()),
+            ..RunFilter::default()
+        }
+    }
+
+    fn set(ids: &[&str]) -> BTreeSet<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn terms_are_letters_and_digits_and_quoting_is_safe() {
+        assert_eq!(
+            terms(r#"foo"bar -x a:b NEAR( * OR"#),
+            ["foo", "bar", "x", "a", "b", "NEAR", "OR"]
+        );
+        assert!(terms("  * \" ( ) : - ^ ").is_empty());
+        assert_eq!(terms("Café 3.14"), ["Café", "3", "14"]);
+        assert_eq!(terms(&"w ".repeat(100)).len(), MAX_TERMS);
+        assert_eq!(
+            fts5_query(&["a\"b".to_string(), "OR".to_string()]),
+            r#""a""b" "OR""#
+        );
+        assert_eq!(pg_query(" a:b  * \0x\0 parser.rs \" "), "a:b x parser.rs");
+    }
+
+    #[test]
+    fn step_rows_carry_tool_calls_and_stay_within_the_limit() {
+        let big_text = format!("{}é", "x".repeat(MAX_STEP_TEXT - 1)); // é is 2 bytes
+        let t = TraceBuilder::new("t")
+            .step_with(Step {
+                agent: "A".into(),
+                content: "calls\0a tool".into(),
+                tool_calls: vec![ToolCall {
+                    id: None,
+                    name: "search".into(),
+                    arguments: "{\"q\": 1}".into(),
+                }],
+                ..Step::default()
+            })
+            .step("", big_text)
+            .build();
+        let rows = step_rows(&t);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].content, "calls a tool\nsearch\n{\"q\": 1}");
+        assert_eq!(rows[0].agent.as_deref(), Some("A"));
+        assert_eq!(rows[1].agent, None);
+        assert_eq!(rows[1].content.len(), MAX_STEP_TEXT - 1);
+        // Steps sharing an index (an unvalidated import) share a row.
+        let mut dup = t.clone();
+        dup.steps[1].index = 0;
+        dup.steps[1].content = "second".into();
+        let rows = step_rows(&dup);
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].content.ends_with("\nsecond"), "{}", rows[0].content);
+    }
+
+    /// The same queries give the same runs on SQLite and PostgreSQL, except where the two
+    /// tokenizers differ (listed at the end).
+    #[tokio::test]
+    async fn full_text_finds_words_in_steps_on_every_backend() {
+        for (store, _dir) in stores().await {
+            for t in fixture() {
+                store.put_trace(&t).await.expect("put");
+            }
+            let cases: &[(&str, &[&str])] = &[
+                ("deployment", &["alpha"]),
+                ("KUBERNETES", &["alpha"]),
+                ("kubectl pods", &["alpha"]), // tool-call arguments
+                ("shell", &["alpha"]),        // tool name
+                ("flight paris", &["beta"]),
+                ("paris flaky", &[]), // every word in one step
+                ("test", &["gamma"]), // no stemming: "tests" is another word
+                ("tests", &["gamma"]),
+                ("the", &["alpha", "gamma"]),
+                ("the rollout", &["alpha"]),
+                ("3 replicas", &["alpha"]),
+                ("hello", &["delta"]),
+                ("\"hello\"", &["delta"]),
+                ("a:b", &["delta"]),
+                ("-x", &["delta"]),
+                ("NEAR(", &["delta"]),
+                ("OR", &["delta"]),
+                ("café", &["epsilon"]),
+                ("*", &[]),
+                ("\"", &[]),
+                ("foo\"bar", &[]),
+                ("nothing-here", &[]),
+            ];
+            for (q, want) in cases {
+                assert_eq!(
+                    ids(&store, &text(q)).await,
+                    set(want),
+                    "q {q:?} on {:?}",
+                    store.backend()
+                );
+            }
+            // Known differences: SQLite folds accents; PostgreSQL keeps `parser.rs` as one token.
+            let (cafe, parser): (&[&str], &[&str]) = match store.backend() {
+                Backend::Sqlite => (&["epsilon"], &["gamma"]),
+                Backend::Postgres => (&[], &[]),
+            };
+            assert_eq!(ids(&store, &text("cafe")).await, set(cafe));
+            assert_eq!(ids(&store, &text("parser")).await, set(parser));
+            assert_eq!(ids(&store, &text("parser.rs")).await, set(&["gamma"]));
+            // Which steps matched, for "matched in step 1 (Coder)".
+            let m = store.step_matches("alpha", "kubectl", 3).await.expect("m");
+            assert_eq!(
+                m,
+                [StepMatch {
+                    step: 1,
+                    agent: Some("Coder".into())
+                }]
+            );
+            let m = store.step_matches("alpha", "the", 3).await.expect("m");
+            assert_eq!(m.iter().map(|m| m.step).collect::<Vec<_>>(), [0, 1, 2]);
+            let m = store.step_matches("alpha", "the", 1).await.expect("m");
+            assert_eq!(m.len(), 1);
+            assert!(store
+                .step_matches("beta", "the", 3)
+                .await
+                .expect("m")
+                .is_empty());
+            assert!(store
+                .step_matches("nope", "the", 3)
+                .await
+                .expect("m")
+                .is_empty());
+        }
+    }
+
+    #[tokio::test]
+    async fn hostile_queries_never_fail() {
+        let long_word = "x".repeat(100_000);
+        let many_words = "w ".repeat(5_000);
+        let hostile = [
+            "",
+            "   ",
+            "\"",
+            "\"\"",
+            "foo\"bar",
+            "-x",
+            "a:b",
+            "NEAR(",
+            "NEAR(a b, 2)",
+            "*",
+            "a*",
+            "^a",
+            "OR",
+            "AND",
+            "NOT",
+            "a OR b",
+            "(",
+            ")",
+            "{a b}",
+            "'",
+            "''",
+            "\\",
+            "%",
+            "_",
+            "$1",
+            "--",
+            "; DROP TABLE runs",
+            "\0",
+            "a\0b",
+            "😀",
+            "ünïcödé",
+            "col:x",
+            "+",
+            "a + b",
+            &long_word,
+            &many_words,
+            "\u{200b}",
+            "\t\n",
+        ];
+        for (store, _dir) in stores().await {
+            for t in fixture() {
+                store.put_trace(&t).await.expect("put");
+            }
+            for q in hostile {
+                let f = text(q);
+                let got = store.list_runs(&f).await;
+                assert!(got.is_ok(), "list q {q:?}: {got:?}");
+                let got = store.count_runs_capped(&f, 100).await;
+                assert!(got.is_ok(), "count q {q:?}: {got:?}");
+                let got = store.step_matches("delta", q, 3).await;
+                assert!(got.is_ok(), "step matches q {q:?}: {got:?}");
+            }
+            // Blank is no filter; nothing searchable matches nothing.
+            assert_eq!(ids(&store, &text("  ")).await.len(), 5);
+            assert!(ids(&store, &text("*")).await.is_empty());
+        }
+    }
+
+    #[tokio::test]
+    async fn agent_filter_reads_run_agents_kept_in_step_with_the_run() {
+        for (store, _dir) in stores().await {
+            for t in fixture() {
+                store.put_trace(&t).await.expect("put");
+            }
+            let agent = |a: &str| RunFilter {
+                agent: Some(a.into()),
+                ..RunFilter::default()
+            };
+            // `runs.agents` is not what the filter reads.
+            sqlx::query("UPDATE runs SET agents = NULL")
+                .execute(store.pool())
+                .await
+                .expect("clear");
+            assert_eq!(ids(&store, &agent("Coder")).await, set(&["alpha", "gamma"]));
+            assert_eq!(ids(&store, &agent("Booker")).await, set(&["beta"]));
+            assert!(ids(&store, &agent("Cod")).await.is_empty());
+            assert!(ids(&store, &agent("%")).await.is_empty());
+            let f = RunFilter {
+                agent: Some("Coder".into()),
+                q: Some("flaky".into()),
+                outcome: Some("failure".into()),
+                ..RunFilter::default()
+            };
+            assert_eq!(ids(&store, &f).await, set(&["gamma"]));
+            assert_eq!(
+                store.count_runs_capped(&f, 10).await.expect("count"),
+                (1, false)
+            );
+            let out_of_step: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM run_agents a JOIN runs r ON r.id = a.run_id
+                 WHERE a.received_ns <> r.received_ns",
+            )
+            .fetch_one(store.pool())
+            .await
+            .expect("check");
+            assert_eq!(out_of_step, 0);
+            let facets = store.facets().await.expect("facets");
+            assert_eq!(
+                facets.agents,
+                ["Booker", "Coder", "Critic", "Planner", "Tester", "Writer"]
+            );
+            assert!(facets.systems.is_empty() && facets.located_agents.is_empty());
+            for sql in [
+                "UPDATE runs SET system = 'sys-b' WHERE id IN ('alpha', 'beta')",
+                "UPDATE runs SET system = 'sys-a', located_agent = 'Coder' WHERE id = 'gamma'",
+            ] {
+                sqlx::query(sql)
+                    .execute(store.pool())
+                    .await
+                    .expect("update");
+            }
+            let facets = store.facets().await.expect("facets");
+            assert_eq!(facets.systems, ["sys-a", "sys-b"]);
+            assert_eq!(facets.located_agents, ["Coder"]);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reimported_trace_replaces_its_rows() {
+        for (store, _dir) in stores().await {
+            let v1 = TraceBuilder::new("r")
+                .step("Old", "apple orchard")
+                .step("Old", "apple pie")
+                .build();
+            let v2 = TraceBuilder::new("r").step("New", "banana bread").build();
+            store.put_trace(&v1).await.expect("put");
+            assert_eq!(ids(&store, &text("apple")).await, set(&["r"]));
+            store.put_trace(&v2).await.expect("put");
+            assert!(ids(&store, &text("apple")).await.is_empty());
+            assert_eq!(ids(&store, &text("banana")).await, set(&["r"]));
+            let old_agent = RunFilter {
+                agent: Some("Old".into()),
+                ..RunFilter::default()
+            };
+            assert!(ids(&store, &old_agent).await.is_empty());
+            let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM step_text WHERE run_id = 'r'")
+                .fetch_one(store.pool())
+                .await
+                .expect("count");
+            assert_eq!(n, 1);
+            assert_eq!(
+                store.step_matches("r", "banana", 5).await.expect("m"),
+                [StepMatch {
+                    step: 0,
+                    agent: Some("New".into())
+                }]
+            );
+        }
+    }
+
+    async fn delete_search_rows(store: &Store, flag_too: bool) {
+        for sql in ["DELETE FROM step_text", "DELETE FROM run_agents"] {
+            sqlx::query(sql)
+                .execute(store.pool())
+                .await
+                .expect("delete");
+        }
+        if flag_too {
+            sqlx::query("DELETE FROM store_flags")
+                .execute(store.pool())
+                .await
+                .expect("delete flag");
+        }
+    }
+
+    #[tokio::test]
+    async fn opening_indexes_runs_without_search_rows() {
+        for (url, _dir) in store_urls().await {
+            let store = Store::open(&url).await.expect("open");
+            for t in fixture() {
+                store.put_trace(&t).await.expect("put");
+            }
+            // Rows lost with the flag kept: opening does not look again, reindex_search does.
+            delete_search_rows(&store, false).await;
+            store.close().await;
+            let store = Store::open(&url).await.expect("reopen");
+            assert!(ids(&store, &text("kubectl")).await.is_empty());
+            assert_eq!(store.reindex_search().await.expect("reindex"), 5);
+            assert_eq!(ids(&store, &text("kubectl")).await, set(&["alpha"]));
+            assert_eq!(store.reindex_search().await.expect("again"), 0);
+            // A store whose runs predate the index (no flag): opening indexes them.
+            delete_search_rows(&store, true).await;
+            store.close().await;
+            let store = Store::open(&url).await.expect("reopen");
+            assert_eq!(ids(&store, &text("kubectl")).await, set(&["alpha"]));
+            let coder = RunFilter {
+                agent: Some("Coder".into()),
+                ..RunFilter::default()
+            };
+            assert_eq!(ids(&store, &coder).await, set(&["alpha", "gamma"]));
+            store.close().await;
+        }
+    }
+
+    /// A database written by the previous version (migration 1 only) migrates and gets its
+    /// runs indexed when this version opens it.
+    #[tokio::test]
+    async fn a_version_1_database_is_migrated_and_indexed() {
+        sqlx::any::install_default_drivers();
+        for (url, _dir) in store_urls().await {
+            let backend = if url.starts_with("postgres") {
+                Backend::Postgres
+            } else {
+                Backend::Sqlite
+            };
+            let pool = sqlx::any::AnyPoolOptions::new()
+                .max_connections(1)
+                .connect(&url)
+                .await
+                .expect("connect");
+            let v1: Vec<_> = crate::migrations(backend).into_iter().take(1).collect();
+            sqlx::migrate::Migrator::with_migrations(v1)
+                .run(&pool)
+                .await
+                .expect("migration 1");
+            let t = &fixture()[0];
+            let (json, hash) = crate::trace_json(t).expect("json");
+            sqlx::query(
+                "INSERT INTO runs (id, source, trace_json, trace_hash, agents, received_ns, state)
+                 VALUES ($1, 'import', $2, $3, 'Coder Critic Planner', 42, 'complete')",
+            )
+            .bind(t.id.as_str())
+            .bind(json)
+            .bind(hash)
+            .execute(&pool)
+            .await
+            .expect("insert v1 run");
+            pool.close().await;
+            let store = Store::open(&url).await.expect("open");
+            assert_eq!(ids(&store, &text("kubectl")).await, set(&["alpha"]));
+            let received: i64 = sqlx::query_scalar(
+                "SELECT MIN(received_ns) FROM run_agents WHERE run_id = 'alpha'",
+            )
+            .fetch_one(store.pool())
+            .await
+            .expect("agents");
+            assert_eq!(received, 42);
+            store.close().await;
+        }
+    }
+}
