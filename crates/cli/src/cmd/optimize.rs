@@ -83,6 +83,11 @@ pub struct Args {
     /// Output folder: report.json, report.md, report.html, prompts.json, traces/*.jsonl.
     #[arg(long, short)]
     pub out: Option<PathBuf>,
+    /// Also store the experiment (accuracy, optimizer history with each iteration's credit
+    /// table and rewrites) in this store, where `maslens serve`'s web UI shows it under Credit:
+    /// a `postgres://` URL, a `sqlite:` URL or a SQLite file.
+    #[arg(long, value_name = "DB")]
+    pub db: Option<String>,
     /// Run the SIMULATED multi-agent system (a deterministic test environment, not a model)
     /// on synthetic questions instead of an LLM.
     #[arg(long)]
@@ -182,6 +187,23 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     })??;
     if let Some(dir) = &args.out {
         write_outputs(dir, &x, &cfg).with_context(|| format!("writing {}", dir.display()))?;
+    }
+    if let Some(db) = &args.db {
+        let body = serde_json::to_value(&x)?;
+        let id = block_on(async {
+            let store = crate::db::open(db).await?;
+            anyhow::Ok(
+                store
+                    .add_report(
+                        maslens_store::diagnosis::ReportKind::Credit,
+                        &format!("optimize: {}", x.name),
+                        None,
+                        &body,
+                    )
+                    .await?,
+            )
+        })??;
+        eprintln!("experiment stored in {db} as {id}");
     }
     let mut out = std::io::stdout().lock();
     if global.json {

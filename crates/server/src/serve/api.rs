@@ -37,6 +37,8 @@ fn store_error(e: maslens_store::StoreError) -> Response {
 #[derive(Debug, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ListQuery {
+    /// Full-text search over step content (every word must occur).
+    pub q: Option<String>,
     pub outcome: Option<String>,
     pub system: Option<String>,
     pub source: Option<String>,
@@ -65,6 +67,7 @@ impl ListQuery {
             }
         };
         Ok(RunFilter {
+            q: self.q.clone(),
             outcome: self.outcome.clone(),
             system: self.system.clone(),
             source: self.source.clone(),
@@ -245,6 +248,7 @@ async fn status(State(state): State<Arc<AppState>>) -> Response {
                 .map(|(t, s, n)| json!({"target": t, "state": s, "count": n}))
                 .collect::<Vec<_>>(),
             "policy": state.config.policy,
+            "csp_reports": state.csp_reports.load(std::sync::atomic::Ordering::Relaxed),
             "model": state.config.model,
         }))
         .into_response(),

@@ -11,13 +11,17 @@
 //!   `gen_ai.evaluation.result` event to an OTLP logs endpoint and as a span annotation to
 //!   Arize Phoenix.
 //! - A JSON API under `/api` ([`api`]) with an OpenAPI document at `/openapi.json`.
+//! - A web UI under `/ui` ([`ui`]): traces, one trace with its diagnoses, credit, evaluations,
+//!   actions with live progress.
 //!
 //! Loopback by default; a bearer token is required on every route but `/health` when one is
-//! configured (the CLI requires one on any other address).
+//! configured (the CLI requires one on any other address). Browsers sign in once on
+//! `/ui/login` and carry a session cookie instead.
 
 pub mod api;
 pub mod openapi;
 pub mod pipeline;
+pub mod ui;
 pub mod writeback;
 
 use std::sync::Arc;
@@ -143,10 +147,13 @@ pub struct AppState {
     /// The LLM stack, opened on the first LLM job.
     pub models: OnceCell<maslens_core::locate::Models>,
     pub http: reqwest::Client,
+    /// Content-Security-Policy violations browsers reported on UI pages.
+    pub csp_reports: std::sync::atomic::AtomicU64,
 }
 
 impl AppState {
     pub fn new(store: Store, config: ServeConfig) -> Result<Arc<AppState>, ServeError> {
+        ui::check_templates().map_err(|e| ServeError::Setup(format!("UI templates: {e}")))?;
         let (prior, _) = maslens_core::locate::PriorSource::load("builtin")
             .map_err(|e| ServeError::Setup(format!("the built-in prior: {e}")))?;
         let http = reqwest::Client::builder()
@@ -159,6 +166,7 @@ impl AppState {
             prior,
             models: OnceCell::new(),
             http,
+            csp_reports: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 }
@@ -179,6 +187,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/traces", post(v1_traces))
         .merge(api::routes())
+        .merge(ui::routes())
         .route("/openapi.json", get(openapi::document))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .route("/health", get(|| async { "ok" }))
@@ -190,7 +199,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Bearer-token check (constant time) when a token is configured.
+/// Equal strings, compared in time that depends only on their lengths.
+pub fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// Credentials check when a token is configured: `Authorization: Bearer TOKEN`, or the UI's
+/// session cookie. The UI's login form and static files need none; a browser that navigates
+/// to a UI page without a session is sent to the login form.
 async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(token) = &state.config.token {
         let given = req
@@ -199,13 +219,14 @@ async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        let ok = given.len() == token.len()
-            && given
-                .bytes()
-                .zip(token.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
+        let path = req.uri().path();
+        let ok = constant_time_eq(given, token)
+            || ui::has_session(req.headers(), token)
+            || ui::public(path);
         if !ok {
+            if let Some(r) = ui::unauthenticated(req.method(), path, req.uri().query()) {
+                return r;
+            }
             return (
                 StatusCode::UNAUTHORIZED,
                 [(header::WWW_AUTHENTICATE, "Bearer")],

@@ -1,0 +1,957 @@
+//! View models of the web UI: plain data built from the store's records, serialized into the
+//! templates. Pure functions, unit-tested here; no HTML is built in Rust (the templates escape
+//! every string), only the shapes the pages draw (lanes, heat buckets, highlighted segments).
+
+use std::collections::BTreeMap;
+
+use maslens_store::{Diagnosis, RunSummary};
+use maslens_trace::Trace;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Lanes drawn as their own column; agents past this share the last lane ("other agents").
+pub const MAX_LANES: usize = 12;
+/// Characters of a step shown in its folded summary line.
+pub const SUMMARY_CHARS: usize = 140;
+/// A step longer than this (characters or lines) starts folded.
+pub const FOLD_CHARS: usize = 600;
+const FOLD_LINES: usize = 8;
+
+/// A value in `[0, 1]` as one of ten colour buckets (`.heat-0` .. `.heat-9`); NaN is 0.
+pub fn bucket(v: f64) -> u8 {
+    if v.is_nan() {
+        return 0;
+    }
+    (v * 10.0).floor().clamp(0.0, 9.0) as u8
+}
+
+/// A piece of text, marked when it matched the search.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Seg {
+    pub text: String,
+    pub mark: bool,
+}
+
+/// The words of a search, lowercased (ASCII), without empty ones; at most 8.
+pub fn terms(q: &str) -> Vec<String> {
+    q.split_whitespace()
+        .map(|w| w.trim_matches('"').to_ascii_lowercase())
+        .filter(|w| !w.is_empty())
+        .take(8)
+        .collect()
+}
+
+/// `text` cut into segments where any of `terms` occurs (ASCII case-insensitive; byte offsets
+/// stay on char boundaries because ASCII lowercasing keeps every byte's length).
+pub fn highlight(text: &str, terms: &[String]) -> Vec<Seg> {
+    if terms.is_empty() || text.is_empty() {
+        return vec![Seg {
+            text: text.to_string(),
+            mark: false,
+        }];
+    }
+    let lower = text.to_ascii_lowercase();
+    let mut out = Vec::new();
+    let mut plain_from = 0;
+    let mut i = 0;
+    while i < lower.len() {
+        let hit = terms
+            .iter()
+            .filter(|t| lower[i..].starts_with(t.as_str()))
+            .map(|t| t.len())
+            .max();
+        match hit {
+            Some(n) if text.is_char_boundary(i + n) => {
+                if plain_from < i {
+                    out.push(Seg {
+                        text: text[plain_from..i].to_string(),
+                        mark: false,
+                    });
+                }
+                out.push(Seg {
+                    text: text[i..i + n].to_string(),
+                    mark: true,
+                });
+                i += n;
+                plain_from = i;
+            }
+            _ => {
+                i += text[i..].chars().next().map_or(1, char::len_utf8);
+            }
+        }
+    }
+    if plain_from < text.len() {
+        out.push(Seg {
+            text: text[plain_from..].to_string(),
+            mark: false,
+        });
+    }
+    out
+}
+
+/// The first line of `text`, cut to [`SUMMARY_CHARS`] characters.
+pub fn summary_line(text: &str) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let mut s: String = line.chars().take(SUMMARY_CHARS).collect();
+    if line.chars().count() > SUMMARY_CHARS || text.trim().lines().count() > 1 {
+        s.push('…');
+    }
+    s
+}
+
+/// A lane: one agent's column.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lane {
+    pub name: String,
+    pub index: usize,
+    pub steps: usize,
+}
+
+/// An implicit failure marked on its step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventMark {
+    pub step: Option<i64>,
+    pub agent: String,
+    pub error_type: String,
+    /// The cost weight w_type x w_abs.
+    pub weight: Option<f64>,
+    pub severity: String,
+    pub description: String,
+    pub evidence: String,
+    /// Absorption label (`absorbed`, `propagated`, ...) and why.
+    pub absorption: Option<String>,
+    pub absorption_rationale: String,
+    /// The step that absorbed it, when the method said so.
+    pub absorbed_by: Option<i64>,
+    /// Later steps the absorption rationale cites ("step 7"): the paper's absorption prompt
+    /// returns a label and a rationale, not a step, so these are links, not a verdict.
+    pub cited_steps: Vec<i64>,
+}
+
+/// Step numbers after `after` that `text` cites as `step N` / `steps N` / `#N` (at most 5).
+pub fn cited_steps(text: &str, after: Option<i64>) -> Vec<i64> {
+    let lower = text.to_ascii_lowercase();
+    let mut out: Vec<i64> = Vec::new();
+    for (i, _) in lower.match_indices("step") {
+        let rest = lower[i + 4..]
+            .trim_start_matches('s')
+            .trim_start_matches([' ', '#']);
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if let Ok(n) = digits.parse::<i64>() {
+            if after.is_none_or(|a| n > a) && !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        if out.len() == 5 {
+            break;
+        }
+    }
+    out
+}
+
+/// One step card.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepView {
+    pub index: usize,
+    pub position: usize,
+    pub agent: String,
+    pub lane: usize,
+    pub summary: String,
+    pub body: Vec<Seg>,
+    pub tool_calls: Vec<(String, String)>,
+    /// Starts unfolded (short, decisive, or matched).
+    pub open: bool,
+    pub decisive: bool,
+    pub matched: bool,
+    pub events: Vec<EventMark>,
+    /// The prior's probability of this step and its bucket relative to the most likely step.
+    pub prior: Option<f64>,
+    pub prior_bucket: u8,
+    pub round: Option<u32>,
+    pub phase: Option<String>,
+    pub span_id: Option<String>,
+    pub otel_trace_id: Option<String>,
+}
+
+/// The evaluator and vote side of a localization.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Ballot {
+    pub who: String,
+    pub model: String,
+    pub agent: Option<String>,
+    pub step: Option<i64>,
+    pub confidence: Option<f64>,
+    pub confidence_bucket: u8,
+    pub rationale: String,
+    pub abstain_reason: Option<String>,
+    /// Agrees with the final location.
+    pub agrees: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SupportRow {
+    pub agent: String,
+    pub step: i64,
+    pub score: f64,
+    pub ballots: i64,
+}
+
+/// One diagnosis as the pages show it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DiagnosisView {
+    pub id: String,
+    pub method: String,
+    pub model: Option<String>,
+    pub created_ns: i64,
+    pub agent: Option<String>,
+    pub step: Option<i64>,
+    pub confidence: Option<f64>,
+    pub risk: Option<f64>,
+    pub rationale: String,
+    pub source: Option<String>,
+    pub agreement: Option<f64>,
+    pub abstain_reason: Option<String>,
+    pub error_mode: Option<String>,
+    pub ballots: Vec<Ballot>,
+    pub support: Vec<SupportRow>,
+    pub tie_break: Option<String>,
+    pub events: Vec<EventMark>,
+    pub flagged: usize,
+    pub elapsed_ms: Option<i64>,
+    pub calls: Option<u64>,
+    pub tokens: Option<u64>,
+    pub trace_hash: Option<String>,
+    pub span_id: Option<String>,
+    pub otel_trace_id: Option<String>,
+    /// The diagnosis judged an older version of the trace.
+    pub stale: bool,
+}
+
+fn s(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(Value::as_str).map(String::from)
+}
+fn f(v: &Value, k: &str) -> Option<f64> {
+    v.get(k).and_then(Value::as_f64)
+}
+fn i(v: &Value, k: &str) -> Option<i64> {
+    v.get(k).and_then(Value::as_i64)
+}
+
+fn ballot(
+    who: String,
+    model: String,
+    finding: &Value,
+    loc: (&Option<String>, Option<i64>),
+) -> Ballot {
+    let agent = s(finding, "agent");
+    let step = i(finding, "step");
+    let confidence = f(finding, "confidence");
+    Ballot {
+        agrees: agent.is_some() && (&agent, step) == (loc.0, loc.1),
+        who,
+        model,
+        agent,
+        step,
+        confidence,
+        confidence_bucket: bucket(confidence.unwrap_or(0.0)),
+        rationale: s(finding, "rationale").unwrap_or_default(),
+        abstain_reason: s(finding, "abstain_reason"),
+    }
+}
+
+/// A stored diagnosis as a view; `current_hash` marks diagnoses of older trace versions.
+pub fn diagnosis_view(d: &Diagnosis, current_hash: Option<&str>) -> DiagnosisView {
+    let b = &d.body;
+    let r = &b.result;
+    let mut v = DiagnosisView {
+        id: d.id.clone(),
+        method: b.method.clone(),
+        model: b.model.clone(),
+        created_ns: d.created_ns,
+        agent: b.agent.clone(),
+        step: b.step,
+        confidence: b.confidence,
+        risk: b.risk,
+        elapsed_ms: b.elapsed_ms,
+        trace_hash: b.trace_hash.clone(),
+        span_id: b.span_id.clone(),
+        otel_trace_id: b.otel_trace_id.clone(),
+        stale: matches!((current_hash, &b.trace_hash), (Some(c), Some(h)) if c != h),
+        calls: b.usage.get("calls").and_then(Value::as_u64),
+        tokens: match (
+            b.usage.get("prompt_tokens").and_then(Value::as_u64),
+            b.usage.get("completion_tokens").and_then(Value::as_u64),
+        ) {
+            (Some(p), Some(c)) => Some(p + c),
+            _ => None,
+        },
+        ..DiagnosisView::default()
+    };
+    match b.method.as_str() {
+        "locate" => {
+            v.rationale = s(r, "rationale").unwrap_or_default();
+            v.source = s(r, "source");
+            v.agreement = f(r, "agreement");
+            v.abstain_reason = s(r, "abstain_reason");
+            v.error_mode = s(r, "error_mode");
+            let loc = (&v.agent, v.step);
+            if let Some(j) = r.get("judge").filter(|j| !j.is_null()) {
+                let protocol = s(j, "protocol").unwrap_or_else(|| "judge".into());
+                if let Some(finding) = j.get("finding") {
+                    v.ballots.push(ballot(
+                        format!("Judge ({protocol})"),
+                        s(r, "model").unwrap_or_default(),
+                        finding,
+                        loc,
+                    ));
+                }
+            }
+            for e in r
+                .get("evaluators")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(finding) = e.get("finding") {
+                    v.ballots.push(ballot(
+                        format!("Evaluator ({})", s(e, "style").unwrap_or_default()),
+                        s(e, "model").unwrap_or_default(),
+                        finding,
+                        loc,
+                    ));
+                }
+            }
+            if let Some(vote) = r.get("vote").filter(|x| !x.is_null()) {
+                v.tie_break = s(vote, "tie_break");
+                for sup in vote
+                    .get("support")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    v.support.push(SupportRow {
+                        agent: s(sup, "agent").unwrap_or_default(),
+                        step: i(sup, "step").unwrap_or(-1),
+                        score: f(sup, "score").unwrap_or(0.0),
+                        ballots: i(sup, "ballots").unwrap_or(0),
+                    });
+                }
+            }
+        }
+        "prior" => {
+            v.rationale = "Learned prior (no LLM): the step with the highest probability.".into();
+        }
+        "scan" => {
+            v.events = b
+                .events
+                .iter()
+                .map(|e| EventMark {
+                    step: e.step,
+                    agent: e.agent.clone().unwrap_or_default(),
+                    error_type: e.error_type.clone().unwrap_or_default(),
+                    weight: e.severity,
+                    severity: s(&e.event, "severity").unwrap_or_default(),
+                    description: s(&e.event, "description").unwrap_or_default(),
+                    evidence: s(&e.event, "evidence").unwrap_or_default(),
+                    absorption: e
+                        .event
+                        .get("absorption")
+                        .and_then(|a| a.get("label"))
+                        .and_then(Value::as_str)
+                        .map(String::from),
+                    absorption_rationale: e
+                        .event
+                        .get("absorption")
+                        .and_then(|a| s(a, "rationale"))
+                        .unwrap_or_default(),
+                    absorbed_by: e.absorbed_by,
+                    cited_steps: e
+                        .event
+                        .get("absorption")
+                        .and_then(|a| s(a, "rationale"))
+                        .map(|r| cited_steps(&r, e.step))
+                        .unwrap_or_default(),
+                })
+                .collect();
+            v.flagged = r
+                .get("flagged")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+        }
+        _ => {}
+    }
+    v
+}
+
+/// The prior's probability per step position (from the latest prior diagnosis).
+fn prior_probs(diagnoses: &[Diagnosis]) -> Option<Vec<f64>> {
+    let d = diagnoses.iter().rev().find(|d| d.body.method == "prior")?;
+    let probs = d.body.result.get("probs")?.as_array()?;
+    Some(probs.iter().map(|p| p.as_f64().unwrap_or(0.0)).collect())
+}
+
+/// One cell of the prior strip.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StripCell {
+    pub index: usize,
+    pub agent: String,
+    pub p: f64,
+    pub bucket: u8,
+}
+
+/// Everything the trace page draws.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TraceView {
+    pub lanes: Vec<Lane>,
+    /// Lane columns drawn (`.lanes-N`).
+    pub lane_columns: usize,
+    pub steps: Vec<StepView>,
+    pub strip: Vec<StripCell>,
+    /// The diagnosis whose location is highlighted (the chosen one, else the latest locate, else
+    /// the latest prior).
+    pub focus: Option<DiagnosisView>,
+    /// The latest scan.
+    pub scan: Option<DiagnosisView>,
+    pub diagnoses: Vec<DiagnosisView>,
+    pub otel_trace_ids: Vec<String>,
+    pub rounds: Vec<u32>,
+}
+
+/// Build the trace page's view: lanes in order of first appearance, one card per step, the
+/// focused diagnosis' step highlighted, the latest scan's events on their steps, the prior strip.
+pub fn trace_view(
+    trace: &Trace,
+    summary: &RunSummary,
+    diagnoses: &[Diagnosis],
+    chosen: Option<&str>,
+    q: &str,
+) -> TraceView {
+    let current = summary.trace_hash.as_deref();
+    let views: Vec<DiagnosisView> = diagnoses
+        .iter()
+        .map(|d| diagnosis_view(d, current))
+        .collect();
+    let focus = chosen
+        .and_then(|id| views.iter().find(|d| d.id == id))
+        .or_else(|| views.iter().rev().find(|d| d.method == "locate"))
+        .or_else(|| views.iter().rev().find(|d| d.method == "prior"))
+        .cloned();
+    let scan = views.iter().rev().find(|d| d.method == "scan").cloned();
+    let mut lanes: Vec<Lane> = Vec::new();
+    let mut lane_of: BTreeMap<&str, usize> = BTreeMap::new();
+    for st in &trace.steps {
+        let n = lanes.len();
+        let idx = *lane_of.entry(st.agent.as_str()).or_insert_with(|| {
+            lanes.push(Lane {
+                name: st.agent.clone(),
+                index: n.min(MAX_LANES - 1),
+                steps: 0,
+            });
+            n
+        });
+        lanes[idx].steps += 1;
+    }
+    let lane_columns = lanes.len().clamp(1, MAX_LANES);
+    let probs = prior_probs(diagnoses).filter(|p| p.len() == trace.steps.len());
+    let max_p = probs
+        .as_ref()
+        .map(|p| p.iter().copied().fold(0.0_f64, f64::max))
+        .unwrap_or(0.0);
+    let terms = terms(q);
+    let mut otel: Vec<String> = Vec::new();
+    let mut rounds: Vec<u32> = Vec::new();
+    let steps = trace
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(pos, st)| {
+            let lane = lane_of
+                .get(st.agent.as_str())
+                .copied()
+                .unwrap_or(0)
+                .min(MAX_LANES - 1);
+            let decisive = focus
+                .as_ref()
+                .is_some_and(|d| d.step == i64::try_from(st.index).ok());
+            let events: Vec<EventMark> = scan
+                .as_ref()
+                .map(|s| {
+                    s.events
+                        .iter()
+                        .filter(|e| e.step == i64::try_from(st.index).ok())
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            let body = highlight(&st.content, &terms);
+            let matched = body.iter().any(|s| s.mark);
+            let long =
+                st.content.chars().count() > FOLD_CHARS || st.content.lines().count() > FOLD_LINES;
+            let prior = probs.as_ref().and_then(|p| p.get(pos).copied());
+            if let Some(sp) = &st.span {
+                if !otel.contains(&sp.trace_id) {
+                    otel.push(sp.trace_id.clone());
+                }
+            }
+            if let Some(r) = st.round {
+                if !rounds.contains(&r) {
+                    rounds.push(r);
+                }
+            }
+            StepView {
+                index: st.index,
+                position: pos,
+                agent: st.agent.clone(),
+                lane,
+                summary: summary_line(&st.content),
+                body,
+                tool_calls: st
+                    .tool_calls
+                    .iter()
+                    .map(|t| (t.name.clone(), t.arguments.clone()))
+                    .collect(),
+                open: !long || decisive || matched || !events.is_empty(),
+                decisive,
+                matched,
+                events,
+                prior,
+                prior_bucket: match prior {
+                    Some(p) if max_p > 0.0 => bucket(p / max_p),
+                    _ => 0,
+                },
+                round: st.round,
+                phase: st.phase.clone(),
+                span_id: st.span.as_ref().map(|s| s.span_id.clone()),
+                otel_trace_id: st.span.as_ref().map(|s| s.trace_id.clone()),
+            }
+        })
+        .collect::<Vec<_>>();
+    let strip = steps
+        .iter()
+        .filter_map(|s| {
+            s.prior.map(|p| StripCell {
+                index: s.index,
+                agent: s.agent.clone(),
+                p,
+                bucket: s.prior_bucket,
+            })
+        })
+        .collect();
+    TraceView {
+        lanes,
+        lane_columns,
+        steps,
+        strip,
+        focus,
+        scan,
+        diagnoses: views,
+        otel_trace_ids: otel,
+        rounds,
+    }
+}
+
+/// One row of the compare page.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompareRow {
+    pub field: &'static str,
+    pub a: String,
+    pub b: String,
+    pub differs: bool,
+}
+
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map(|x| x.to_string())
+        .unwrap_or_else(|| "—".into())
+}
+fn opt3(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.3}")).unwrap_or_else(|| "—".into())
+}
+
+/// Two diagnoses of one trace, field by field.
+pub fn compare_rows(a: &DiagnosisView, b: &DiagnosisView) -> Vec<CompareRow> {
+    let rows = [
+        ("method", a.method.clone(), b.method.clone()),
+        ("model", opt(&a.model), opt(&b.model)),
+        ("agent", opt(&a.agent), opt(&b.agent)),
+        ("step", opt(&a.step), opt(&b.step)),
+        ("confidence", opt3(a.confidence), opt3(b.confidence)),
+        ("risk", opt3(a.risk), opt3(b.risk)),
+        ("source", opt(&a.source), opt(&b.source)),
+        ("agreement", opt3(a.agreement), opt3(b.agreement)),
+        ("abstained", opt(&a.abstain_reason), opt(&b.abstain_reason)),
+        (
+            "implicit failures",
+            a.events.len().to_string(),
+            b.events.len().to_string(),
+        ),
+        ("calls", opt(&a.calls), opt(&b.calls)),
+        ("tokens", opt(&a.tokens), opt(&b.tokens)),
+        ("elapsed ms", opt(&a.elapsed_ms), opt(&b.elapsed_ms)),
+        (
+            "trace version",
+            opt(&a
+                .trace_hash
+                .as_ref()
+                .map(|h| h[..h.len().min(12)].to_string())),
+            opt(&b
+                .trace_hash
+                .as_ref()
+                .map(|h| h[..h.len().min(12)].to_string())),
+        ),
+    ];
+    rows.into_iter()
+        .map(|(field, a, b)| CompareRow {
+            field,
+            differs: a != b,
+            a,
+            b,
+        })
+        .collect()
+}
+
+/// A heat-map cell.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeatCell {
+    pub v: Option<f64>,
+    pub bucket: u8,
+    pub n: Option<u64>,
+}
+
+/// A role x round credit table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Heatmap {
+    pub rounds: Vec<String>,
+    /// `(role, cells per round, structural credit)`.
+    pub rows: Vec<(String, Vec<HeatCell>, HeatCell)>,
+    /// Temporal credit per round.
+    pub round_credit: Vec<HeatCell>,
+    /// The role with the lowest structural credit, and the round with the lowest temporal credit.
+    pub weakest: Option<(String, f64)>,
+    pub weakest_round: Option<(String, f64)>,
+}
+
+/// The label with the smallest value (first on ties), skipping missing values.
+fn lowest<'a>(items: impl Iterator<Item = (&'a String, Option<f64>)>) -> Option<(String, f64)> {
+    items
+        .filter_map(|(k, v)| v.filter(|x| x.is_finite()).map(|x| (k, x)))
+        .fold(None, |best: Option<(&String, f64)>, (k, x)| match best {
+            Some((_, b)) if b <= x => best,
+            _ => Some((k, x)),
+        })
+        .map(|(k, x)| (k.clone(), x))
+}
+
+fn cell(v: Option<f64>, n: Option<u64>) -> HeatCell {
+    HeatCell {
+        v,
+        bucket: bucket(v.unwrap_or(0.0)),
+        n,
+    }
+}
+
+/// A `maslens_credit::CreditTable` (as JSON) as a heat map; none when the shape is not one.
+pub fn heatmap(table: &Value) -> Option<Heatmap> {
+    let roles: Vec<String> = serde_json::from_value(table.get("roles")?.clone()).ok()?;
+    let rounds: Vec<String> = serde_json::from_value(table.get("rounds")?.clone()).ok()?;
+    let cells: Vec<Vec<Option<f64>>> = serde_json::from_value(table.get("cell")?.clone()).ok()?;
+    let ns: Vec<Vec<u64>> = table
+        .get("cell_n")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default();
+    let role_credit: Vec<Option<f64>> = table
+        .get("role_credit")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default();
+    let round_credit: Vec<Option<f64>> = table
+        .get("round_credit")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default();
+    let rows = roles
+        .iter()
+        .enumerate()
+        .map(|(r, role)| {
+            let row = (0..rounds.len())
+                .map(|t| {
+                    cell(
+                        cells.get(r).and_then(|c| c.get(t)).copied().flatten(),
+                        ns.get(r).and_then(|c| c.get(t)).copied(),
+                    )
+                })
+                .collect();
+            (
+                role.clone(),
+                row,
+                cell(role_credit.get(r).copied().flatten(), None),
+            )
+        })
+        .collect();
+    let weakest = lowest(
+        roles
+            .iter()
+            .zip(role_credit.iter().copied().chain(std::iter::repeat(None))),
+    );
+    let weakest_round = lowest(
+        rounds
+            .iter()
+            .zip(round_credit.iter().copied().chain(std::iter::repeat(None))),
+    );
+    Some(Heatmap {
+        weakest,
+        weakest_round,
+        round_credit: (0..rounds.len())
+            .map(|t| cell(round_credit.get(t).copied().flatten(), None))
+            .collect(),
+        rounds,
+        rows,
+    })
+}
+
+/// One iteration of the credit-guided optimizer, as the history table shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IterationView {
+    pub seed: u64,
+    pub iteration: u64,
+    pub opt_accuracy: Option<f64>,
+    pub calls_after: Option<u64>,
+    pub selected_roles: Vec<String>,
+    pub selected_rounds: Vec<u64>,
+    /// `(target, diagnosis, before, after)`.
+    pub rewrites: Vec<(String, String, String, String)>,
+    pub credit: Option<Heatmap>,
+}
+
+/// The optimizer history of a stored `maslens optimize` experiment (JSON).
+pub fn optimizer_history(experiment: &Value) -> Vec<IterationView> {
+    let mut out = Vec::new();
+    for seed in experiment
+        .get("seeds")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let seed_n = seed.get("seed").and_then(Value::as_u64).unwrap_or(0);
+        let iters = seed
+            .get("bcd")
+            .and_then(|b| b.get("iterations"))
+            .and_then(Value::as_array);
+        for it in iters.into_iter().flatten() {
+            out.push(IterationView {
+                seed: seed_n,
+                iteration: it.get("iteration").and_then(Value::as_u64).unwrap_or(0),
+                opt_accuracy: f(it, "opt_accuracy"),
+                calls_after: it.get("calls_after").and_then(Value::as_u64),
+                selected_roles: it
+                    .get("selected_roles")
+                    .and_then(|v| serde_json::from_value(v.clone()).ok())
+                    .unwrap_or_default(),
+                selected_rounds: it
+                    .get("selected_rounds")
+                    .and_then(|v| serde_json::from_value(v.clone()).ok())
+                    .unwrap_or_default(),
+                rewrites: it
+                    .get("rewrites")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|r| {
+                        (
+                            s(r, "target").unwrap_or_default(),
+                            s(r, "diagnosis").unwrap_or_default(),
+                            s(r, "before").unwrap_or_default(),
+                            s(r, "after").unwrap_or_default(),
+                        )
+                    })
+                    .collect(),
+                credit: it.get("credit").and_then(heatmap),
+            });
+        }
+    }
+    out
+}
+
+/// Unix nanoseconds as `YYYY-MM-DD HH:MM:SS` UTC.
+pub fn format_ns(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a (year, month, day) in the proleptic Gregorian calendar
+/// (H. Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// `YYYY-MM-DD` (a date filter of the list) as Unix nanoseconds at 00:00 UTC.
+pub fn parse_date(s: &str) -> Option<i64> {
+    let mut it = s.trim().splitn(3, '-');
+    let y: i64 = it.next()?.parse().ok()?;
+    let m: i64 = it.next()?.parse().ok()?;
+    let d: i64 = it.next()?.parse().ok()?;
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || !(1970..=9999).contains(&y) {
+        return None;
+    }
+    // Days from civil (inverse of the above).
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    days.checked_mul(86_400_000_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maslens_trace::TraceBuilder;
+
+    #[test]
+    fn buckets_cover_the_unit_interval() {
+        assert_eq!(bucket(0.0), 0);
+        assert_eq!(bucket(0.09), 0);
+        assert_eq!(bucket(0.1), 1);
+        assert_eq!(bucket(0.99), 9);
+        assert_eq!(bucket(1.0), 9);
+        assert_eq!(bucket(7.0), 9);
+        assert_eq!(bucket(-1.0), 0);
+        assert_eq!(bucket(f64::NAN), 0);
+    }
+
+    #[test]
+    fn highlight_marks_terms_case_insensitively_and_keeps_text() {
+        let t = terms("Paris  \"louvre\"");
+        let segs = highlight("The LOUVRE is in paris, ünïcode Paris.", &t);
+        let joined: String = segs.iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(joined, "The LOUVRE is in paris, ünïcode Paris.");
+        let marked: Vec<&str> = segs
+            .iter()
+            .filter(|s| s.mark)
+            .map(|s| s.text.as_str())
+            .collect();
+        assert_eq!(marked, ["LOUVRE", "paris", "Paris"]);
+        // No terms, or a term inside a multi-byte character, never splits a character.
+        assert_eq!(highlight("ünï", &terms("")).len(), 1);
+        assert!(highlight("ü<script>", &terms("<script>"))
+            .iter()
+            .any(|s| s.mark));
+    }
+
+    #[test]
+    fn cited_steps_are_later_steps_the_rationale_names() {
+        assert_eq!(
+            cited_steps(
+                "Fixed in step 7 by the Orchestrator; see also Steps 9 and step #12, not step 2.",
+                Some(3)
+            ),
+            [7, 9, 12]
+        );
+        assert!(cited_steps("no numbers here", Some(1)).is_empty());
+        assert_eq!(cited_steps("step 4", None), [4]);
+    }
+
+    #[test]
+    fn dates_round_trip() {
+        for (s, ns) in [
+            ("1970-01-01", 0_i64),
+            ("2026-12-01", 1_796_083_200_000_000_000),
+        ] {
+            assert_eq!(parse_date(s), Some(ns));
+            assert_eq!(&format_ns(ns)[..10], s);
+        }
+        assert_eq!(
+            format_ns(1_796_083_200_000_000_000 + 3_723_000_000_000),
+            "2026-12-01 01:02:03"
+        );
+        assert_eq!(parse_date("2026-13-01"), None);
+        assert_eq!(parse_date("x"), None);
+    }
+
+    #[test]
+    fn trace_view_lanes_focus_and_strip() {
+        let trace = TraceBuilder::new("t1")
+            .task("q")
+            .step("Planner", "plan the work")
+            .step("Coder", "write <b>code</b>")
+            .step("Planner", "check")
+            .build();
+        let summary = RunSummary {
+            id: "t1".into(),
+            source: "import".into(),
+            system: None,
+            task: None,
+            outcome: None,
+            n_steps: 3,
+            n_spans: 0,
+            agents: None,
+            has_root: false,
+            first_ns: None,
+            last_ns: None,
+            received_ns: 0,
+            state: "complete".into(),
+            located_agent: None,
+            located_step: None,
+            risk: None,
+            trace_hash: Some("h".into()),
+        };
+        let prior = Diagnosis {
+            id: "d1".into(),
+            created_ns: 1,
+            body: maslens_store::NewDiagnosis {
+                run_id: "t1".into(),
+                method: "prior".into(),
+                agent: Some("Coder".into()),
+                step: Some(1),
+                trace_hash: Some("old".into()),
+                result: serde_json::json!({"probs": [0.2, 0.6, 0.2]}),
+                ..Default::default()
+            },
+        };
+        let v = trace_view(&trace, &summary, &[prior], None, "code");
+        assert_eq!(v.lanes.len(), 2);
+        assert_eq!(v.steps[1].lane, 1);
+        assert!(v.steps[1].decisive && !v.steps[0].decisive);
+        assert!(v.steps[1].matched);
+        assert_eq!(
+            v.strip.iter().map(|c| c.bucket).collect::<Vec<_>>(),
+            [3, 9, 3]
+        );
+        let focus = v.focus.expect("focus");
+        assert!(focus.stale, "judged an older trace version");
+    }
+
+    #[test]
+    fn heatmap_from_a_credit_table() {
+        let t = serde_json::json!({
+            "roles": ["A", "B"], "rounds": ["round 1", "round 2"],
+            "cell": [[0.95, null], [0.1, 0.5]], "cell_n": [[2, 0], [2, 2]],
+            "role_credit": [0.95, 0.3], "round_credit": [0.5, null]
+        });
+        let h = heatmap(&t).expect("heatmap");
+        assert_eq!(h.rows[0].1[0].bucket, 9);
+        assert_eq!(h.rows[0].1[1].v, None);
+        assert_eq!(h.rows[1].2.bucket, 3);
+        assert_eq!(h.round_credit[1].v, None);
+        assert_eq!(h.weakest, Some(("B".to_string(), 0.3)));
+        assert_eq!(h.weakest_round, Some(("round 1".to_string(), 0.5)));
+        assert!(heatmap(&serde_json::json!({"roles": 3})).is_none());
+    }
+}

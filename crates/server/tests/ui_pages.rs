@@ -1,0 +1,496 @@
+//! The web UI over a real socket, without a browser: every page renders from the store with the
+//! security headers; untrusted trace content (tests/ui/injection.json) comes back escaped and
+//! inert; filters, full-text search and keyset pages; actions with live progress over SSE;
+//! cross-site posts refused; sign-in with the token. The browser tests (crates/cli/tests/
+//! ui_browser.rs) check the same pages in Chromium.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use maslens_server::serve::{self, ui, AppState, Policy, ServeConfig};
+use maslens_store::diagnosis::ReportKind;
+use maslens_store::{NewDiagnosis, Store};
+use maslens_trace::{Outcome, Trace, TraceBuilder};
+use serde_json::{json, Value};
+
+fn repo(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
+}
+
+/// The injection fixture: its trace and its payloads.
+fn injection() -> (Trace, Vec<String>) {
+    let text = std::fs::read_to_string(repo("tests/ui/injection.json")).expect("fixture");
+    let doc: Value = serde_json::from_str(&text).expect("json");
+    let trace: Trace = serde_json::from_value(doc["trace"].clone()).expect("trace");
+    let payloads = doc["payloads"]
+        .as_object()
+        .expect("payloads")
+        .values()
+        .filter_map(|v| v.as_str().map(String::from))
+        .collect();
+    (trace, payloads)
+}
+
+struct Server {
+    base: String,
+    state: std::sync::Arc<AppState>,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+async fn start(token: Option<&str>) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&maslens_store::default_url(dir.path()))
+        .await
+        .expect("store");
+    let config = ServeConfig {
+        token: token.map(String::from),
+        policy: Policy::Off,
+        tick: Duration::from_millis(50),
+        ..ServeConfig::default()
+    };
+    let state = AppState::new(store, config).expect("state");
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve::background(state.clone(), rx));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = serve::router(state.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Server {
+        base: format!("http://{addr}"),
+        state,
+        http: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client"),
+        _dir: dir,
+        _stop: stop,
+    }
+}
+
+impl Server {
+    async fn get(&self, path: &str) -> (u16, reqwest::header::HeaderMap, String) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("GET");
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        (status, headers, r.text().await.expect("body"))
+    }
+
+    /// A page that must render: 200 with the UI's security headers.
+    async fn page(&self, path: &str) -> String {
+        let (status, h, body) = self.get(path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert_eq!(h["content-security-policy"], ui::CSP, "{path}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(h["cache-control"], "no-store", "{path}");
+        body
+    }
+
+    async fn post_form(&self, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .form(form)
+            .send()
+            .await
+            .expect("POST")
+    }
+}
+
+/// A hand-written locate diagnosis (the shape `maslens_locate::LocateVerdict` serializes to)
+/// whose model-written text carries the payloads too: model output is untrusted as well.
+fn locate_fixture(run: &str, hash: &str, payload: &str) -> NewDiagnosis {
+    let finding = |agent: &str, step: i64, c: f64| json!({"agent": agent, "step": step, "confidence": c, "rationale": format!("because {payload}")});
+    NewDiagnosis {
+        run_id: run.into(),
+        method: "locate".into(),
+        model: Some("fixture".into()),
+        trace_hash: Some(hash.into()),
+        agent: Some("Coder".into()),
+        step: Some(2),
+        confidence: Some(0.8),
+        result: json!({
+            "agent": "Coder", "step": 2, "confidence": 0.8, "source": "vote", "agreement": 0.5,
+            "rationale": format!("The code step ran {payload}"), "model": "fixture",
+            "judge": {"protocol": "all-at-once", "finding": finding("Coder", 2, 0.9)},
+            "evaluators": [
+                {"style": format!("strict{payload}"), "model": "fixture", "finding": finding("Coder", 2, 0.7)},
+                {"style": "lenient", "model": "fixture", "finding": finding("Orchestrator", 0, 0.4)}
+            ],
+            "vote": {"winner": ["Coder", 2], "support": [
+                {"agent": "Coder", "step": 2, "score": 1.6, "ballots": 2},
+                {"agent": "Orchestrator", "step": 0, "score": 0.4, "ballots": 1}], "tied": false}
+        }),
+        ..NewDiagnosis::default()
+    }
+}
+
+fn scan_fixture(run: &str, hash: &str, payload: &str) -> NewDiagnosis {
+    let event = json!({"step": 1, "agent": "Web<b>Surfer</b>", "error_type": "hallucination",
+        "description": format!("made up {payload}"), "evidence": payload, "severity": "high",
+        "absorption": {"label": "absorbed", "rationale": format!("fixed later {payload}")}});
+    NewDiagnosis {
+        run_id: run.into(),
+        method: "scan".into(),
+        model: Some("fixture".into()),
+        trace_hash: Some(hash.into()),
+        risk: Some(0.4),
+        result: json!({"events": [event.clone()], "flagged": [], "risk": 0.4}),
+        events: vec![maslens_store::ImplicitEvent {
+            step: Some(1),
+            agent: Some("Web<b>Surfer</b>".into()),
+            error_type: Some("hallucination".into()),
+            severity: Some(1.2),
+            absorbed_by: Some(3),
+            event,
+        }],
+        ..NewDiagnosis::default()
+    }
+}
+
+fn assert_inert(path: &str, body: &str, payloads: &[String]) {
+    for p in payloads {
+        if p.contains('<') || p.contains('"') {
+            assert!(
+                !body.contains(p.as_str()),
+                "{path}: raw payload {p:?} in the page"
+            );
+        }
+    }
+    // Our one script, nothing else; no javascript: link, no inline handler, no inline style.
+    assert_eq!(body.matches("<script").count(), 1, "{path}");
+    assert!(!body.contains("href=\"javascript"), "{path}");
+    for attr in [
+        " onerror=\"",
+        " onload=\"",
+        " onfocus=\"",
+        " style=\"",
+        " srcdoc=\"",
+    ] {
+        assert!(!body.contains(attr), "{path}: {attr}");
+    }
+    assert!(!body.contains("<style"), "{path}");
+    assert!(!body.contains("<iframe"), "{path}");
+}
+
+#[tokio::test]
+async fn untrusted_content_is_escaped_on_every_page() {
+    let s = start(None).await;
+    let (trace, payloads) = injection();
+    let hash = s.state.store.put_trace(&trace).await.expect("put");
+    let prior = serve::pipeline::prior_to_diagnosis(&s.state.prior, &trace, &hash).expect("prior");
+    s.state.store.add_diagnosis(&prior).await.expect("prior");
+    let script = &payloads
+        .iter()
+        .find(|p| p.starts_with("<script>"))
+        .expect("script payload")
+        .clone();
+    s.state
+        .store
+        .add_diagnosis(&locate_fixture(&trace.id, &hash, script))
+        .await
+        .expect("locate");
+    s.state
+        .store
+        .add_diagnosis(&scan_fixture(&trace.id, &hash, script))
+        .await
+        .expect("scan");
+    let id = ui::urlencode(&trace.id);
+    let pages = [
+        "/ui/traces".to_string(),
+        "/ui/traces?q=pwned".to_string(),
+        format!("/ui/traces/{id}"),
+        format!("/ui/traces/{id}?q=script"),
+        format!("/ui/traces/{id}/compare"),
+    ];
+    for path in &pages {
+        let body = s.page(path).await;
+        assert_inert(path, &body, &payloads);
+    }
+    let body = s.page(&format!("/ui/traces/{id}")).await;
+    // Shown as text: escaped, literally.
+    assert!(body.contains("&lt;script&gt;window.__pwned=1&lt;&#x2f;script&gt;"));
+    assert!(body.contains("[click me](javascript:window.__pwned=1)"));
+    assert!(
+        body.contains("{{ 7*7 }}"),
+        "template syntax in data is not evaluated"
+    );
+    // The decisive step, the ballots, the vote, the prior strip, the implicit failure and the
+    // step that absorbed it.
+    assert!(
+        body.contains("class=\"card lane-2 decisive"),
+        "decisive card"
+    );
+    assert!(body.contains("Evaluator (strict&lt;script&gt;"));
+    assert!(body.contains("Confidence-weighted vote"));
+    assert_eq!(
+        body.matches("<li><a class=\"p p-").count(),
+        trace.steps.len()
+    );
+    assert!(body.contains("implicit: hallucination"));
+    assert!(body.contains("absorbed by <a href=\"#step-3\">step 3</a>"));
+    // Search terms are marked inside escaped text.
+    let marked = s.page(&format!("/ui/traces/{id}?q=pwned")).await;
+    assert!(marked.contains("<mark>pwned</mark>"));
+}
+
+#[tokio::test]
+async fn list_filters_search_and_keyset_pages() {
+    let s = start(None).await;
+    for i in 0..130 {
+        let outcome = if i % 3 == 0 {
+            Outcome::Failure
+        } else {
+            Outcome::Success
+        };
+        let word = if i % 10 == 0 { "zebra" } else { "horse" };
+        let t = TraceBuilder::new(format!("run-{i:03}"))
+            .task(format!("task {i}"))
+            .outcome(outcome)
+            .step("Planner", format!("plan with a {word}"))
+            .step("Coder", "write code")
+            .build();
+        s.state.store.put_trace(&t).await.expect("put");
+    }
+    let all = s.page("/ui/traces").await;
+    assert!(all.contains("130 traces match."), "count");
+    let failed = s.page("/ui/traces?outcome=failure").await;
+    assert!(failed.contains("44 traces match."));
+    let zebra = s.page("/ui/traces?q=zebra").await;
+    assert!(zebra.contains("13 traces match."));
+    assert!(zebra.contains("matched in step 0 (Planner)"));
+    // Follow "Older" until the end: every run once.
+    let mut seen = Vec::new();
+    let mut path = "/ui/traces".to_string();
+    loop {
+        let body = s.page(&path).await;
+        for chunk in body.split("class=\"run-link\" href=\"/ui/traces/").skip(1) {
+            seen.push(chunk.split('"').next().expect("id").to_string());
+        }
+        let Some(i) = body.find("id=\"older\" rel=\"next\" href=\"") else {
+            break;
+        };
+        let rest = &body[i + "id=\"older\" rel=\"next\" href=\"".len()..];
+        path = rest.split('"').next().expect("href").replace("&amp;", "&");
+    }
+    assert_eq!(seen.len(), 130);
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 130, "pages are disjoint");
+    // Bad filters: a 400 page that names the field.
+    for (q, field) in [
+        ("min_risk=abc", "min_risk"),
+        ("since=yesterday", "since"),
+        ("before=nocolon", "before"),
+        ("outcome=maybe", "outcome"),
+    ] {
+        let (status, h, body) = s.get(&format!("/ui/traces?{q}")).await;
+        assert_eq!(status, 400, "{q}");
+        assert_eq!(h["content-security-policy"], ui::CSP);
+        assert!(body.contains(field), "{q}: {body}");
+    }
+    let (status, _, _) = s.get("/ui/traces/no-such-run").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn actions_run_with_live_progress_and_refuse_cross_site_posts() {
+    let s = start(None).await;
+    for i in 0..4 {
+        let t = TraceBuilder::new(format!("r{i}"))
+            .outcome(if i < 3 {
+                Outcome::Failure
+            } else {
+                Outcome::Success
+            })
+            .step("A", "first")
+            .step("B", "second")
+            .build();
+        s.state.store.put_trace(&t).await.expect("put");
+    }
+    let r = s
+        .post_form(
+            "/ui/actions",
+            &[("method", "prior"), ("outcome", "failure")],
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 303);
+    let location = r.headers()["location"]
+        .to_str()
+        .expect("location")
+        .to_string();
+    assert!(location.starts_with("/ui/jobs/"), "{location}");
+    // The event stream reports progress and ends with `done` once the worker finished.
+    let mut events = s
+        .http
+        .get(format!("{}{location}/events", s.base))
+        .send()
+        .await
+        .expect("events");
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !text.contains("event: done") {
+        let chunk = tokio::time::timeout_at(deadline, events.chunk())
+            .await
+            .expect("done within 30 s")
+            .expect("chunk")
+            .expect("stream open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let done = text
+        .split("event: done\ndata: ")
+        .nth(1)
+        .and_then(|d| d.lines().next())
+        .expect("done data");
+    let p: Value = serde_json::from_str(done).expect("progress json");
+    assert_eq!(p["total"], 3);
+    assert_eq!(p["done"], 3);
+    let job = s.page(&location).await;
+    assert!(job.contains("3 done, 0 failed"));
+    let trace = s.page("/ui/traces/r0").await;
+    assert!(trace.contains("by <strong>prior</strong>"));
+    // From another site: refused, nothing queued.
+    let r = s
+        .http
+        .post(format!("{}/ui/actions", s.base))
+        .header("origin", "http://evil.example")
+        .form(&[("method", "prior"), ("run", "r3")])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(s.state.store.jobs_of("r3").await.expect("jobs").is_empty());
+    let r = s
+        .post_form("/ui/actions", &[("method", "rm -rf"), ("run", "r3")])
+        .await;
+    assert_eq!(r.status().as_u16(), 400);
+}
+
+#[tokio::test]
+async fn browsers_sign_in_with_the_token() {
+    let s = start(Some("s3cret")).await;
+    let (status, h, _) = s.get("/ui/traces?outcome=failure").await;
+    assert_eq!(status, 303);
+    assert_eq!(
+        h["location"],
+        "/ui/login?next=%2Fui%2Ftraces%3Foutcome%3Dfailure"
+    );
+    let (status, _, _) = s.get("/api/runs").await;
+    assert_eq!(status, 401, "the API still wants the bearer token");
+    // The login form and the assets need nothing.
+    s.page("/ui/login").await;
+    let css = ui::assets::url("app.css");
+    let (status, h, _) = s.get(&css).await;
+    assert_eq!(status, 200);
+    assert_eq!(h["content-type"], "text/css; charset=utf-8");
+    assert!(h["cache-control"]
+        .to_str()
+        .expect("cc")
+        .contains("immutable"));
+    let r = s
+        .post_form("/ui/login", &[("token", "wrong"), ("next", "/ui/traces")])
+        .await;
+    assert!(r.headers()["location"]
+        .to_str()
+        .expect("loc")
+        .contains("failed=1"));
+    assert!(r.headers().get("set-cookie").is_none());
+    let r = s
+        .post_form(
+            "/ui/login",
+            &[("token", "s3cret"), ("next", "//evil.example")],
+        )
+        .await;
+    assert_eq!(r.headers()["location"], "/ui/traces", "no open redirect");
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .to_string();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+    assert!(
+        !cookie.contains("s3cret"),
+        "the cookie never carries the token"
+    );
+    let pair = cookie.split(';').next().expect("pair").to_string();
+    let r = s
+        .http
+        .get(format!("{}/ui/traces", s.base))
+        .header("cookie", pair)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn credit_and_eval_pages() {
+    let s = start(None).await;
+    let credit = json!({
+        "format_version": 1, "model": "fixture", "lambda": 0.5,
+        "table": {"roles": ["Solver<script>", "Critic"], "rounds": ["round 1", "round 2"],
+                  "cell": [[0.91, 0.2], [null, 0.55]], "cell_n": [[2, 2], [0, 2]],
+                  "role_credit": [0.55, 0.55], "round_credit": [0.4, 0.8]},
+        "traces": [], "errors": [], "prompt_versions": []
+    });
+    let cid = s
+        .state
+        .store
+        .add_report(ReportKind::Credit, "debate credit", None, &credit)
+        .await
+        .expect("credit");
+    let optimize = json!({"name": "opt", "model": "fixture", "summary": [
+            {"method": "ours", "accuracies": [0.5], "mean": 0.5, "std": 0.0, "calls": 12.0}],
+        "seeds": [{"seed": 0, "bcd": {"iterations": [
+            {"iteration": 0, "opt_accuracy": 0.4, "calls_after": 6, "selected_roles": ["Critic"],
+             "selected_rounds": [1], "rewrites": [{"target": "role:Critic", "before": "old", "after": "new <b>", "diagnosis": "too lenient"}],
+             "credit": credit["table"]}]}}]});
+    let oid = s
+        .state
+        .store
+        .add_report(ReportKind::Credit, "optimize", None, &optimize)
+        .await
+        .expect("optimize");
+    let list = s.page("/ui/credit").await;
+    assert!(list.contains("debate credit") && list.contains("optimize"));
+    let page = s.page(&format!("/ui/credit/{cid}")).await;
+    assert!(
+        page.contains("class=\"heat heat-9\""),
+        "0.91 is the darkest bucket"
+    );
+    assert!(page.contains("Solver&lt;script&gt;"));
+    let page = s.page(&format!("/ui/credit/{oid}")).await;
+    assert!(page.contains("Optimizer history") && page.contains("role:Critic"));
+    assert!(page.contains("new &lt;b&gt;"));
+    // An eval report: the JSON the eval report snapshot records.
+    let snap = std::fs::read_to_string(repo(
+        "crates/eval/tests/snapshots/report_snapshots__locate_report_json.snap",
+    ))
+    .expect("snapshot");
+    let json_text = snap.splitn(3, "---").nth(2).expect("snapshot body");
+    let report: Value = serde_json::from_str(json_text.trim()).expect("report json");
+    let eid = s
+        .state
+        .store
+        .add_report(ReportKind::Eval, "whowhen", None, &report)
+        .await
+        .expect("eval");
+    let list = s.page("/ui/evals").await;
+    assert!(list.contains(&format!("/ui/evals/{eid}")));
+    let (status, h, body) = s.get(&format!("/ui/evals/{eid}")).await;
+    assert_eq!(status, 200, "{body}");
+    let csp = h["content-security-policy"].to_str().expect("csp");
+    assert!(csp.contains("style-src 'self' 'sha256-"), "{csp}");
+    assert!(!csp.contains("unsafe-inline"));
+    let (status, _, _) = s.get("/ui/credit/nope").await;
+    assert_eq!(status, 404);
+}
