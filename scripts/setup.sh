@@ -14,6 +14,11 @@ command -v ccache >/dev/null 2>&1 || need+=(ccache)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # python3-venv: scripts/pyenv.sh makes the venv of the OpenTelemetry clients and Phoenix.
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+# Headless Chromium + its WebDriver for the browser UI tests (crates/cli/tests/common/browser.rs drives
+# /usr/bin/chromedriver, which starts /usr/bin/chromium); DejaVu so pages and screenshots render text.
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -25,4 +30,9 @@ fi
 if [ "${MASLENS_SKIP_MODEL:-0}" != "1" ]; then
   ./scripts/fetch-model.sh smollm2-135m >/dev/null
   ./scripts/fetch-model.sh gemma3-270m >/dev/null
+fi
+# axe-core (test-only, MPL-2.0; never built into maslens) for the browser tests' accessibility checks,
+# cached in $MASLENS_HOME/vendor.
+if [ "${MASLENS_SKIP_AXE:-0}" != "1" ]; then
+  ./scripts/fetch-axe.sh >/dev/null
 fi

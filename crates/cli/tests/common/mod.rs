@@ -48,4 +48,5 @@ pub fn stdout_json(o: &Output) -> Value {
         )
     })
 }
+pub mod browser;
 pub mod serve;
