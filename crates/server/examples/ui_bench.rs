@@ -205,7 +205,12 @@ async fn main() -> Result<(), BoxError> {
             ),
         ),
         ("list, min_risk=0.9", "/ui/traces?min_risk=0.9".into()),
+        ("list, min_risk=0.999", "/ui/traces?min_risk=0.999".into()),
         ("list, search common word (w0)", "/ui/traces?q=w0".into()),
+        (
+            "list, search common word + outcome",
+            "/ui/traces?q=w0&outcome=failure".into(),
+        ),
         (
             "list, search rare word (needle)",
             "/ui/traces?q=needle".into(),
@@ -243,10 +248,16 @@ async fn main() -> Result<(), BoxError> {
         base_n.min(50),
     )
     .await?;
-    let deep = rows[7]["p99_ms"].as_f64().unwrap_or(f64::NAN);
-    let rare = rows[6]["p99_ms"].as_f64().unwrap_or(f64::NAN);
-    let page130 = rows[8]["p99_ms"].as_f64().unwrap_or(f64::NAN);
-    let api130 = rows[9]["p99_ms"].as_f64().unwrap_or(f64::NAN);
+    let p99 = |name: &str| {
+        rows.iter()
+            .find(|r| r["page"] == name)
+            .and_then(|r| r["p99_ms"].as_f64())
+            .unwrap_or(f64::NAN)
+    };
+    let deep = p99("list, keyset page at row 90,000");
+    let rare = p99("list, search rare word (needle)");
+    let page130 = p99("trace page, 130 steps");
+    let api130 = p99("API run JSON, 130 steps");
     println!();
     println!("baselines (same store, same run; p99):");
     println!(

@@ -46,6 +46,24 @@ async fn start(token: Option<&str>) -> Server {
     let store = Store::open(&maslens_store::default_url(dir.path()))
         .await
         .expect("store");
+    start_on(store, dir, token).await
+}
+
+/// The same server on a fresh PostgreSQL database, when `MASLENS_TEST_PG_URL` names a server
+/// (`scripts/test.sh` starts one; CI always has it).
+async fn start_pg() -> Option<Server> {
+    let Ok(url) = std::env::var("MASLENS_TEST_PG_URL") else {
+        eprintln!("MASLENS_TEST_PG_URL is not set: the PostgreSQL variant is skipped");
+        return None;
+    };
+    let db = maslens_store::testing::fresh_postgres(&url)
+        .await
+        .expect("a fresh PostgreSQL database");
+    let store = Store::open(&db).await.expect("postgres store");
+    Some(start_on(store, tempfile::tempdir().expect("tempdir"), None).await)
+}
+
+async fn start_on(store: Store, dir: tempfile::TempDir, token: Option<&str>) -> Server {
     let config = ServeConfig {
         token: token.map(String::from),
         policy: Policy::Off,
@@ -245,7 +263,17 @@ async fn untrusted_content_is_escaped_on_every_page() {
 
 #[tokio::test]
 async fn list_filters_search_and_keyset_pages() {
-    let s = start(None).await;
+    list_checks(start(None).await).await;
+}
+
+#[tokio::test]
+async fn list_filters_search_and_keyset_pages_on_postgres() {
+    if let Some(s) = start_pg().await {
+        list_checks(s).await;
+    }
+}
+
+async fn list_checks(s: Server) {
     for i in 0..130 {
         let outcome = if i % 3 == 0 {
             Outcome::Failure

@@ -47,6 +47,8 @@ pub const PAGE_ROWS: i64 = 50;
 /// The list counts matches up to this many ("More than 1,000"): a count walks every match, and
 /// a common word with another filter at 10,000 cost 0.3-0.9 s at 100,000 runs.
 const COUNT_CAP: i64 = 1_000;
+/// With a search, each counted run is a full-text lookup: count fewer ("More than 200").
+const COUNT_CAP_SEARCH: i64 = 200;
 /// Runs a filtered action may start.
 const ACTION_MAX_RUNS: i64 = 1000;
 
@@ -406,32 +408,34 @@ async fn traces(State(state): State<Arc<AppState>>, RawQuery(raw): RawQuery) -> 
         Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e),
     };
     filter.limit = Some(PAGE_ROWS + 1);
-    let mut runs = match state.store.list_runs(&filter).await {
-        Ok(r) => r,
-        Err(e) => return store_error(&state, e),
+    let count_filter = RunFilter {
+        before: None,
+        limit: None,
+        ..filter.clone()
+    };
+    // The page, the count and the filter menus are independent reads: run them side by side
+    // (the pool has several connections; on a common search word the count is the slow one).
+    let (runs, counted, facets) = tokio::join!(
+        state.store.list_runs(&filter),
+        state.store.count_runs_capped(
+            &count_filter,
+            if filter.q.is_some() {
+                COUNT_CAP_SEARCH
+            } else {
+                COUNT_CAP
+            }
+        ),
+        state.store.facets(),
+    );
+    let (mut runs, (count, capped), facets) = match (runs, counted, facets) {
+        (Ok(r), Ok(c), Ok(f)) => (r, c, f),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return store_error(&state, e),
     };
     let more = runs.len() as i64 > PAGE_ROWS;
     runs.truncate(PAGE_ROWS as usize);
     let next = more
         .then(|| runs.last().map(|r| format!("{}:{}", r.received_ns, r.id)))
         .flatten();
-    let count_filter = RunFilter {
-        before: None,
-        limit: None,
-        ..filter.clone()
-    };
-    let (count, capped) = match state
-        .store
-        .count_runs_capped(&count_filter, COUNT_CAP)
-        .await
-    {
-        Ok(c) => c,
-        Err(e) => return store_error(&state, e),
-    };
-    let facets = match state.store.facets().await {
-        Ok(f) => f,
-        Err(e) => return store_error(&state, e),
-    };
     let mut rows = Vec::with_capacity(runs.len());
     for run in runs {
         let matches = match &filter.q {
