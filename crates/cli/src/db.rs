@@ -13,6 +13,22 @@ pub async fn open(db: &str) -> anyhow::Result<Store> {
         .with_context(|| format!("opening the store {db}"))
 }
 
+/// Store a credit table, an optimizer experiment or an eval report (`kind`) as JSON under `name`;
+/// returns its id. What `credit`, `optimize` and `eval locate` do with `--db`.
+pub fn add_report(
+    db: &str,
+    kind: maslens_store::diagnosis::ReportKind,
+    name: &str,
+    run_id: Option<&str>,
+    body: &impl serde::Serialize,
+) -> anyhow::Result<String> {
+    let body = serde_json::to_value(body)?;
+    crate::cmd::block_on(async {
+        let store = open(db).await?;
+        anyhow::Ok(store.add_report(kind, name, run_id, &body).await?)
+    })?
+}
+
 /// The stored version of `trace`: its hash when the store holds this very trace (imported or
 /// received), else the hash of the copy imported now.
 pub async fn ensure(store: &Store, trace: &Trace) -> anyhow::Result<String> {

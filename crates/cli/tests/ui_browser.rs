@@ -26,36 +26,6 @@ fn run_ok(home: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A 130-step trace of five agents with long, multi-line steps (the size the issue names).
-fn long_trace() -> maslens_trace::Trace {
-    let agents = [
-        "Orchestrator",
-        "WebSurfer",
-        "Coder",
-        "ComputerTerminal",
-        "FileSurfer",
-    ];
-    let mut b = maslens_trace::TraceBuilder::new("long-130")
-        .task("Find the population of the three largest cities and sum them.")
-        .outcome(maslens_trace::Outcome::Failure);
-    for i in 0..130 {
-        let agent = agents[i % agents.len()];
-        let lines = 3 + (i * 7) % 25;
-        let content = (0..lines)
-            .map(|l| {
-                format!(
-                    "step {i} line {l}: the agent reports intermediate findings, numbers {} and {}",
-                    i * 31 + l,
-                    l * 17
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        b = b.step(agent, content);
-    }
-    b.build()
-}
-
 /// The injection fixture's trace, written as a trace file.
 fn injection_file(dir: &Path) -> (String, std::path::PathBuf) {
     let text = std::fs::read_to_string(repo().join("tests/ui/injection.json")).expect("fixture");
@@ -125,7 +95,11 @@ async fn ui_in_chromium() {
     let whowhen = whowhen.to_str().expect("path");
     let (inj_id, inj) = injection_file(home);
     let long = home.join("long.json");
-    std::fs::write(&long, serde_json::to_string(&long_trace()).expect("json")).expect("write");
+    std::fs::write(
+        &long,
+        serde_json::to_string(&maslens_store::testing::long_trace("long-130", 130)).expect("json"),
+    )
+    .expect("write");
     for f in [
         whowhen,
         inj.to_str().expect("path"),

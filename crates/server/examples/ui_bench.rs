@@ -93,34 +93,6 @@ async fn time_sql(
     Ok(stat(ms))
 }
 
-fn long_trace() -> maslens_trace::Trace {
-    let agents = [
-        "Orchestrator",
-        "WebSurfer",
-        "Coder",
-        "ComputerTerminal",
-        "FileSurfer",
-    ];
-    let mut b = maslens_trace::TraceBuilder::new("bench-130")
-        .task("Find the population of the three largest cities and sum them.")
-        .outcome(maslens_trace::Outcome::Failure);
-    for i in 0..130 {
-        let lines = 3 + (i * 7) % 25;
-        let content = (0..lines)
-            .map(|l| {
-                format!(
-                    "step {i} line {l}: the agent reports findings {} and {}",
-                    i * 31 + l,
-                    l * 17
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        b = b.step(agents[i % agents.len()], content);
-    }
-    b.build()
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -154,7 +126,7 @@ async fn main() -> Result<(), BoxError> {
             t.elapsed().as_secs_f64()
         );
     }
-    let trace = long_trace();
+    let trace = maslens_store::testing::long_trace("bench-130", 130);
     let hash = store.put_trace(&trace).await?;
     let config = ServeConfig {
         policy: Policy::Off,

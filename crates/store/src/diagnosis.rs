@@ -291,14 +291,7 @@ impl Store {
             .fetch_all(&self.pool)
             .await
             .map_err(q("reports"))?;
-        rows.iter()
-            .map(|r| {
-                let id: String = col(r, "id")?;
-                let body: String = col(r, "body")?;
-                let body = json_col(&body, || format!("report {id}"))?;
-                Ok((id, col(r, "name")?, col(r, "created_ns")?, body))
-            })
-            .collect()
+        rows.iter().map(report_row).collect()
     }
 }
 
@@ -346,15 +339,16 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .map_err(q("reports of run"))?;
-        rows.iter()
-            .map(|r| {
-                let id: String = col(r, "id")?;
-                let body: String = col(r, "body")?;
-                let body = json_col(&body, || format!("report {id}"))?;
-                Ok((id, col(r, "name")?, col(r, "created_ns")?, body))
-            })
-            .collect()
+        rows.iter().map(report_row).collect()
     }
+}
+
+/// A report list row: `(id, name, created_ns, body)`.
+fn report_row(r: &AnyRow) -> Result<(String, String, i64, Value)> {
+    let id: String = col(r, "id")?;
+    let body: String = col(r, "body")?;
+    let body = json_col(&body, || format!("report {id}"))?;
+    Ok((id, col(r, "name")?, col(r, "created_ns")?, body))
 }
 
 /// Which report table.

@@ -207,3 +207,33 @@ pub async fn synthetic_runs(
     }
     Ok(())
 }
+
+/// A trace `id` of `steps` steps by five agents (Magentic-One's names), each step 3 to 27 lines
+/// long (`3 + 7i mod 25`), failed: the long trace of the UI's page benchmark and browser tests.
+pub fn long_trace(id: &str, steps: usize) -> maslens_trace::Trace {
+    let agents = [
+        "Orchestrator",
+        "WebSurfer",
+        "Coder",
+        "ComputerTerminal",
+        "FileSurfer",
+    ];
+    let mut b = TraceBuilder::new(id)
+        .task("Find the population of the three largest cities and sum them.")
+        .outcome(Outcome::Failure);
+    for i in 0..steps {
+        let lines = 3 + (i * 7) % 25;
+        let content = (0..lines)
+            .map(|l| {
+                format!(
+                    "step {i} line {l}: the agent reports intermediate findings, numbers {} and {}",
+                    i * 31 + l,
+                    l * 17
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        b = b.step(agents[i % agents.len()], content);
+    }
+    b.build()
+}

@@ -98,21 +98,14 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     }
     // `--db`: the credit run (table and per-trace credit) is stored beside the runs it scored.
     if let Some(db) = &args.input.db {
-        let body = serde_json::to_value(&run)?;
         let run_id = (traces.len() == 1).then(|| traces[0].id.clone());
-        let id = block_on(async {
-            let store = crate::db::open(db).await?;
-            anyhow::Ok(
-                store
-                    .add_report(
-                        maslens_store::diagnosis::ReportKind::Credit,
-                        &title,
-                        run_id.as_deref(),
-                        &body,
-                    )
-                    .await?,
-            )
-        })??;
+        let id = crate::db::add_report(
+            db,
+            maslens_store::diagnosis::ReportKind::Credit,
+            &title,
+            run_id.as_deref(),
+            &run,
+        )?;
         eprintln!("credit table stored in {db} as {id}");
     }
     if let Some(p) = &args.html {

@@ -117,20 +117,13 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing reports to {}", dir.display()))?;
     }
     if let Some(db) = &a.db {
-        let body = serde_json::to_value(report)?;
-        let id = super::block_on(async {
-            let store = crate::db::open(db).await?;
-            anyhow::Ok(
-                store
-                    .add_report(
-                        maslens_store::diagnosis::ReportKind::Eval,
-                        &a.dataset,
-                        None,
-                        &body,
-                    )
-                    .await?,
-            )
-        })??;
+        let id = crate::db::add_report(
+            db,
+            maslens_store::diagnosis::ReportKind::Eval,
+            &a.dataset,
+            None,
+            report,
+        )?;
         eprintln!("report stored in {db} as {id}");
     }
     if global.json {

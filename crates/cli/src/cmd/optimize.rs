@@ -189,20 +189,13 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         write_outputs(dir, &x, &cfg).with_context(|| format!("writing {}", dir.display()))?;
     }
     if let Some(db) = &args.db {
-        let body = serde_json::to_value(&x)?;
-        let id = block_on(async {
-            let store = crate::db::open(db).await?;
-            anyhow::Ok(
-                store
-                    .add_report(
-                        maslens_store::diagnosis::ReportKind::Credit,
-                        &format!("optimize: {}", x.name),
-                        None,
-                        &body,
-                    )
-                    .await?,
-            )
-        })??;
+        let id = crate::db::add_report(
+            db,
+            maslens_store::diagnosis::ReportKind::Credit,
+            &format!("optimize: {}", x.name),
+            None,
+            &x,
+        )?;
         eprintln!("experiment stored in {db} as {id}");
     }
     let mut out = std::io::stdout().lock();

@@ -52,20 +52,23 @@ pub struct ListQuery {
     pub limit: Option<i64>,
 }
 
+/// A keyset cursor `NS:ID` (the last row of the previous page, as `next` gives it).
+pub fn parse_cursor(c: &str) -> Result<(i64, String), String> {
+    let (ns, id) = c
+        .split_once(':')
+        .ok_or_else(|| format!("before: expected NS:ID, got {c:?}"))?;
+    let ns = ns
+        .parse::<i64>()
+        .map_err(|_| format!("before: {ns:?} is not a number"))?;
+    if id.is_empty() || id.len() > 512 {
+        return Err(format!("before: {id:?} is not a run id"));
+    }
+    Ok((ns, id.to_string()))
+}
+
 impl ListQuery {
     fn filter(&self) -> Result<RunFilter, String> {
-        let before = match &self.before {
-            None => None,
-            Some(c) => {
-                let (ns, id) = c
-                    .split_once(':')
-                    .ok_or_else(|| format!("before: expected NS:ID, got {c:?}"))?;
-                let ns = ns
-                    .parse::<i64>()
-                    .map_err(|_| format!("before: {ns:?} is not a number"))?;
-                Some((ns, id.to_string()))
-            }
-        };
+        let before = self.before.as_deref().map(parse_cursor).transpose()?;
         Ok(RunFilter {
             q: self.q.clone(),
             outcome: self.outcome.clone(),

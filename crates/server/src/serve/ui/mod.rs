@@ -295,21 +295,10 @@ impl ListParams {
         };
         let since_ns = date("since", &self.since)?;
         let until_ns = date("until", &self.until)?.map(|d| d.saturating_add(86_400_000_000_000));
-        let before = match some(&self.before) {
-            None => None,
-            Some(c) => {
-                let (ns, id) = c
-                    .split_once(':')
-                    .ok_or_else(|| format!("before: expected NS:ID, got {c:?}"))?;
-                let ns = ns
-                    .parse::<i64>()
-                    .map_err(|_| format!("before: {ns:?} is not a number"))?;
-                if id.is_empty() || id.len() > 512 {
-                    return Err("before: bad run id".into());
-                }
-                Some((ns, id.to_string()))
-            }
-        };
+        let before = some(&self.before)
+            .as_deref()
+            .map(super::api::parse_cursor)
+            .transpose()?;
         let outcome = some(&self.outcome);
         if let Some(o) = &outcome {
             if !["success", "failure", "unknown"].contains(&o.as_str()) {
