@@ -270,3 +270,120 @@ fn e2e_serve_model_streams_tokens() {
         "{last}"
     );
 }
+
+/// POST a JSON body with curl; (status, body).
+fn post(url: &str, body: &Value) -> (u16, String) {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "120",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "-H",
+        ])
+        .arg("content-type: application/json")
+        .arg("--data-binary")
+        .arg(body.to_string())
+        .arg(url)
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// Issue 16 item 1: a JSON schema or grammar that admits nothing used to abort the whole process
+/// in llama.cpp (`serve-model` died for every client; `batch run` exited 134 with an empty
+/// file). Now: a 400 naming the problem, the server keeps serving, a grammar that allows no token
+/// ends its answer instead of aborting, and `batch run` reports the bad line and goes on.
+#[test]
+fn e2e_schemas_and_grammars_that_admit_nothing_do_not_kill_the_process() {
+    let server = start_server(&[]);
+    let url = format!("{}/chat/completions", server.base_url.trim_end_matches('/'));
+    let ask = |extra: Value| {
+        let mut body = json!({"model": "smollm2", "max_tokens": 8,
+                              "messages": [{"role": "user", "content": "Give a number."}]});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        post(&url, &body)
+    };
+    let schema = |s: Value| json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": s}}});
+    for (extra, says) in [
+        (
+            schema(json!({"type": "integer", "minimum": 5, "maximum": 1})),
+            "minimum 5 is greater than maximum 1",
+        ),
+        (schema(json!({"type": "nonsense"})), "not valid"),
+        (schema(json!({"enum": []})), "empty"),
+        (
+            schema(json!({"$ref": "#/definitions/x"})),
+            "points to nothing",
+        ),
+        (json!({"grammar": "root ::= [5-1]"}), "inverted"),
+    ] {
+        let (status, body) = ask(extra.clone());
+        assert_eq!(status, 400, "{extra}: {body}");
+        assert!(
+            body.contains("invalid_request_error") && body.contains(says),
+            "{extra}: {body}"
+        );
+    }
+    // A grammar that passes every check but allows no character at all: the answer ends empty.
+    let (status, body) = ask(json!({"grammar": "root ::= [^\\x00-\\U0010FFFF]"}));
+    assert_eq!(status, 200, "{body}");
+    // Still serving.
+    let (status, body) = ask(schema(
+        json!({"type": "integer", "minimum": 1, "maximum": 9}),
+    ));
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let n: i64 = v["choices"][0]["message"]["content"]
+        .as_str()
+        .and_then(|c| c.trim().parse().ok())
+        .expect("an integer");
+    assert!((1..=9).contains(&n), "{n}");
+    drop(server);
+
+    // `batch run` with the bad schema on one line: that line fails, the others are answered.
+    let dir = tempfile::tempdir().unwrap();
+    let req = |s: Value| {
+        json!({"messages": [{"role": "user", "content": "Give a number."}], "max_tokens": 6,
+               "json_schema": s})
+        .to_string()
+    };
+    let file = dir.path().join("requests.jsonl");
+    std::fs::write(
+        &file,
+        [
+            req(json!({"type": "integer", "minimum": 5, "maximum": 1})),
+            req(json!({"type": "integer", "minimum": 1, "maximum": 9})),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let home = std::env::var("MASLENS_HOME").ok();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_maslens"));
+    if let Some(h) = home {
+        cmd.env("MASLENS_HOME", h);
+    }
+    let out = cmd
+        .env("MASLENS_CACHE", dir.path().join("cache.sqlite"))
+        .args([
+            "--json",
+            "batch",
+            "run",
+            file.to_str().unwrap(),
+            "--model",
+            "local:smollm2-135m",
+        ])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "ran, one line failed: {stderr}");
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("json summary");
+    assert_eq!(summary["summary"]["ok"], 1, "{summary}");
+}

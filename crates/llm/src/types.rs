@@ -170,6 +170,10 @@ pub enum LlmError {
     ModelUnavailable(String),
     #[error("local backend error: {0}")]
     Local(String),
+    /// The request itself cannot be served (a JSON schema or grammar that is invalid or admits
+    /// no answer): retrying it cannot help; an HTTP server answers 400.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
     #[error("cache error: {0}")]
     Cache(String),
     #[error("{0}")]

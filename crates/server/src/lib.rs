@@ -191,7 +191,7 @@ fn model_error(err: LlmError) -> Response {
         LlmError::Local(m) if m.contains("does not fit the context") => {
             api_error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
         }
-        LlmError::Spec { .. } => {
+        LlmError::Spec { .. } | LlmError::InvalidRequest(_) => {
             api_error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
         }
         LlmError::Budget(_) => {

@@ -504,15 +504,24 @@ impl Inner {
     }
 
     fn sampler(&self, request: &ChatRequest) -> Result<Sampler, LlmError> {
+        // Checked before llama.cpp sees them: a schema or grammar that admits nothing would
+        // leave the grammar no token to allow (see `Sampler::sample` for the guard behind this).
         let grammar = match (&request.grammar, &request.json_schema) {
-            (Some(g), _) => Some(g.clone()),
-            (None, Some(schema)) => Some(schema_to_grammar(schema)?),
+            (Some(g), _) => {
+                crate::schema_check::check_grammar(g).map_err(LlmError::InvalidRequest)?;
+                Some(g.clone())
+            }
+            (None, Some(schema)) => {
+                crate::schema_check::check_schema(schema).map_err(LlmError::InvalidRequest)?;
+                Some(schema_to_grammar(schema)?)
+            }
             (None, None) => None,
         };
         let grammar = grammar
             .map(|g| {
-                LlamaSampler::grammar(self.model, &g, "root")
-                    .map_err(|e| LlmError::Local(format!("llama.cpp rejected the grammar: {e}")))
+                LlamaSampler::grammar(self.model, &g, "root").map_err(|e| {
+                    LlmError::InvalidRequest(format!("llama.cpp rejected the grammar: {e}"))
+                })
             })
             .transpose()?;
         let mut chain = Vec::new();
@@ -574,10 +583,19 @@ impl Sampler {
         if !allowed {
             let mut all = Self::candidates(ctx, idx);
             all.apply_sampler(grammar);
+            // Never hand the grammar a token it rejected: llama.cpp throws from inside
+            // `accept` (an empty stack), and a C++ exception through the C API aborts the
+            // process. When the grammar allows no token at all, the answer ends here.
+            if !all.data.iter().any(|d| d.logit().is_finite()) {
+                return None;
+            }
             all.apply_sampler(&mut self.rest);
-            token = all.selected_token();
+            token = all.selected_token().filter(|t| {
+                all.data
+                    .iter()
+                    .any(|d| d.id() == *t && d.logit().is_finite())
+            });
         }
-        // `None` only when the grammar allows no token at all: the caller ends the answer.
         let token = token?;
         grammar.accept(token);
         self.rest.accept(token);
@@ -589,8 +607,11 @@ impl Sampler {
 pub(super) fn schema_to_grammar(schema: &serde_json::Value) -> Result<String, LlmError> {
     // Properties in `required` order: the grammar makes the model write keys in text order.
     let text = crate::schema_order::to_string(schema);
-    llama_cpp_2::json_schema_to_grammar(&text)
-        .map_err(|e| LlmError::Local(format!("cannot turn the JSON schema into a grammar: {e}")))
+    llama_cpp_2::json_schema_to_grammar(&text).map_err(|e| {
+        LlmError::InvalidRequest(format!(
+            "the JSON schema uses something llama.cpp's grammar converter does not support ({e})"
+        ))
+    })
 }
 
 /// How far streamed text may go: all of the valid text but the last `hold` bytes (a stop string
