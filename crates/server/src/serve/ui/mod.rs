@@ -425,21 +425,29 @@ async fn traces(State(state): State<Arc<AppState>>, RawQuery(raw): RawQuery) -> 
     let next = more
         .then(|| runs.last().map(|r| format!("{}:{}", r.received_ns, r.id)))
         .flatten();
-    let mut rows = Vec::with_capacity(runs.len());
-    for run in runs {
-        let matches = match &filter.q {
-            Some(q) => match state.store.step_matches(&run.id, q, 3).await {
-                Ok(m) => m.into_iter().map(|m| (m.step, m.agent)).collect(),
+    // Where each listed run matched: one small full-text probe per row, side by side.
+    let matches: Vec<Vec<(i64, Option<String>)>> = match &filter.q {
+        Some(q) => {
+            let probes = runs.iter().map(|r| state.store.step_matches(&r.id, q, 3));
+            match futures_util::future::try_join_all(probes).await {
+                Ok(all) => all
+                    .into_iter()
+                    .map(|m| m.into_iter().map(|m| (m.step, m.agent)).collect())
+                    .collect(),
                 Err(e) => return store_error(&state, e),
-            },
-            None => Vec::new(),
-        };
-        rows.push(Row {
+            }
+        }
+        None => vec![Vec::new(); runs.len()],
+    };
+    let rows: Vec<Row> = runs
+        .into_iter()
+        .zip(matches)
+        .map(|(run, matches)| Row {
             risk_bucket: view::bucket(run.risk.unwrap_or(0.0)),
             run,
             matches,
-        });
-    }
+        })
+        .collect();
     let query = params.query();
     page(
         &state,
