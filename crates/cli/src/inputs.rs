@@ -98,7 +98,12 @@ pub fn for_each_trace(
         })??;
         for trace in traces {
             let diagnostics = maslens_trace::validate(&trace);
-            handle(Ok(Imported { trace, diagnostics }))?;
+            handle(Ok(Imported {
+                record: Some(format!("run {}", trace.id)),
+                file: Some(db.clone()),
+                trace,
+                diagnostics,
+            }))?;
         }
         pb.finish_and_clear();
         return Ok(counts);
@@ -115,7 +120,13 @@ pub fn for_each_trace(
         }
         for trace in maslens_otlp::assemble::traces(&read.spans) {
             let diagnostics = maslens_trace::validate(&trace);
-            handle(Ok(Imported { trace, diagnostics }))?;
+            // Assembled from spans across the files: no one file or record.
+            handle(Ok(Imported {
+                file: None,
+                record: None,
+                trace,
+                diagnostics,
+            }))?;
         }
         pb.finish_and_clear();
         return Ok(counts);

@@ -400,3 +400,49 @@ fn a_closed_stdout_pipe_ends_quietly() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
     }
 }
+
+/// Issue 16 item 8: a trace id read twice is named where the second copy is, pointing back at
+/// the first; `import` says so too and exits 1 (in a store the later copy would replace the first).
+#[test]
+fn duplicate_trace_ids_are_named_at_the_second_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dups.jsonl");
+    let rec = |id: &str, text: &str| {
+        serde_json::json!({"id": id, "task": "q", "agents": [{"name": "A"}],
+                           "steps": [{"index": 0, "agent": "A", "content": text}]})
+        .to_string()
+    };
+    std::fs::write(
+        &file,
+        [rec("a", "x"), rec("b", "y"), rec("a", "z")].join("\n"),
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let o = maslens(&["validate", f]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(&format!(
+            "{f}: line 3: at id: duplicate trace id `a` (first seen in {f}: line 1)"
+        )),
+        "{out}"
+    );
+    let o = maslens(&[
+        "--json",
+        "import",
+        f,
+        "-o",
+        dir.path().join("out.jsonl").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{f}: line 3: duplicate trace id `a` (first seen in {f}: line 1)"
+        )),
+        "{err}"
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["duplicate_ids"], 1);
+    assert_eq!(summary["traces"], 3, "every record is still written");
+}

@@ -22,17 +22,18 @@ impl CorpusCheck {
     /// validation) and the corpus checks (a duplicate id).
     pub fn check(&mut self, imp: &Imported) -> Vec<Diagnostic> {
         let t = &imp.trace;
-        let location = match (&t.source.file, &t.source.record) {
-            (Some(f), Some(r)) => format!("{f}: {r}"),
-            (Some(f), None) => f.clone(),
-            _ => t.id.clone(),
-        };
         let mut diags = imp.diagnostics.clone();
+        // The duplicate is named where it was read (the second copy), the first copy where it was.
         diags.extend(
             self.validator
-                .check(t, &location)
+                .check(t, &imp.location())
                 .into_iter()
-                .filter(|d| d.message.starts_with("duplicate trace id")),
+                .filter(|d| d.message.starts_with("duplicate trace id"))
+                .map(|mut d| {
+                    d.file = imp.file.clone();
+                    d.record = imp.record.clone();
+                    d
+                }),
         );
         for d in &diags {
             match d.severity {
@@ -80,11 +81,24 @@ mod tests {
         let imp = Imported {
             trace: Trace::new("x"),
             diagnostics: vec![Diagnostic::warning("w")],
+            file: Some("f.jsonl".into()),
+            record: Some("line 1".into()),
         };
         let mut c = CorpusCheck::new();
         assert_eq!(c.check(&imp).len(), 1);
-        let second = c.check(&imp);
+        let again = Imported {
+            record: Some("line 3".into()),
+            ..imp.clone()
+        };
+        let second = c.check(&again);
         assert!(second[1].message.starts_with("duplicate trace id"));
+        // Named at the second copy, pointing back at the first.
+        assert_eq!(second[1].record.as_deref(), Some("line 3"));
+        assert!(
+            second[1].message.contains("first seen in f.jsonl: line 1"),
+            "{}",
+            second[1].message
+        );
         assert_eq!((c.errors, c.warnings), (1, 2));
         assert!(!c.ok(0, false));
         assert_eq!(diagnostic_json("x", &second[0])["trace"], "x");

@@ -37,6 +37,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let to_db = args.input.db.is_some() && !args.input.inputs.is_empty();
     let write_jsonl = !to_db || args.output.is_some();
     let mut stored = Vec::new();
+    // A second trace with an id already read: said, counted, and a problem (exit 1): in a store
+    // the later copy replaces the earlier one.
+    let mut first_seen: std::collections::HashMap<String, String> = Default::default();
+    let mut duplicates = 0u64;
     let counts = for_each_trace(
         &args.input,
         global,
@@ -45,6 +49,24 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             for d in &imp.diagnostics {
                 if d.severity == Severity::Error || show_warnings {
                     eprintln!("{}", diag_line(&imp.trace.id, d));
+                }
+            }
+            match first_seen.get(&imp.trace.id) {
+                Some(first) => {
+                    duplicates += 1;
+                    eprintln!(
+                        "error: {}: duplicate trace id `{}` (first seen in {first}){}",
+                        imp.location(),
+                        imp.trace.id,
+                        if to_db {
+                            "; the store keeps the later copy"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                None => {
+                    first_seen.insert(imp.trace.id.clone(), imp.location());
                 }
             }
             if to_db {
@@ -82,6 +104,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         "skipped": counts.skipped,
         "warnings": counts.warnings,
         "errors": counts.errors,
+        "duplicate_ids": duplicates,
         "output": args.output.as_ref().map(|p| p.display().to_string()),
     });
     if global.json && args.output.is_some() {
@@ -90,11 +113,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         eprintln!("{summary}");
     } else {
         eprintln!(
-            "imported {} traces, skipped {} records ({} warnings, {} validation errors){}",
+            "imported {} traces, skipped {} records ({} warnings, {} validation errors, {} duplicate ids){}",
             counts.traces,
             counts.skipped,
             counts.warnings,
             counts.errors,
+            duplicates,
             if counts.warnings > 0 && !show_warnings {
                 "; --warnings lists them, `maslens validate` explains them"
             } else {
@@ -102,7 +126,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             }
         );
     }
-    Ok(ExitCode::from(if counts.skipped > 0 {
+    Ok(ExitCode::from(if counts.skipped > 0 || duplicates > 0 {
         EXIT_PROBLEMS
     } else {
         EXIT_OK

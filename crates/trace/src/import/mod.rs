@@ -90,6 +90,20 @@ impl FromStr for Format {
 pub struct Imported {
     pub trace: Trace,
     pub diagnostics: Vec<Diagnostic>,
+    /// Where it was read: the file as shown in messages and the record (`line 3`), when known.
+    pub file: Option<String>,
+    pub record: Option<String>,
+}
+
+impl Imported {
+    /// Where the trace was read, for messages: `FILE: line N`, `FILE`, or the trace id.
+    pub fn location(&self) -> String {
+        match (&self.file, &self.record) {
+            (Some(f), Some(r)) => format!("{f}: {r}"),
+            (Some(f), None) => f.clone(),
+            _ => format!("trace {}", self.trace.id),
+        }
+    }
 }
 
 /// A record (or file) that could not be read as a trace.
@@ -298,7 +312,12 @@ fn finish(trace: Trace, mut diagnostics: Vec<Diagnostic>, ctx: &RecordCtx<'_>) -
             d.record = ctx.record();
         }
     }
-    Imported { trace, diagnostics }
+    Imported {
+        trace,
+        diagnostics,
+        file: Some(ctx.file.to_string()),
+        record: ctx.record(),
+    }
 }
 
 /// Import one record (a whole file's bytes, or one line) in the given format. `Auto` detects
