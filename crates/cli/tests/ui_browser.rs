@@ -35,17 +35,6 @@ fn injection_file(dir: &Path) -> (String, std::path::PathBuf) {
     (doc["trace"]["id"].as_str().expect("id").to_string(), path)
 }
 
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 async fn status(base: &str) -> Value {
     let url = format!("{base}/api/status");
     tokio::task::spawn_blocking(move || common::serve::get(&url))
@@ -233,8 +222,11 @@ async fn ui_in_chromium() {
     b.screenshot("eval-report").await;
 
     // Untrusted content: every step unfolded, nothing ran.
-    b.goto(&format!("{base}/ui/traces/{}", urlencode(&inj_id)))
-        .await;
+    b.goto(&format!(
+        "{base}/ui/traces/{}",
+        maslens_server::serve::ui::urlencode(&inj_id)
+    ))
+    .await;
     b.wait_for("#steps", Duration::from_secs(5)).await;
     b.eval_js("document.querySelectorAll('details').forEach(d => d.open = true); return 1;")
         .await;

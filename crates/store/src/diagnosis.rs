@@ -99,7 +99,7 @@ fn text(v: &Value) -> Option<String> {
 }
 
 /// A fresh id: hex of SHA-256 over what identifies the row and the time.
-pub(crate) fn new_id(parts: &[&str]) -> String {
+pub fn new_id(parts: &[&str]) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     let seed = format!(

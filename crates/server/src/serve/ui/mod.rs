@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use axum::extract::{Form, Path, Query, RawQuery, State};
+use axum::extract::{Form, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -344,18 +344,16 @@ impl ListParams {
     }
 }
 
-/// Percent-encode a query value (RFC 3986 unreserved characters kept).
+/// Everything but RFC 3986 unreserved characters (`A-Z a-z 0-9 - _ . ~`) is encoded.
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Percent-encode a path segment or query value.
 pub fn urlencode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
 }
 
 /// A list row.
@@ -368,46 +366,26 @@ struct Row {
     matches: Vec<(i64, Option<String>)>,
 }
 
-fn query_params<T: serde::de::DeserializeOwned + Default>(
-    raw: Option<String>,
-) -> Result<T, String> {
-    match raw {
-        None => Ok(T::default()),
-        Some(q) => serde_urlencoded_from(&q),
-    }
-}
+/// A page's query string, or the 400 page naming what is wrong (the JSON API's pattern).
+type QueryOf<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
-fn serde_urlencoded_from<T: serde::de::DeserializeOwned>(q: &str) -> Result<T, String> {
-    Query::<T>::try_from_uri(
-        &format!("/?{q}")
-            .parse()
-            .map_err(|e| format!("query string: {e}"))?,
-    )
-    .map(|Query(t)| t)
-    .map_err(|e| e.body_text())
-}
-
-async fn traces(State(state): State<Arc<AppState>>, RawQuery(raw): RawQuery) -> Response {
-    let params: ListParams = match query_params(raw) {
-        Ok(p) => p,
-        Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e),
+async fn traces(State(state): State<Arc<AppState>>, query: QueryOf<ListParams>) -> Response {
+    let params = match query {
+        Ok(Query(p)) => p,
+        Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e.body_text()),
     };
     let mut filter = match params.filter() {
         Ok(f) => f,
         Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e),
     };
     filter.limit = Some(PAGE_ROWS + 1);
-    let count_filter = RunFilter {
-        before: None,
-        limit: None,
-        ..filter.clone()
-    };
     // The page, the count and the filter menus are independent reads: run them side by side
     // (the pool has several connections; on a common search word the count is the slow one).
     let (runs, counted, facets) = tokio::join!(
         state.store.list_runs(&filter),
+        // The count ignores the cursor and the page size: every match, not this page's.
         state.store.count_runs_capped(
-            &count_filter,
+            &filter,
             if filter.q.is_some() {
                 COUNT_CAP_SEARCH
             } else {
@@ -480,11 +458,11 @@ struct TraceParams {
 async fn trace(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-    RawQuery(raw): RawQuery,
+    query: QueryOf<TraceParams>,
 ) -> Response {
-    let params: TraceParams = match query_params(raw) {
-        Ok(p) => p,
-        Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e),
+    let params = match query {
+        Ok(Query(p)) => p,
+        Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e.body_text()),
     };
     let stored = match state.store.run(&id).await {
         Ok(Some(r)) => r,
@@ -539,11 +517,11 @@ struct CompareParams {
 async fn compare(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-    RawQuery(raw): RawQuery,
+    query: QueryOf<CompareParams>,
 ) -> Response {
-    let params: CompareParams = match query_params(raw) {
-        Ok(p) => p,
-        Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e),
+    let params = match query {
+        Ok(Query(p)) => p,
+        Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e.body_text()),
     };
     let summary = match state.store.run_summary(&id).await {
         Ok(Some(s)) => s,
@@ -823,25 +801,12 @@ async fn actions(
             "no assembled trace matches: nothing to run",
         );
     }
-    let batch = new_batch_id(&ids);
+    let batch = maslens_store::new_id(&[&ids.join(",")]);
     if let Err(e) = state.store.add_to_batch(&batch, &ids).await {
         return store_error(&state, e);
     }
     tracing::info!(%batch, method = method.as_str(), jobs = ids.len(), "UI action");
     Redirect::to(&format!("/ui/jobs/{batch}")).into_response()
-}
-
-fn new_batch_id(ids: &[String]) -> String {
-    use sha2::Digest;
-    use std::sync::atomic::AtomicU64;
-    static N: AtomicU64 = AtomicU64::new(0);
-    let seed = format!(
-        "{}|{}|{}",
-        ids.join(","),
-        maslens_store::now_ns(),
-        N.fetch_add(1, Ordering::Relaxed)
-    );
-    hex::encode(sha2::Sha256::digest(seed.as_bytes()))[..20].to_string()
 }
 
 fn valid_batch(b: &str) -> bool {
@@ -968,8 +933,8 @@ fn safe_next(next: &str) -> String {
     }
 }
 
-async fn login_page(State(state): State<Arc<AppState>>, RawQuery(raw): RawQuery) -> Response {
-    let q: LoginQuery = query_params(raw).unwrap_or_default();
+async fn login_page(State(state): State<Arc<AppState>>, query: QueryOf<LoginQuery>) -> Response {
+    let q = query.map(|Query(q)| q).unwrap_or_default();
     page(
         &state,
         "login.html.j2",

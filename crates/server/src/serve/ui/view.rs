@@ -770,53 +770,30 @@ pub fn optimizer_history(experiment: &Value) -> Vec<IterationView> {
     out
 }
 
-/// Unix nanoseconds as `YYYY-MM-DD HH:MM:SS` UTC.
+/// Unix nanoseconds as `YYYY-MM-DD HH:MM:SS` UTC (times before 1970 show as 1970-01-01).
 pub fn format_ns(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0).unsigned_abs());
+    // `2026-12-01T01:02:03Z` -> `2026-12-01 01:02:03`.
+    humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .replacen('T', " ", 1)
+        .trim_end_matches('Z')
+        .to_string()
 }
 
-/// Days since 1970-01-01 to a (year, month, day) in the proleptic Gregorian calendar
-/// (H. Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// `YYYY-MM-DD` (a date filter of the list) as Unix nanoseconds at 00:00 UTC.
+/// `YYYY-MM-DD` (a date filter of the list; `2026-1-5` too) as Unix nanoseconds at 00:00 UTC.
 pub fn parse_date(s: &str) -> Option<i64> {
     let mut it = s.trim().splitn(3, '-');
-    let y: i64 = it.next()?.parse().ok()?;
-    let m: i64 = it.next()?.parse().ok()?;
-    let d: i64 = it.next()?.parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || !(1970..=9999).contains(&y) {
+    let y: u32 = it.next()?.parse().ok()?;
+    let m: u32 = it.next()?.parse().ok()?;
+    let d: u32 = it.next()?.parse().ok()?;
+    if !(1970..=9999).contains(&y) {
         return None;
     }
-    // Days from civil (inverse of the above).
-    let y2 = if m <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    days.checked_mul(86_400_000_000_000)
+    // humantime checks the month and the day of the month.
+    let t = humantime::parse_rfc3339_weak(&format!("{y:04}-{m:02}-{d:02} 00:00:00")).ok()?;
+    let ns = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    i64::try_from(ns).ok()
 }
 
 #[cfg(test)]
