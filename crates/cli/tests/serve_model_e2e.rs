@@ -387,3 +387,42 @@ fn e2e_schemas_and_grammars_that_admit_nothing_do_not_kill_the_process() {
     let summary: Value = serde_json::from_slice(&out.stdout).expect("json summary");
     assert_eq!(summary["summary"]["ok"], 1, "{summary}");
 }
+
+/// Issue 16 item 2: a client that goes away cancels its generation. Before, after
+/// `timeout 2 curl -sN ... "max_tokens":1500,"stream":true` the next 2-token request waited for
+/// the abandoned answer to finish (79 s). The abandoned requests here cannot end early: their
+/// grammar asks for exactly 1,400 digits (about half a minute of generation).
+#[test]
+fn e2e_an_abandoned_request_does_not_hold_the_model() {
+    let server = start_server(&[]);
+    let url = format!("{}/chat/completions", server.base_url.trim_end_matches('/'));
+    for stream in [true, false] {
+        let long = json!({"max_tokens": 1500, "stream": stream, "grammar": "root ::= [0-9]{1400}",
+                          "messages": [{"role": "user", "content": "Write digits."}]});
+        let status = Command::new("curl")
+            .args(["-sS", "-N", "--max-time", "2", "-o", "/dev/null", "-H"])
+            .arg("content-type: application/json")
+            .arg("--data-binary")
+            .arg(long.to_string())
+            .arg(&url)
+            .status()
+            .expect("curl");
+        assert_eq!(
+            status.code(),
+            Some(28),
+            "curl gave up at its 2 s limit (exit 28)"
+        );
+        let started = std::time::Instant::now();
+        let (code, body) = post(
+            &url,
+            &json!({"max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}),
+        );
+        let waited = started.elapsed();
+        assert_eq!(code, 200, "{body}");
+        assert!(
+            waited < std::time::Duration::from_secs(10),
+            "stream={stream}: the next request waited {waited:?} behind an abandoned one"
+        );
+        eprintln!("stream={stream}: next request answered in {waited:?}");
+    }
+}

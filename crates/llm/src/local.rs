@@ -14,6 +14,8 @@
 pub mod store;
 
 #[cfg(feature = "local")]
+pub mod bench;
+#[cfg(feature = "local")]
 mod engine;
 
 use crate::{ChatModel, LlmError};
@@ -149,7 +151,7 @@ pub fn open_local_model(spec: &str, opts: &LocalOptions) -> Result<Arc<LocalMode
 }
 
 #[cfg(feature = "local")]
-pub use engine::LocalModel;
+pub use engine::{EngineTimings, LocalModel};
 
 #[cfg(test)]
 mod tests {

@@ -176,6 +176,10 @@ pub enum LlmError {
     InvalidRequest(String),
     #[error("cache error: {0}")]
     Cache(String),
+    /// The caller gave up on the request (an HTTP client that went away): generation stopped at
+    /// the next token. Nothing to answer, nothing to retry.
+    #[error("cancelled: {0}")]
+    Cancelled(String),
     #[error("{0}")]
     Other(String),
 }

@@ -23,7 +23,7 @@ use axum::{Json, Router};
 use maslens_llm::{ChatModel, ChatRequest, ChatResponse, LlmError, Message, Role};
 use serde_json::{json, Value};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -32,11 +32,16 @@ pub const DEFAULT_MAX_TOKENS: u32 = 512;
 
 /// A model that hands out its answer piece by piece while generating (blocking; the server runs
 /// it on a blocking thread).
+///
+/// `cancelled` is asked while generating; once it says yes the model stops (within a token) and
+/// returns [`LlmError::Cancelled`]. The server says yes when the client has gone away, so an
+/// abandoned request does not hold the model for the rest of its answer.
 pub trait StreamingModel: Send + Sync {
     fn complete_streaming_blocking(
         &self,
         request: &ChatRequest,
         on_text: &mut dyn FnMut(&str),
+        cancelled: &dyn Fn() -> bool,
     ) -> Result<ChatResponse, LlmError>;
 }
 
@@ -46,8 +51,19 @@ impl StreamingModel for maslens_llm::local::LocalModel {
         &self,
         request: &ChatRequest,
         on_text: &mut dyn FnMut(&str),
+        cancelled: &dyn Fn() -> bool,
     ) -> Result<ChatResponse, LlmError> {
-        maslens_llm::local::LocalModel::complete_streaming_blocking(self, request, on_text)
+        self.complete_cancellable_blocking(request, on_text, cancelled)
+    }
+}
+
+/// Sets its flag when dropped: held by a request handler, it tells the generating thread that
+/// hyper dropped the handler (the client closed the connection).
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -172,10 +188,25 @@ async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -> Re
     };
     let n = state.requests.fetch_add(1, Ordering::Relaxed);
     let id = format!("chatcmpl-maslens-{n}");
-    if parsed.stream {
-        if let Some(streamer) = state.streamer.clone() {
+    if let Some(streamer) = state.streamer.clone() {
+        if parsed.stream {
             return token_stream(streamer, state.name.clone(), id, parsed.request);
         }
+        // Not streamed: generate on a blocking thread that stops when this handler is dropped.
+        let cancel = Arc::new(AtomicBool::new(false));
+        let _guard = CancelOnDrop(cancel.clone());
+        let request = parsed.request;
+        let result = tokio::task::spawn_blocking(move || {
+            streamer.complete_streaming_blocking(&request, &mut |_| {}, &|| {
+                cancel.load(Ordering::Relaxed)
+            })
+        })
+        .await;
+        return match result {
+            Ok(Ok(response)) => Json(completion_json(&state.name, &id, &response)).into_response(),
+            Ok(Err(err)) => model_error(err),
+            Err(e) => model_error(LlmError::Local(format!("the inference thread failed: {e}"))),
+        };
     }
     match state.model.complete(&parsed.request).await {
         Ok(response) if parsed.stream => sse_response(&state.name, &id, &response),
@@ -292,16 +323,22 @@ fn token_stream(
             Value::Null,
             None,
         ));
-        let result = streamer.complete_streaming_blocking(&request, &mut |piece| {
-            let _ = tx.send(sse_chunk(
-                &model,
-                &id,
-                created,
-                json!({"content": piece}),
-                Value::Null,
-                None,
-            ));
-        });
+        // The receiver is the response body: hyper drops it when the client goes away.
+        let closed = tx.clone();
+        let result = streamer.complete_streaming_blocking(
+            &request,
+            &mut |piece| {
+                let _ = tx.send(sse_chunk(
+                    &model,
+                    &id,
+                    created,
+                    json!({"content": piece}),
+                    Value::Null,
+                    None,
+                ));
+            },
+            &|| closed.is_closed(),
+        );
         match result {
             Ok(r) => {
                 let _ = tx.send(sse_chunk(
@@ -313,6 +350,9 @@ fn token_stream(
                     Some(usage_json(&r)),
                 ));
                 let _ = tx.send("data: [DONE]\n\n".to_string());
+            }
+            Err(LlmError::Cancelled(_)) => {
+                tracing::debug!("streamed chat completion cancelled: the client went away");
             }
             Err(e) => {
                 tracing::warn!("streamed chat completion failed: {e}");

@@ -141,6 +141,7 @@ impl maslens_server::StreamingModel for PiecesFixture {
         &self,
         _request: &maslens_llm::ChatRequest,
         on_text: &mut dyn FnMut(&str),
+        _cancelled: &dyn Fn() -> bool,
     ) -> Result<maslens_llm::ChatResponse, maslens_llm::LlmError> {
         for p in ["{\"a\":", " 1", "}"] {
             on_text(p);
@@ -200,4 +201,86 @@ async fn stream_true_sends_each_piece_as_it_comes() {
         2
     );
     assert_eq!(events[5], "data: [DONE]");
+}
+
+/// Hand-written fixture (not a model): hands out a piece every 5 ms for up to 20 s, and notes
+/// when the server told it to stop.
+#[derive(Default)]
+struct EndlessFixture {
+    cancelled_after_pieces: std::sync::Mutex<Option<usize>>,
+}
+
+impl maslens_server::StreamingModel for EndlessFixture {
+    fn complete_streaming_blocking(
+        &self,
+        _request: &maslens_llm::ChatRequest,
+        on_text: &mut dyn FnMut(&str),
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<maslens_llm::ChatResponse, maslens_llm::LlmError> {
+        for n in 0..4000 {
+            if cancelled() {
+                *self.cancelled_after_pieces.lock().unwrap() = Some(n);
+                return Err(maslens_llm::LlmError::Cancelled("client gone".into()));
+            }
+            on_text("x");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Err(maslens_llm::LlmError::Other("never cancelled".into()))
+    }
+}
+
+async fn wait_cancelled(fixture: &EndlessFixture) -> Option<usize> {
+    for _ in 0..400 {
+        if let Some(n) = *fixture.cancelled_after_pieces.lock().unwrap() {
+            return Some(n);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_cancels_generation_streamed_or_not() {
+    for stream in [true, false] {
+        let fixture = Arc::new(EndlessFixture::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = maslens_server::router_with_streaming(
+            Arc::new(ScriptedModel::new("fixture")),
+            Some(fixture.clone()),
+            "fixture-model",
+        );
+        tokio::spawn(maslens_server::serve(
+            listener,
+            router,
+            std::future::pending(),
+        ));
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let sent = client
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .json(&json!({"messages": [{"role": "user", "content": "x"}], "stream": stream}))
+            .send()
+            .await;
+        if stream {
+            // Read the first bytes, then hang up.
+            let mut resp = sent.unwrap();
+            assert!(resp.chunk().await.unwrap().is_some());
+            drop(resp);
+        } else {
+            assert!(
+                sent.is_err(),
+                "a 20 s answer cannot arrive within the 300 ms timeout"
+            );
+        }
+        drop(client);
+        let n = wait_cancelled(&fixture).await;
+        // Without cancellation the fixture runs its full 20 s (4,000 pieces).
+        assert!(
+            n.is_some_and(|n| n < 1000),
+            "stream={stream}: generation not cancelled within 4 s of the client leaving ({n:?})"
+        );
+    }
 }

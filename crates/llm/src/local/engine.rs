@@ -118,6 +118,36 @@ struct Counters {
     prompt_tokens: AtomicU64,
     cached_tokens: AtomicU64,
     completion_tokens: AtomicU64,
+    evaluated_tokens: AtomicU64,
+    prompt_ns: AtomicU64,
+    generation_ns: AtomicU64,
+}
+
+/// Where an embedded model's time went since it was opened: prompt evaluation (the uncached
+/// prompt tokens, in batches) and generation (per token: sampling with the grammar, evaluation,
+/// detokenizing, stop strings). `maslens model bench` turns these into tokens per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EngineTimings {
+    /// Prompt tokens evaluated (not served from the prefix cache).
+    pub prompt_tokens: u64,
+    pub prompt_ns: u64,
+    /// Tokens generated (the end-of-generation token not counted).
+    pub generated_tokens: u64,
+    pub generation_ns: u64,
+}
+
+impl EngineTimings {
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &EngineTimings) -> EngineTimings {
+        EngineTimings {
+            prompt_tokens: self.prompt_tokens.saturating_sub(earlier.prompt_tokens),
+            prompt_ns: self.prompt_ns.saturating_sub(earlier.prompt_ns),
+            generated_tokens: self
+                .generated_tokens
+                .saturating_sub(earlier.generated_tokens),
+            generation_ns: self.generation_ns.saturating_sub(earlier.generation_ns),
+        }
+    }
 }
 
 /// One KV-cache sequence and the tokens it currently holds.
@@ -253,6 +283,16 @@ impl Inner {
         }
     }
 
+    fn timings(&self) -> EngineTimings {
+        let c = &self.counters;
+        EngineTimings {
+            prompt_tokens: c.evaluated_tokens.load(Ordering::Relaxed),
+            prompt_ns: c.prompt_ns.load(Ordering::Relaxed),
+            generated_tokens: c.completion_tokens.load(Ordering::Relaxed),
+            generation_ns: c.generation_ns.load(Ordering::Relaxed),
+        }
+    }
+
     /// The prompt text the chat template makes of these messages.
     pub fn format_prompt(&self, messages: &[Message]) -> Result<String, LlmError> {
         let Some(template) = &self.template else {
@@ -301,14 +341,17 @@ impl Inner {
 
     /// Run one request to completion (blocking).
     fn generate(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        self.generate_with(request, &mut |_| {})
+        self.generate_with(request, &mut |_| {}, &|| false)
     }
 
     /// Run one request to completion (blocking), handing out the answer text piece by piece.
+    /// `cancelled` is asked before every prompt batch and every generated token; once it says
+    /// yes, the call ends with [`LlmError::Cancelled`] and frees the context for the next one.
     fn generate_with(
         &self,
         request: &ChatRequest,
         on_text: &mut dyn FnMut(&str),
+        cancelled: &dyn Fn() -> bool,
     ) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
         let prompt = self.format_prompt(&request.messages)?;
@@ -353,9 +396,22 @@ impl Inner {
         state.slots[seq].tokens.truncate(common);
         state.slots[seq].last_used = tick;
 
-        let result = self.run(state, seq, &tokens, common, &mut sampler, request, on_text);
-        if result.is_err() {
-            // The cache may hold part of a batch: forget this sequence.
+        let result = self.run(
+            state,
+            seq,
+            &tokens,
+            common,
+            &mut sampler,
+            request,
+            on_text,
+            cancelled,
+        );
+        if result
+            .as_ref()
+            .is_err_and(|e| !matches!(e, LlmError::Cancelled(_)))
+        {
+            // The cache may hold part of a batch: forget this sequence. (A cancelled call stops
+            // between decodes, so the slot's tokens are exactly what the cache holds: kept.)
             let _ = state.ctx.kv_cache_seq_rm(seq_id, None, None);
             state.slots[seq].tokens.clear();
         }
@@ -404,13 +460,19 @@ impl Inner {
         sampler: &mut Sampler,
         request: &ChatRequest,
         on_text: &mut dyn FnMut(&str),
+        cancelled: &dyn Fn() -> bool,
     ) -> Result<(String, String, u64), LlmError> {
+        let gone = || LlmError::Cancelled("the caller stopped waiting for the answer".into());
         let seq_id = seq as i32;
+        let prompt_started = Instant::now();
         let mut batch = LlamaBatch::new(self.batch_size as usize, 1);
         let todo = &tokens[common..];
         let mut pos = common;
         let mut last_idx = 0;
         for (n, chunk) in todo.chunks(self.batch_size as usize).enumerate() {
+            if cancelled() {
+                return Err(gone());
+            }
             batch.clear();
             let last_chunk = (n + 1) * self.batch_size as usize >= todo.len();
             for (j, &t) in chunk.iter().enumerate() {
@@ -428,6 +490,13 @@ impl Inner {
             state.slots[seq].tokens.extend_from_slice(chunk);
             last_idx = batch.n_tokens() - 1;
         }
+
+        let c = &self.counters;
+        c.evaluated_tokens
+            .fetch_add(todo.len() as u64, Ordering::Relaxed);
+        c.prompt_ns
+            .fetch_add(nanos(prompt_started), Ordering::Relaxed);
+        let generation_started = Instant::now();
 
         let vocab = self.model.vocab();
         let mut bytes: Vec<u8> = Vec::new();
@@ -447,6 +516,9 @@ impl Inner {
             if pos >= self.n_ctx as usize {
                 break; // context full: "length"
             }
+            if cancelled() {
+                return Err(gone());
+            }
             let Some(token) = sampler.sample(&state.ctx, last_idx) else {
                 finish = "stop";
                 break;
@@ -456,29 +528,25 @@ impl Inner {
                 break;
             }
             generated += 1;
+            let before = bytes.len();
             bytes.extend_from_slice(&vocab.token_to_piece(token, false, None));
-            if !request.stop.is_empty() {
-                let text = String::from_utf8_lossy(&bytes);
-                if let Some(cut) = request
-                    .stop
-                    .iter()
-                    .filter(|s| !s.is_empty())
-                    .filter_map(|s| text.find(s.as_str()))
-                    .min()
-                {
-                    text_end = Some(cut);
-                    finish = "stop";
-                    break;
-                }
+            // Only a stop string that ends in the new piece can be new: search the tail.
+            if let Some(cut) = find_stop(&bytes, before, &request.stop) {
+                text_end = Some(cut);
+                finish = "stop";
+                break;
             }
-            let valid = match std::str::from_utf8(&bytes) {
-                Ok(s) => s,
-                Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""),
+            // `emitted` is always on a char boundary: validate only what follows it.
+            let tail = &bytes[emitted..];
+            let valid_len = match std::str::from_utf8(tail) {
+                Ok(_) => tail.len(),
+                Err(e) => e.valid_up_to(),
             };
-            let end = stream_boundary(valid, emitted, hold);
-            if let Some(piece) = valid.get(emitted..end).filter(|p| !p.is_empty()) {
+            let valid = std::str::from_utf8(&tail[..valid_len]).unwrap_or("");
+            let end = stream_boundary(valid, 0, hold);
+            if let Some(piece) = valid.get(..end).filter(|p| !p.is_empty()) {
                 on_text(piece);
-                emitted = end;
+                emitted += end;
             }
             batch.clear();
             batch
@@ -493,10 +561,12 @@ impl Inner {
             pos += 1;
             last_idx = 0;
         }
-        let mut text = String::from_utf8_lossy(&bytes).into_owned();
+        c.generation_ns
+            .fetch_add(nanos(generation_started), Ordering::Relaxed);
         if let Some(cut) = text_end {
-            text.truncate(cut);
+            bytes.truncate(cut);
         }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         if let Some(rest) = text.get(emitted..).filter(|r| !r.is_empty()) {
             on_text(rest);
         }
@@ -524,8 +594,9 @@ impl Inner {
                 })
             })
             .transpose()?;
+        let greedy = request.temperature <= 0.0;
         let mut chain = Vec::new();
-        if request.temperature <= 0.0 {
+        if greedy {
             chain.push(LlamaSampler::greedy());
         } else {
             if let Some(p) = request.top_p.filter(|p| *p > 0.0 && *p < 1.0) {
@@ -538,6 +609,9 @@ impl Inner {
         Ok(Sampler {
             grammar,
             rest: LlamaSampler::chain_simple(chain),
+            greedy,
+            all: Vec::new(),
+            one: Vec::with_capacity(1),
         })
     }
 }
@@ -549,58 +623,155 @@ impl Inner {
 /// costs more than the forward pass of a small model, and the check almost always passes. With
 /// greedy decoding the result is identical to masking first (the argmax of the raw logits, when
 /// allowed, is the argmax of the masked ones).
+///
+/// Per token nothing is allocated and the vocabulary is not copied: greedy decoding takes the
+/// argmax straight from llama.cpp's logits (what llama.cpp's greedy sampler computes, first maximum
+/// wins), and the candidate arrays the grammar and the sampler chain need are buffers kept across
+/// tokens, filled only when used.
 struct Sampler {
     grammar: Option<LlamaSampler>,
     rest: LlamaSampler,
+    /// Temperature 0: the chain is llama.cpp's greedy sampler, which `argmax` replaces.
+    greedy: bool,
+    /// One candidate per vocabulary token, reused (masking, non-greedy chains).
+    all: Vec<LlamaTokenData>,
+    /// The one-candidate array of the grammar check, reused.
+    one: Vec<LlamaTokenData>,
+}
+
+/// Index of the first maximal logit, NaN skipped (llama.cpp's greedy sampler's choice).
+fn argmax<I: IntoIterator<Item = (usize, f32)>>(logits: I) -> Option<usize> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, l) in logits {
+        if l.is_nan() {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| l > b) {
+            best = Some((i, l));
+        }
+    }
+    best.map(|(i, _)| i)
 }
 
 impl Sampler {
-    fn candidates(ctx: &LlamaContext<'_>, idx: i32) -> LlamaTokenDataArray {
-        let logits = ctx.get_logits_ith(idx);
-        LlamaTokenDataArray::new(
+    /// All logits as candidates, in the reused buffer (handed back with `restore`).
+    fn candidates(&mut self, logits: &[f32]) -> LlamaTokenDataArray {
+        let mut data = std::mem::take(&mut self.all);
+        data.clear();
+        data.extend(
             logits
                 .iter()
                 .enumerate()
-                .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0))
-                .collect(),
-            false,
-        )
+                .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
+        );
+        LlamaTokenDataArray::new(data, false)
+    }
+
+    fn restore(&mut self, array: LlamaTokenDataArray) {
+        self.all = array.data;
+    }
+
+    /// Whether the grammar allows `token` next (checked on a one-candidate array).
+    fn allows(&mut self, token: LlamaToken) -> bool {
+        let Some(grammar) = self.grammar.as_mut() else {
+            return true;
+        };
+        let mut data = std::mem::take(&mut self.one);
+        data.clear();
+        data.push(LlamaTokenData::new(token, 1.0, 0.0));
+        let mut one = LlamaTokenDataArray::new(data, false);
+        one.apply_sampler(grammar);
+        let ok = one.data.first().is_some_and(|d| d.logit().is_finite());
+        self.one = one.data;
+        ok
     }
 
     /// Sample the next token from output `idx` of the last evaluation and accept it.
     fn sample(&mut self, ctx: &LlamaContext<'_>, idx: i32) -> Option<LlamaToken> {
-        let Some(grammar) = self.grammar.as_mut() else {
+        if self.grammar.is_none() && !self.greedy {
             return Some(self.rest.sample(ctx, idx));
-        };
-        let mut all = Self::candidates(ctx, idx);
-        all.apply_sampler(&mut self.rest);
-        let mut token = all.selected_token();
-        let allowed = token.is_some_and(|t| {
-            let mut one = LlamaTokenDataArray::new(vec![LlamaTokenData::new(t, 1.0, 0.0)], false);
-            one.apply_sampler(grammar);
-            one.data.first().is_some_and(|d| d.logit().is_finite())
-        });
-        if !allowed {
-            let mut all = Self::candidates(ctx, idx);
-            all.apply_sampler(grammar);
-            // Never hand the grammar a token it rejected: llama.cpp throws from inside
-            // `accept` (an empty stack), and a C++ exception through the C API aborts the
-            // process. When the grammar allows no token at all, the answer ends here.
-            if !all.data.iter().any(|d| d.logit().is_finite()) {
-                return None;
-            }
+        }
+        let logits = ctx.get_logits_ith(idx);
+        // The unconstrained choice first.
+        let mut token = if self.greedy {
+            argmax(logits.iter().copied().enumerate()).map(|i| LlamaToken(i as i32))
+        } else {
+            let mut all = self.candidates(logits);
             all.apply_sampler(&mut self.rest);
-            token = all.selected_token().filter(|t| {
+            let t = all.selected_token();
+            self.restore(all);
+            t
+        };
+        if let Some(t) = token.filter(|_| self.grammar.is_some()) {
+            if !self.allows(t) {
+                token = self.masked(logits);
+            }
+        }
+        let token = token?;
+        if let Some(grammar) = self.grammar.as_mut() {
+            grammar.accept(token);
+        }
+        if !self.greedy {
+            self.rest.accept(token);
+        }
+        Some(token)
+    }
+
+    /// The choice among the tokens the grammar allows (all logits masked by the grammar).
+    /// Never hands the grammar a token it rejected: llama.cpp throws from inside `accept` (an
+    /// empty stack), and a C++ exception through the C API aborts the process. When the grammar
+    /// allows no token at all, the answer ends here (`None`).
+    fn masked(&mut self, logits: &[f32]) -> Option<LlamaToken> {
+        let mut all = self.candidates(logits);
+        if let Some(grammar) = self.grammar.as_mut() {
+            all.apply_sampler(grammar);
+        }
+        let allowed = |d: &LlamaTokenData| d.logit().is_finite();
+        let token = if !all.data.iter().any(allowed) {
+            None
+        } else if self.greedy {
+            argmax(
+                all.data
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, d)| allowed(d))
+                    .map(|(i, d)| (i, d.logit())),
+            )
+            .map(|i| all.data[i].id())
+        } else {
+            all.apply_sampler(&mut self.rest);
+            all.selected_token().filter(|t| {
                 all.data
                     .iter()
                     .any(|d| d.id() == *t && d.logit().is_finite())
-            });
-        }
-        let token = token?;
-        grammar.accept(token);
-        self.rest.accept(token);
-        Some(token)
+            })
+        };
+        self.restore(all);
+        token
     }
+}
+
+fn nanos(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Where the first stop string ends the text, given that only `bytes[new_from..]` is new: an
+/// occurrence that was not there before must end in the new bytes, so only the last
+/// `len - 1` old bytes plus the new ones are searched (no rescan of the whole answer per token).
+/// Returns the byte offset where the earliest such stop string starts.
+fn find_stop(bytes: &[u8], new_from: usize, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .map(String::as_bytes)
+        .filter(|s| !s.is_empty() && s.len() <= bytes.len())
+        .filter_map(|s| {
+            let from = new_from.saturating_sub(s.len() - 1);
+            bytes[from..]
+                .windows(s.len())
+                .position(|w| w == s)
+                .map(|p| from + p)
+        })
+        .min()
 }
 
 /// GBNF for a JSON schema, by llama.cpp's own converter.
@@ -695,6 +866,11 @@ impl LocalModel {
         self.inner.stats()
     }
 
+    /// Time spent on prompts and on generation since the model was opened.
+    pub fn timings(&self) -> EngineTimings {
+        self.inner.timings()
+    }
+
     /// The prompt text the model's chat template makes of these messages.
     pub fn format_prompt(&self, messages: &[Message]) -> Result<String, LlmError> {
         self.inner.format_prompt(messages)
@@ -707,7 +883,20 @@ impl LocalModel {
         request: &ChatRequest,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<ChatResponse, LlmError> {
-        self.inner.generate_with(request, on_text)
+        self.inner.generate_with(request, on_text, &|| false)
+    }
+
+    /// Like [`LocalModel::complete_streaming_blocking`], stopping as soon as `cancelled` says so
+    /// (asked before every prompt batch and every token): the call ends with
+    /// [`LlmError::Cancelled`] and the context is free for the next request within one token's
+    /// time. `serve-model` cancels this way when a client disconnects.
+    pub fn complete_cancellable_blocking(
+        &self,
+        request: &ChatRequest,
+        on_text: &mut dyn FnMut(&str),
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<ChatResponse, LlmError> {
+        self.inner.generate_with(request, on_text, cancelled)
     }
 
     /// Token ids of a text; with `special`, control-token texts become control tokens (as for
@@ -759,6 +948,48 @@ mod tests {
     }
     fn toks(t: &[i32]) -> Vec<LlamaToken> {
         t.iter().map(|&t| LlamaToken(t)).collect()
+    }
+
+    #[test]
+    fn stop_strings_are_found_in_the_tail_only_once_new() {
+        let stops = vec!["\n\n".to_string(), "END".to_string()];
+        // "EN" then "D": the stop string straddles the old and the new bytes.
+        assert_eq!(find_stop(b"abc EN", 4, &stops), None);
+        assert_eq!(find_stop(b"abc END", 6, &stops), Some(4));
+        // The earliest of several stop strings in the new part.
+        assert_eq!(find_stop(b"x\n\nEND", 1, &stops), Some(1));
+        // Longer than the text so far, or empty: ignored.
+        assert_eq!(find_stop(b"E", 0, &stops), None);
+        assert_eq!(find_stop(b"abc", 0, &[String::new()]), None);
+        // Same answer as a search of the whole text, for every split point.
+        let text = b"one two END three\n\n";
+        for cut in 0..text.len() {
+            let whole = stops
+                .iter()
+                .filter_map(|s| {
+                    text[..=cut]
+                        .windows(s.len())
+                        .position(|w| w == s.as_bytes())
+                })
+                .min();
+            let mut first = None;
+            for end in 0..=cut {
+                if let Some(c) = find_stop(&text[..=end], end, &stops) {
+                    first = Some(c);
+                    break;
+                }
+            }
+            assert_eq!(first, whole, "prefix of {} bytes", cut + 1);
+        }
+    }
+
+    #[test]
+    fn argmax_is_llama_cpp_greedy_choice() {
+        let at = |v: &[f32]| argmax(v.iter().copied().enumerate());
+        assert_eq!(at(&[0.1, 3.0, 3.0, -1.0]), Some(1), "first maximum wins");
+        assert_eq!(at(&[f32::NAN, 2.0, 1.0]), Some(1), "NaN skipped");
+        assert_eq!(at(&[f32::NEG_INFINITY, f32::NEG_INFINITY]), Some(0));
+        assert_eq!(at(&[]), None);
     }
 
     #[test]
