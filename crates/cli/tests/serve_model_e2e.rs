@@ -426,3 +426,60 @@ fn e2e_an_abandoned_request_does_not_hold_the_model() {
         eprintln!("stream={stream}: next request answered in {waited:?}");
     }
 }
+
+/// `maslens model bench` (README, docs/local-models.md) with the real model: both cases, the
+/// prompt as long as asked (at most), tokens generated, rates measured; bad options refused.
+#[test]
+fn e2e_model_bench_reports_prompt_and_generation_throughput() {
+    let out = Command::new(env!("CARGO_BIN_EXE_maslens"))
+        .args([
+            "--quiet",
+            "model",
+            "bench",
+            "--prompt-tokens",
+            "64",
+            "--gen-tokens",
+            "8",
+            "--reps",
+            "1",
+            "--threads",
+            "2",
+            "--json",
+        ])
+        .output()
+        .expect("run maslens");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rows = v["rows"].as_array().unwrap();
+    let cases: Vec<&str> = rows.iter().map(|r| r["case"].as_str().unwrap()).collect();
+    assert_eq!(cases, ["raw", "schema:locate"]);
+    for r in rows {
+        let prompt = r["prompt"]["tokens"].as_f64().unwrap();
+        assert!(
+            (40.0..=64.0).contains(&prompt),
+            "prompt of {prompt} tokens: {r}"
+        );
+        let generated = r["generation"]["tokens"].as_f64().unwrap();
+        assert!((1.0..=8.0).contains(&generated), "{r}");
+        assert!(r["prompt"]["tokens_per_s"].as_f64().unwrap() > 1.0, "{r}");
+        assert!(
+            r["generation"]["tokens_per_s"].as_f64().unwrap() > 0.5,
+            "{r}"
+        );
+        assert_eq!(r["reps"], 1);
+    }
+    let bad = Command::new(env!("CARGO_BIN_EXE_maslens"))
+        .args(["model", "bench", "--reps", "0"])
+        .output()
+        .expect("run maslens");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("at least 1 repetition"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
