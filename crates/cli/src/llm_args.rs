@@ -181,3 +181,72 @@ mod tests {
         assert!(super::embedded_note("local:/models/qwen2.5-7b.gguf").is_none());
     }
 }
+
+/// `maslens model bench`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// An embedded model name or a GGUF path (what follows `local:`).
+    #[arg(default_value = "smollm2-135m")]
+    pub name: String,
+    /// Prompt length in tokens (templated prompt, at most this many).
+    #[arg(long, default_value_t = 512)]
+    pub prompt_tokens: usize,
+    /// Tokens to generate per run (the model may stop earlier; the report says how many).
+    #[arg(long, default_value_t = 128)]
+    pub gen_tokens: u32,
+    /// Measured repetitions (after one warm-up run).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// CPU threads (default: all available cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Which runs: `raw`, `schema` or `both`.
+    #[arg(long, default_value = "both", value_parser = ["raw", "schema", "both"])]
+    pub mode: String,
+}
+
+impl BenchArgs {
+    /// Bench (the library's `bench_spec`) and print the report.
+    #[cfg(not(feature = "local"))]
+    pub fn run(&self, _global: &crate::Global) -> anyhow::Result<()> {
+        anyhow::bail!(
+            "model bench measures the embedded llama.cpp backend, and this maslens was built \
+             without the `local` feature; rebuild with default features"
+        )
+    }
+
+    /// Bench (the library's `bench_spec`) and print the report.
+    #[cfg(feature = "local")]
+    pub fn run(&self, global: &crate::Global) -> anyhow::Result<()> {
+        let schema = (self.mode != "raw").then(|| {
+            (
+                "schema:locate".to_string(),
+                maslens_locate::judge::location_schema(&[]),
+            )
+        });
+        let opts = maslens_llm::local::BenchOptions {
+            prompt_tokens: self.prompt_tokens,
+            gen_tokens: self.gen_tokens,
+            reps: self.reps,
+        };
+        let (quiet, reps) = (global.quiet, self.reps);
+        let report = maslens_llm::local::bench_spec(
+            &self.name,
+            self.threads,
+            self.mode != "schema",
+            schema,
+            &opts,
+            |case, rep| {
+                if !quiet {
+                    eprintln!("bench {case}: run {rep} of {reps} (0: warm-up)");
+                }
+            },
+        )?;
+        if global.json {
+            crate::outln!("{}", serde_json::to_string(&report)?);
+        } else {
+            crate::outln!("{}", report.text());
+        }
+        Ok(())
+    }
+}

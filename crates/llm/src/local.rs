@@ -153,6 +153,9 @@ pub fn open_local_model(spec: &str, opts: &LocalOptions) -> Result<Arc<LocalMode
 #[cfg(feature = "local")]
 pub use engine::{EngineTimings, LocalModel};
 
+#[cfg(feature = "local")]
+pub use bench::{bench_spec, BenchOptions};
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@
 //! built from the same vendored llama.cpp, beside this and prints the ratios.
 
 use super::engine::{EngineTimings, LocalModel};
+use super::LocalOptions;
 use crate::{ChatRequest, LlmError, Message};
 
 /// One thing to measure: a plain completion, or one constrained by a JSON schema.
@@ -89,6 +90,81 @@ pub fn bench(
         });
     }
     Ok(rows)
+}
+
+/// What `maslens model bench` prints (`--json`: this, serialized).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchReport {
+    pub model: String,
+    pub threads: usize,
+    pub prompt_tokens: usize,
+    pub gen_tokens: u32,
+    pub rows: Vec<BenchRow>,
+}
+
+impl BenchReport {
+    /// The report as a few lines for a terminal.
+    pub fn text(&self) -> String {
+        let reps = self.rows.first().map_or(0, |r| r.reps);
+        let mut out = format!(
+            "{}, {} threads, {reps} runs each (mean ± sd)",
+            self.model, self.threads
+        );
+        for r in &self.rows {
+            out.push_str(&format!(
+                "\n  {:<14} pp{:<5} {:>8.1} ± {:>5.1} tok/s   tg{:<4} {:>7.1} ± {:>5.1} tok/s ({:.0} tokens generated)",
+                r.case,
+                r.prompt.tokens.round(),
+                r.prompt.tokens_per_s,
+                r.prompt.tokens_per_s_sd,
+                self.gen_tokens,
+                r.generation.tokens_per_s,
+                r.generation.tokens_per_s_sd,
+                r.generation.tokens,
+            ));
+        }
+        out
+    }
+}
+
+/// Open `local:SPEC` without prefix reuse (every run reads its whole prompt, as llama-bench's pp
+/// does) and bench it: plainly when `raw`, and with `schema` (name, JSON schema) when given.
+pub fn bench_spec(
+    spec: &str,
+    threads: Option<usize>,
+    raw: bool,
+    schema: Option<(String, serde_json::Value)>,
+    opts: &BenchOptions,
+    progress: impl FnMut(&str, usize),
+) -> Result<BenchReport, LlmError> {
+    let local = LocalOptions {
+        threads,
+        prefix_reuse: false,
+        ..Default::default()
+    };
+    let model = super::open_local_model(spec, &local)?;
+    let mut cases = Vec::new();
+    if raw {
+        cases.push(BenchCase {
+            name: "raw".into(),
+            json_schema: None,
+        });
+    }
+    if let Some((name, schema)) = schema {
+        cases.push(BenchCase {
+            name,
+            json_schema: Some(schema),
+        });
+    }
+    let rows = bench(&model, &cases, opts, progress)?;
+    Ok(BenchReport {
+        model: format!("local:{spec}"),
+        threads: threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        prompt_tokens: opts.prompt_tokens,
+        gen_tokens: opts.gen_tokens,
+        rows,
+    })
 }
 
 fn throughput(samples: impl Iterator<Item = (u64, u64)>) -> Throughput {
