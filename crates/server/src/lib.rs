@@ -324,7 +324,6 @@ fn token_stream(
             None,
         ));
         // The receiver is the response body: hyper drops it when the client goes away.
-        let closed = tx.clone();
         let result = streamer.complete_streaming_blocking(
             &request,
             &mut |piece| {
@@ -337,7 +336,7 @@ fn token_stream(
                     None,
                 ));
             },
-            &|| closed.is_closed(),
+            &|| tx.is_closed(),
         );
         match result {
             Ok(r) => {

@@ -727,9 +727,8 @@ impl Sampler {
             all.apply_sampler(grammar);
         }
         let allowed = |d: &LlamaTokenData| d.logit().is_finite();
-        let token = if !all.data.iter().any(allowed) {
-            None
-        } else if self.greedy {
+        let token = if self.greedy {
+            // No allowed token: no maximum, `None`.
             argmax(
                 all.data
                     .iter()
@@ -738,6 +737,8 @@ impl Sampler {
                     .map(|(i, d)| (i, d.logit())),
             )
             .map(|i| all.data[i].id())
+        } else if !all.data.iter().any(allowed) {
+            None
         } else {
             all.apply_sampler(&mut self.rest);
             all.selected_token().filter(|t| {
