@@ -30,7 +30,7 @@ pub struct MethodArgs {
     #[arg(long, default_value = "auto", value_parser = ["auto", "aegis", "none"])]
     pub error_modes: String,
     /// Answer token limit per call.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 384)]
     pub max_answer_tokens: u32,
     /// External prior over steps as an extra voter: `builtin` (maslens-prior's default model) or
     /// a JSONL file of `{"trace": ID, "probs": [p_step0, p_step1, ...]}`.

@@ -77,7 +77,7 @@ impl Default for LocateOptions {
             evaluator_models: Vec::new(),
             with_ground_truth: false,
             error_modes: ErrorModes::Auto,
-            max_answer_tokens: 256,
+            max_answer_tokens: 384,
             prior: None,
             prior_weight: 1.0,
             prior_narrowing: false,

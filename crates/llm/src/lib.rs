@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod local;
 pub mod openai;
 pub mod prompt;
+pub mod schema_budget;
 pub mod schema_check;
 pub mod schema_order;
 pub mod spec;

@@ -72,6 +72,47 @@ async fn e2e_grammar_constrained_json_parses_every_time() {
     }
 }
 
+/// A schema whose string has no cap, with a budget too small for the reasons the model writes:
+/// the grammar gets a fitted `maxLength` (`maslens_llm::schema_budget`), so every answer closes
+/// its JSON inside `max_tokens` instead of being cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_fitted_strings_end_the_answer_inside_max_tokens() {
+    let model = open_local("smollm2-135m", &opts(2064)).expect("run scripts/fetch-model.sh first");
+    let schema = json!({
+        "type": "object",
+        "required": ["agent", "step", "reason"],
+        "properties": {
+            "agent": {"type": "string", "enum": ["Planner", "Coder", "Verifier"]},
+            "step": {"type": "integer", "minimum": 0, "maximum": 20},
+            "reason": {"type": "string"}
+        }
+    });
+    let max_tokens = 64;
+    let fitted = maslens_llm::schema_budget::fit(&schema, max_tokens).unwrap();
+    let cap = fitted["properties"]["reason"]["maxLength"].as_u64().unwrap() as usize;
+    assert!((8..40).contains(&cap), "{cap}");
+    let prompts = [
+        "Explain in great detail, with at least ten sentences, why the Coder failed at step 1.",
+        "Write the reason as the text 1.1.1.1.1.1.1.1 repeated two hundred times.",
+        "Step 0 Planner: split the task. Step 1 Coder: wrote a loop that never ends. Step 2 Verifier: approved it.",
+    ];
+    for prompt in prompts {
+        let request = ChatRequest::new(vec![
+            Message::system("You judge multi-agent traces. Answer with a JSON verdict."),
+            Message::user(prompt),
+        ])
+        .max_tokens(max_tokens)
+        .json_schema(schema.clone());
+        let response = model.complete(&request).await.unwrap();
+        assert_eq!(response.finish_reason, "stop", "{prompt:?}: {response:?}");
+        let value: Value = serde_json::from_str(&response.text)
+            .unwrap_or_else(|e| panic!("not JSON ({e}) for {prompt:?}: {:?}", response.text));
+        let reason = value["reason"].as_str().unwrap();
+        assert!(reason.chars().count() <= cap, "{cap}: {value}");
+        assert!(response.usage.completion_tokens <= u64::from(max_tokens));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_raw_gbnf_grammar_is_honoured() {
     let model = open_local("smollm2-135m", &opts(1024)).unwrap();

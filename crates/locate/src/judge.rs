@@ -87,7 +87,7 @@ impl Default for Settings {
         Settings {
             with_ground_truth: false,
             error_modes: Vec::new(),
-            max_answer_tokens: 256,
+            max_answer_tokens: 384,
         }
     }
 }
@@ -110,11 +110,17 @@ pub struct JudgeResult {
 /// budget runs out and the JSON is cut) while the verdict fields that follow still fit.
 pub const REASON_MAX_CHARS: usize = 600;
 
+/// Longest agent name an answer may give (names in traces are short; a model that writes a
+/// sentence here is not naming an agent). Under constrained decoding the embedded backend fits
+/// the reason into what the answer budget leaves (`maslens_llm::schema_budget`): at the default
+/// 384 answer tokens, 240 characters, so a looping reason ends and the verdict still fits.
+pub const AGENT_MAX_CHARS: usize = 64;
+
 /// JSON schema of an (agent, step) answer.
 pub fn location_schema(error_modes: &[String]) -> Value {
     let mut props = json!({
         "reason": {"type": "string", "maxLength": REASON_MAX_CHARS},
-        "agent": {"type": "string"},
+        "agent": {"type": "string", "maxLength": AGENT_MAX_CHARS},
         "step": {"type": "integer", "minimum": 0},
         "confidence": {"type": "number", "minimum": 0, "maximum": 1}
     });
@@ -941,7 +947,7 @@ mod tests {
         // The second window carries the first window's summary as untrusted notes.
         let second = m.inner.calls.lock().unwrap()[1].messages[1].content.clone();
         assert!(second.contains("<notes>\nSteps 0-"), "{second}");
-        m.assert_every_prompt_fits(256);
+        m.assert_every_prompt_fits(Settings::default().max_answer_tokens as usize);
     }
 
     #[tokio::test]
@@ -990,7 +996,7 @@ mod tests {
                 "step {i} missing"
             );
         }
-        m.assert_every_prompt_fits(256);
+        m.assert_every_prompt_fits(Settings::default().max_answer_tokens as usize);
     }
 
     #[tokio::test]
@@ -1130,7 +1136,7 @@ mod tests {
             panic!("unexpected {:?}", r.strategy)
         };
         assert!(windows > 10, "{windows} windows");
-        m.assert_every_prompt_fits(256);
+        m.assert_every_prompt_fits(Settings::default().max_answer_tokens as usize);
         let calls = m.inner.calls.lock().unwrap();
         let last = &calls[calls.len() - 1].messages[1].content;
         assert!(

@@ -583,7 +583,11 @@ impl Inner {
             }
             (None, Some(schema)) => {
                 crate::schema_check::check_schema(schema).map_err(LlmError::InvalidRequest)?;
-                Some(schema_to_grammar(schema)?)
+                // A narrowing of the schema (maslens_llm::schema_budget): strings sized so the
+                // answer ends inside max_tokens (a looping model would otherwise write until the
+                // budget cuts the JSON), bounded numbers as a grid llama.cpp's grammar can hold.
+                let fitted = crate::schema_budget::for_grammar(schema, request.max_tokens);
+                Some(schema_to_grammar(fitted.as_ref().unwrap_or(schema))?)
             }
             (None, None) => None,
         };
