@@ -13,8 +13,10 @@ pub use maslens_llm::{CacheMode, Stack};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LlmArgs {
-    /// Model spec: `local:smollm2-135m`, `local:/path/model.gguf`, `openai:gpt-4o-mini`,
-    /// `openai:NAME@http://host:8000/v1`.
+    /// Model spec, `provider:MODEL` or `provider/MODEL`: `local:smollm2-135m`,
+    /// `local:/path/model.gguf`, `openai/gpt-4o-mini`, `gemini/gemini-2.0-flash`,
+    /// `anthropic/claude-3-5-haiku-latest`, `ollama/llama3.2`, `vllm/NAME`, any of them with
+    /// `@http://host:port/v1` (docs/llm.md).
     #[arg(long, env = "MASLENS_MODEL", default_value = "local:smollm2-135m")]
     pub model: String,
     /// Base URL of an OpenAI-compatible server; overrides the one in the spec (then

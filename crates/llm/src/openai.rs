@@ -44,6 +44,8 @@ pub struct OpenAiConfig {
     /// Base URL ending in `/v1` (no trailing slash).
     pub base_url: String,
     pub api_key: Option<String>,
+    /// The variable the key was to come from, for the message a 401 without a key gets.
+    pub key_env: Option<String>,
     /// Requests in flight at most.
     pub concurrency: usize,
     /// Per-request timeout (whole request, body included).
@@ -70,6 +72,7 @@ impl OpenAiConfig {
             model,
             base_url: base_url.into().trim_end_matches('/').to_string(),
             api_key: None,
+            key_env: None,
             concurrency: 8,
             timeout: Duration::from_secs(120),
             connect_timeout: Duration::from_secs(10),
@@ -277,7 +280,10 @@ impl OpenAiModel {
             let mut text = String::from_utf8_lossy(&bytes).trim().to_string();
             truncate_chars(&mut text, 2000);
             if status.as_u16() == 401 && self.cfg.api_key.is_none() {
-                text.push_str(" (no API key was sent: set OPENAI_API_KEY, --api-key-env or `api_key` in the config)");
+                let var = self.cfg.key_env.as_deref().unwrap_or("OPENAI_API_KEY");
+                text.push_str(&format!(
+                    " (no API key was sent: set {var}, --api-key-env or `api_key` in the config)"
+                ));
             }
             return Err(Failure {
                 error: LlmError::Http {

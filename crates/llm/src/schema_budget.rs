@@ -59,9 +59,15 @@ fn grid_numbers(node: &mut Value) -> bool {
             obj.get("minimum").and_then(Value::as_f64),
             obj.get("maximum").and_then(Value::as_f64),
         );
-        let plain = ["enum", "const", "multipleOf", "exclusiveMinimum", "exclusiveMaximum"]
-            .iter()
-            .all(|k| !obj.contains_key(*k));
+        let plain = [
+            "enum",
+            "const",
+            "multipleOf",
+            "exclusiveMinimum",
+            "exclusiveMaximum",
+        ]
+        .iter()
+        .all(|k| !obj.contains_key(*k));
         if let (Some("number"), (Some(lo), Some(hi)), true) =
             (obj.get("type").and_then(Value::as_str), bounds, plain)
         {
@@ -128,7 +134,14 @@ pub fn fit(schema: &Value, max_tokens: u32) -> Option<Value> {
 /// `slots` (each occurring `times` times). `None` when it is unbounded or not understood.
 fn cost(node: &Value, pointer: &str, times: usize, slots: &mut Vec<Slot>) -> Option<usize> {
     let obj = node.as_object()?;
-    for unsupported in ["anyOf", "oneOf", "allOf", "$ref", "not", "patternProperties"] {
+    for unsupported in [
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "$ref",
+        "not",
+        "patternProperties",
+    ] {
         if obj.contains_key(unsupported) {
             return None;
         }
@@ -161,7 +174,11 @@ fn cost(node: &Value, pointer: &str, times: usize, slots: &mut Vec<Slot>) -> Opt
             Some(2 * times)
         }
         "integer" => {
-            let digits = |k: &str| obj.get(k).and_then(Value::as_i64).map(|n| n.to_string().len());
+            let digits = |k: &str| {
+                obj.get(k)
+                    .and_then(Value::as_i64)
+                    .map(|n| n.to_string().len())
+            };
             Some(match (digits("minimum"), digits("maximum")) {
                 (Some(a), Some(b)) => a.max(b) * times,
                 _ => INTEGER_CHARS * times,
@@ -225,7 +242,9 @@ mod tests {
     #[test]
     fn the_free_string_takes_what_the_others_leave() {
         let fitted = fit(&location(600), 384).unwrap();
-        let reason = fitted["properties"]["reason"]["maxLength"].as_u64().unwrap() as usize;
+        let reason = fitted["properties"]["reason"]["maxLength"]
+            .as_u64()
+            .unwrap() as usize;
         // The agent keeps its own smaller cap; the reason gets the rest, and the worst case fits.
         assert_eq!(fitted["properties"]["agent"]["maxLength"], 64);
         assert!(worst_case(reason, 64) <= 384, "{reason}");
@@ -316,9 +335,16 @@ mod tests {
         ] {
             assert_eq!(for_grammar(&n, 100), None, "{n}");
         }
-        let odd = for_grammar(&json!({"type": "number", "minimum": -2.5, "maximum": 7}), 50).unwrap();
+        let odd = for_grammar(
+            &json!({"type": "number", "minimum": -2.5, "maximum": 7}),
+            50,
+        )
+        .unwrap();
         let odd = odd["enum"].as_array().unwrap();
-        assert_eq!((odd[0].clone(), odd[100].clone()), (json!(-2.5), json!(7.0)));
+        assert_eq!(
+            (odd[0].clone(), odd[100].clone()),
+            (json!(-2.5), json!(7.0))
+        );
         assert_eq!(odd[1], json!(-2.405));
     }
 

@@ -11,7 +11,7 @@ use crate::batch::BatchRecorder;
 use crate::budget::{Budget, BudgetModel};
 use crate::cache::{Cache, CachePolicy, CachedModel};
 use crate::openai::{OpenAiConfig, OpenAiModel, SchemaMode};
-use crate::spec::{ModelSpec, OPENAI_DEFAULT_BASE_URL};
+use crate::spec::ModelSpec;
 use crate::usage::{PriceTable, TrackedModel, UsageTracker};
 use crate::{ChatModel, LlmError};
 use std::path::{Path, PathBuf};
@@ -166,29 +166,43 @@ pub fn open_backend(
     cfg: &LlmConfig,
 ) -> Result<Arc<dyn ChatModel>, LlmError> {
     match spec {
-        ModelSpec::OpenAi { model, base_url } => {
+        ModelSpec::OpenAi {
+            provider,
+            model,
+            base_url,
+        } => {
+            // --base-url, then the spec's @URL, then the provider's variable, then its default.
             let base = opts
                 .base_url
                 .clone()
                 .or_else(|| base_url.clone())
                 .or_else(|| {
-                    std::env::var("OPENAI_BASE_URL")
-                        .ok()
-                        .filter(|s| !s.is_empty())
+                    let var = provider.base_url_env()?;
+                    provider.base_url_from_env_value(&std::env::var(var).ok()?)
                 })
-                .unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.to_string());
-            let key_env = opts.api_key_env.clone().or_else(|| cfg.api_key_env.clone());
+                .unwrap_or_else(|| provider.default_base_url().to_string());
+            // --api-key-env / the config's api_key_env, then the provider's usual variable.
+            let key_env = opts
+                .api_key_env
+                .clone()
+                .or_else(|| cfg.api_key_env.clone())
+                .or_else(|| provider.key_env().map(str::to_string));
             let api_key = opts
                 .api_key
                 .clone()
-                .or_else(|| std::env::var(key_env.as_deref().unwrap_or("OPENAI_API_KEY")).ok())
+                .or_else(|| key_env.as_deref().and_then(|v| std::env::var(v).ok()))
                 .or_else(|| cfg.api_key.clone())
                 .filter(|k| !k.is_empty());
-            if let (Some(var), None) = (&key_env, &api_key) {
+            // Named on purpose but empty: say so now (a provider's usual variable left unset is
+            // normal for local servers; a hosted API's 401 names it at the first call).
+            let explicit = opts.api_key_env.is_some() || cfg.api_key_env.is_some();
+            if let (true, Some(var), None) = (explicit, &key_env, &api_key) {
                 tracing::warn!("the API key variable {var} is not set");
             }
             let mut c = OpenAiConfig::new(model.clone(), base);
             c.api_key = api_key;
+            c.key_env = key_env;
+            c.id = spec.id();
             c.concurrency = opts.concurrency.max(1);
             c.timeout = opts.timeout;
             c.max_retries = opts.max_retries;

@@ -75,8 +75,18 @@ impl PriceTable {
         if let Some(p) = self.models.get(model_id) {
             return Some(*p);
         }
-        let name = model_id.strip_prefix("openai:").unwrap_or(model_id);
-        let norm = |k: &str| k.strip_prefix("openai:").unwrap_or(k).to_string();
+        // Table keys and ids match without their provider prefix (`gpt-4o-mini` prices
+        // `openai:gpt-4o-mini`; `gemini-2.0-flash` prices `gemini:gemini-2.0-flash`).
+        let bare = |k: &str| -> String {
+            crate::spec::Provider::ALL
+                .iter()
+                .find_map(|p| k.strip_prefix(p.name()).and_then(|r| r.strip_prefix(':')))
+                .unwrap_or(k)
+                .to_string()
+        };
+        let name = bare(model_id);
+        let name = name.as_str();
+        let norm = bare;
         let mut best: Option<(usize, Price)> = None;
         for (k, p) in &self.models {
             let k = norm(k);
@@ -433,6 +443,16 @@ mod tests {
             None,
             "a prefix must end at a `-`"
         );
+        // Keys and ids match without their provider prefix, whichever provider.
+        let mut t = t;
+        let flash = Price {
+            input: 0.1,
+            cached_input: None,
+            output: 0.4,
+        };
+        t.models.insert("gemini-2.0-flash".into(), flash);
+        assert_eq!(t.lookup("gemini:gemini-2.0-flash-001"), Some(flash));
+        assert_eq!(t.lookup("vllm:gpt-4o-mini"), Some(mini));
     }
 
     #[test]

@@ -89,7 +89,9 @@ async fn e2e_fitted_strings_end_the_answer_inside_max_tokens() {
     });
     let max_tokens = 64;
     let fitted = maslens_llm::schema_budget::fit(&schema, max_tokens).unwrap();
-    let cap = fitted["properties"]["reason"]["maxLength"].as_u64().unwrap() as usize;
+    let cap = fitted["properties"]["reason"]["maxLength"]
+        .as_u64()
+        .unwrap() as usize;
     assert!((8..40).contains(&cap), "{cap}");
     let prompts = [
         "Explain in great detail, with at least ten sentences, why the Coder failed at step 1.",

@@ -1,0 +1,116 @@
+//! Each `provider/MODEL` form reaches its server with the provider's usual key variable, against
+//! the fixture server (they all speak OpenAI chat completions: Gemini and Anthropic through their
+//! OpenAI-compatible endpoints). Environment variables are per process; nextest runs each test in
+//! its own.
+
+use maslens_llm::stack::{open, CacheMode, OpenOptions};
+use maslens_llm::testing::server::FakeServer;
+use maslens_llm::{ChatRequest, Message};
+
+fn opts(dir: &std::path::Path) -> OpenOptions {
+    let config = dir.join("llm.toml");
+    std::fs::write(&config, "").unwrap();
+    OpenOptions {
+        cache_mode: CacheMode::Off,
+        config: Some(config),
+        ..Default::default()
+    }
+}
+
+fn set(var: &str, value: &str) {
+    // SAFETY: set before any thread of this test reads the environment; one process per test.
+    unsafe { std::env::set_var(var, value) }
+}
+
+#[tokio::test]
+async fn every_provider_form_sends_its_key_to_its_server_and_names_its_model_id() {
+    let dir = tempfile::tempdir().unwrap();
+    for (provider, key_var) in [
+        ("openai", Some("OPENAI_API_KEY")),
+        ("gemini", Some("GEMINI_API_KEY")),
+        ("anthropic", Some("ANTHROPIC_API_KEY")),
+        ("ollama", None),
+        ("vllm", Some("VLLM_API_KEY")),
+    ] {
+        if let Some(var) = key_var {
+            set(var, &format!("key-of-{provider}"));
+        }
+        let server = FakeServer::echo().await.unwrap();
+        for spec in [
+            format!("{provider}/fixture-model@{}", server.base_url()),
+            format!("{provider}:fixture-model@{}", server.base_url()),
+        ] {
+            let stack = open(&spec, &opts(dir.path())).await.unwrap();
+            assert_eq!(
+                stack.model.id(),
+                format!("{provider}:fixture-model"),
+                "{spec}"
+            );
+            let r = stack
+                .model
+                .complete(&ChatRequest::new(vec![Message::user("hi")]))
+                .await
+                .unwrap();
+            assert!(r.text.contains("hi"), "{spec}: {r:?}");
+            let auth = server.counts.last_authorization.lock().unwrap().clone();
+            assert_eq!(
+                auth,
+                key_var.map(|_| format!("Bearer key-of-{provider}")),
+                "{spec}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn ollama_and_vllm_find_their_server_in_their_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let ollama = FakeServer::echo().await.unwrap();
+    let vllm = FakeServer::echo().await.unwrap();
+    // Ollama's own convention is host:port; vLLM's a URL.
+    set("OLLAMA_HOST", &ollama.addr().to_string());
+    set("VLLM_BASE_URL", &vllm.base_url());
+    for (spec, server) in [
+        ("ollama/llama3.2:3b", &ollama),
+        ("vllm/Qwen/Qwen2.5-7B-Instruct", &vllm),
+    ] {
+        let stack = open(spec, &opts(dir.path())).await.unwrap();
+        let r = stack
+            .model
+            .complete(&ChatRequest::new(vec![Message::user("ping")]))
+            .await
+            .unwrap();
+        assert!(r.text.contains("ping"), "{spec}: {r:?}");
+        assert_eq!(
+            server
+                .counts
+                .received
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "{spec}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_missing_key_is_named_after_the_provider_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = maslens_llm::testing::server::FakeServer::start(std::sync::Arc::new(|_, _| {
+        maslens_llm::testing::server::Reply::Status {
+            code: 401,
+            body: r#"{"error": {"message": "no key"}}"#.into(),
+            retry_after: None,
+        }
+    }))
+    .await
+    .unwrap();
+    let spec = format!("gemini/gemini-2.0-flash@{}", server.base_url());
+    let stack = open(&spec, &opts(dir.path())).await.unwrap();
+    let err = stack
+        .model
+        .complete(&ChatRequest::new(vec![Message::user("hi")]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("GEMINI_API_KEY"), "{err}");
+}
