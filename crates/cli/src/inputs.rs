@@ -34,6 +34,29 @@ pub struct Inputs {
     pub db: Option<String>,
 }
 
+impl Inputs {
+    /// What was read, for the error when it held no trace: the paths, or the store and how
+    /// runs get into it.
+    pub fn nothing_read(&self, errors: usize) -> String {
+        let errs = match errors {
+            0 => String::new(),
+            1 => " (1 record could not be read)".to_string(),
+            n => format!(" ({n} records could not be read)"),
+        };
+        match (&self.db, self.inputs.is_empty()) {
+            (Some(db), true) => format!(
+                "the store {db} holds no runs yet{errs}: send OpenTelemetry traces to `maslens serve`, \
+                 or put trace files in it with `maslens import FILES --db {db}`"
+            ),
+            _ => {
+                let paths: Vec<String> =
+                    self.inputs.iter().map(|p| p.display().to_string()).collect();
+                format!("no readable traces in {}{errs}", paths.join(", "))
+            }
+        }
+    }
+}
+
 /// Counts kept while reading.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ReadCounts {

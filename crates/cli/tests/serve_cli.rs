@@ -259,6 +259,25 @@ fn db_flag_imports_locates_and_reads_back() {
         );
         String::from_utf8_lossy(&out.stdout).to_string()
     };
+    // Before anything is in it, the store says how runs get there (and its folder is made).
+    let fresh = home.path().join("not/yet/m.db");
+    let out = Command::new(env!("CARGO_BIN_EXE_maslens"))
+        .args([
+            "locate",
+            "--db",
+            fresh.to_str().expect("utf-8"),
+            "--method",
+            "prior",
+        ])
+        .env("MASLENS_HOME", home.path())
+        .output()
+        .expect("maslens");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("holds no runs yet") && err.contains("maslens import"),
+        "{err}"
+    );
     run(&["import", example.to_str().expect("utf-8"), "--db", db]);
     let out = run(&["locate", "--db", db, "--method", "prior", "--json"]);
     let v: Value = serde_json::from_str(out.lines().next().expect("a line")).expect("json");

@@ -219,6 +219,10 @@ fn open_local_backend(local: &str, opts: &OpenOptions) -> Result<Arc<dyn ChatMod
     let lo = crate::local::LocalOptions {
         threads: opts.threads,
         context_size: opts.context_size,
+        // Two cached prefixes: methods alternate two prompt families (credit's agent critic and
+        // segment judge; locate's Judge and its repairs), and one slot let each evict the other
+        // (docs/local-models.md, Concurrency).
+        slots: 2,
         ..Default::default()
     };
     crate::local::open_local(local, &lo)

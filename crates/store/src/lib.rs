@@ -111,6 +111,15 @@ pub fn sqlite_url(path: &Path) -> String {
     format!("sqlite://{}?mode=rwc", path.display())
 }
 
+/// The file of a `sqlite:` URL (`None` for in-memory databases).
+fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or("");
+    (!path.is_empty() && !path.starts_with(":memory:")).then(|| std::path::PathBuf::from(path))
+}
+
 /// `--db` values: a `postgres://` / `postgresql://` / `sqlite:` URL, or a file path (SQLite).
 pub fn url_from_arg(arg: &str) -> String {
     if arg.starts_with("postgres://")
@@ -172,6 +181,15 @@ impl Store {
             url: redact(url),
             source,
         };
+        if backend == Backend::Sqlite {
+            // A new store's folder is made like its file (`--db ~/.cache/maslens/maslens.db` on a
+            // fresh machine); if that fails, connecting reports it.
+            if let Some(parent) = sqlite_file(url).and_then(|p| p.parent().map(Path::to_path_buf)) {
+                if !parent.as_os_str().is_empty() {
+                    let _ = std::fs::create_dir_all(parent);
+                }
+            }
+        }
         let pool = AnyPoolOptions::new()
             // SQLite has one writer at a time; a few connections let reads go on beside it.
             .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
@@ -361,6 +379,22 @@ mod tests {
             "postgres://u:***@h:5432/db"
         );
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(
+            sqlite_file("sqlite:///tmp/a/x.db?mode=rwc"),
+            Some("/tmp/a/x.db".into())
+        );
+        assert_eq!(sqlite_file("sqlite::memory:"), None);
+        assert_eq!(sqlite_file("postgres://u@h/db"), None);
+    }
+
+    #[tokio::test]
+    async fn a_new_store_gets_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new/deeper/maslens.db");
+        Store::open(&url_from_arg(&path.display().to_string()))
+            .await
+            .unwrap();
+        assert!(path.is_file());
     }
 
     #[tokio::test]

@@ -65,7 +65,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     }
     let (traces, read_errors) = read_all(&args.input, global, "reading traces", args.limit)?;
     if traces.is_empty() {
-        anyhow::bail!("no readable traces in {:?}", args.input.inputs);
+        anyhow::bail!("{}", args.input.nothing_read(read_errors.len()));
     }
     let opts = TraceCreditOptions {
         lambda: args.lambda,

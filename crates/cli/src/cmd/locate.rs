@@ -72,7 +72,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let (mut traces, errors) = read_all(&args.input, global, "reading traces", None)?;
     let mut problems = errors.len();
     if traces.is_empty() {
-        anyhow::bail!("no readable traces in {:?}", args.input.inputs);
+        anyhow::bail!("{}", args.input.nothing_read(errors.len()));
     }
     let opts = args.method.options();
     let prior = match opts.prior_spec() {

@@ -82,8 +82,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     };
     let (traces, read_errors) = read_all(&args.input, global, "reading traces", args.limit)?;
     if traces.is_empty() {
-        let n = read_errors.len();
-        anyhow::bail!("no readable traces in {:?} ({n} errors)", args.input.inputs);
+        anyhow::bail!("{}", args.input.nothing_read(read_errors.len()));
     }
     let quiet = global.quiet;
     let mut file = block_on(async {
