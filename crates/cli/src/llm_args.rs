@@ -157,9 +157,16 @@ pub fn finish(stack: &Stack, quiet: bool) {
         r.total.completion_tokens,
         cost
     );
-    if let Some(note) = embedded_note(&r.model) {
+    if let Some(note) = embedded_note_after(&r.model, &r.total) {
         eprintln!("{note}");
     }
+}
+
+/// [`embedded_note`], only when the model answered something: a run whose calls all went to a
+/// batch file or failed has no answers to warn about.
+pub fn embedded_note_after(model: &str, total: &maslens_llm::Totals) -> Option<&'static str> {
+    let answered = total.calls > total.deferred + total.errors;
+    embedded_note(model).filter(|_| answered)
 }
 
 /// The one-line note printed after a run answered by the embedded default model.
@@ -181,6 +188,22 @@ mod tests {
         assert!(super::embedded_note("local:smollm2-135m").is_some());
         assert!(super::embedded_note("openai:gpt-4o-mini").is_none());
         assert!(super::embedded_note("local:/models/qwen2.5-7b.gguf").is_none());
+    }
+
+    #[test]
+    fn no_note_when_nothing_was_answered() {
+        let m = "local:smollm2-135m";
+        let totals = |calls, deferred, errors| maslens_llm::Totals {
+            calls,
+            deferred,
+            errors,
+            ..Default::default()
+        };
+        assert!(super::embedded_note_after(m, &totals(2, 0, 0)).is_some());
+        assert!(super::embedded_note_after(m, &totals(3, 2, 0)).is_some());
+        // All deferred to a batch file (export mode), or all failed.
+        assert!(super::embedded_note_after(m, &totals(2, 2, 0)).is_none());
+        assert!(super::embedded_note_after(m, &totals(2, 0, 2)).is_none());
     }
 }
 
