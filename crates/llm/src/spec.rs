@@ -103,6 +103,15 @@ impl Provider {
     }
 }
 
+/// A model id (or price-table key) without its provider prefix: `gpt-4o-mini` for
+/// `openai:gpt-4o-mini`, `gemini-2.0-flash` for `gemini:gemini-2.0-flash`; other text as it is.
+pub fn without_provider(id: &str) -> &str {
+    Provider::ALL
+        .iter()
+        .find_map(|p| id.strip_prefix(p.name()).and_then(|r| r.strip_prefix(':')))
+        .unwrap_or(id)
+}
+
 /// A parsed model spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelSpec {

@@ -77,20 +77,11 @@ impl PriceTable {
         }
         // Table keys and ids match without their provider prefix (`gpt-4o-mini` prices
         // `openai:gpt-4o-mini`; `gemini-2.0-flash` prices `gemini:gemini-2.0-flash`).
-        let bare = |k: &str| -> String {
-            crate::spec::Provider::ALL
-                .iter()
-                .find_map(|p| k.strip_prefix(p.name()).and_then(|r| r.strip_prefix(':')))
-                .unwrap_or(k)
-                .to_string()
-        };
-        let name = bare(model_id);
-        let name = name.as_str();
-        let norm = bare;
+        let name = crate::spec::without_provider(model_id);
         let mut best: Option<(usize, Price)> = None;
         for (k, p) in &self.models {
-            let k = norm(k);
-            let hit = name == k || (name.starts_with(&k) && name[k.len()..].starts_with('-'));
+            let k = crate::spec::without_provider(k);
+            let hit = name == k || (name.starts_with(k) && name[k.len()..].starts_with('-'));
             if hit && best.is_none_or(|(len, _)| k.len() > len) {
                 best = Some((k.len(), *p));
             }

@@ -4,8 +4,8 @@
 //! its own.
 
 use maslens_llm::stack::{open, CacheMode, OpenOptions};
-use maslens_llm::testing::server::FakeServer;
-use maslens_llm::{ChatRequest, Message};
+use maslens_llm::testing::server::{FakeServer, Reply};
+use maslens_llm::{ChatRequest, ChatResponse, LlmError, Message};
 
 fn opts(dir: &std::path::Path) -> OpenOptions {
     let config = dir.join("llm.toml");
@@ -15,6 +15,20 @@ fn opts(dir: &std::path::Path) -> OpenOptions {
         config: Some(config),
         ..Default::default()
     }
+}
+
+/// Opens `spec` (cache off) and sends it one user message: the model id and the answer.
+async fn ask(
+    dir: &std::path::Path,
+    spec: &str,
+    text: &str,
+) -> (String, Result<ChatResponse, LlmError>) {
+    let stack = open(spec, &opts(dir)).await.unwrap();
+    let answer = stack
+        .model
+        .complete(&ChatRequest::new(vec![Message::user(text)]))
+        .await;
+    (stack.model.id().to_string(), answer)
 }
 
 fn set(var: &str, value: &str) {
@@ -40,17 +54,9 @@ async fn every_provider_form_sends_its_key_to_its_server_and_names_its_model_id(
             format!("{provider}/fixture-model@{}", server.base_url()),
             format!("{provider}:fixture-model@{}", server.base_url()),
         ] {
-            let stack = open(&spec, &opts(dir.path())).await.unwrap();
-            assert_eq!(
-                stack.model.id(),
-                format!("{provider}:fixture-model"),
-                "{spec}"
-            );
-            let r = stack
-                .model
-                .complete(&ChatRequest::new(vec![Message::user("hi")]))
-                .await
-                .unwrap();
+            let (id, r) = ask(dir.path(), &spec, "hi").await;
+            assert_eq!(id, format!("{provider}:fixture-model"), "{spec}");
+            let r = r.unwrap();
             assert!(r.text.contains("hi"), "{spec}: {r:?}");
             let auth = server.counts.last_authorization.lock().unwrap().clone();
             assert_eq!(
@@ -74,12 +80,7 @@ async fn ollama_and_vllm_find_their_server_in_their_variables() {
         ("ollama/llama3.2:3b", &ollama),
         ("vllm/Qwen/Qwen2.5-7B-Instruct", &vllm),
     ] {
-        let stack = open(spec, &opts(dir.path())).await.unwrap();
-        let r = stack
-            .model
-            .complete(&ChatRequest::new(vec![Message::user("ping")]))
-            .await
-            .unwrap();
+        let r = ask(dir.path(), spec, "ping").await.1.unwrap();
         assert!(r.text.contains("ping"), "{spec}: {r:?}");
         assert_eq!(
             server
@@ -95,21 +96,17 @@ async fn ollama_and_vllm_find_their_server_in_their_variables() {
 #[tokio::test]
 async fn a_missing_key_is_named_after_the_provider_variable() {
     let dir = tempfile::tempdir().unwrap();
-    let server = maslens_llm::testing::server::FakeServer::start(std::sync::Arc::new(|_, _| {
-        maslens_llm::testing::server::Reply::Status {
-            code: 401,
-            body: r#"{"error": {"message": "no key"}}"#.into(),
-            retry_after: None,
-        }
+    let server = FakeServer::start(std::sync::Arc::new(|_, _| Reply::Status {
+        code: 401,
+        body: r#"{"error": {"message": "no key"}}"#.into(),
+        retry_after: None,
     }))
     .await
     .unwrap();
     let spec = format!("gemini/gemini-2.0-flash@{}", server.base_url());
-    let stack = open(&spec, &opts(dir.path())).await.unwrap();
-    let err = stack
-        .model
-        .complete(&ChatRequest::new(vec![Message::user("hi")]))
+    let err = ask(dir.path(), &spec, "hi")
         .await
+        .1
         .unwrap_err()
         .to_string();
     assert!(err.contains("GEMINI_API_KEY"), "{err}");
