@@ -1,10 +1,13 @@
 //! Batch files: run a command once in export mode to write the requests it still needs as
-//! OpenAI Batch JSONL (`custom_id` = cache key, `POST /v1/chat/completions`), run that file on
-//! the OpenAI Batch API or with `vllm run-batch`, import the output into the cache, and rerun
-//! the command offline.
+//! OpenAI Batch JSONL (`custom_id` = cache key, `POST /v1/chat/completions`), or for an
+//! `anthropic:` model as Anthropic Message Batches lines (`{"custom_id", "params"}`), run that
+//! file on the OpenAI Batch API, with `vllm run-batch` or on the Message Batches API, import the
+//! output into the cache, and rerun the command offline.
 
+use crate::anthropic;
 use crate::cache::{cache_key, Cache};
 use crate::openai::{chat_body, parse_chat_response, SchemaMode};
+use crate::spec::Provider;
 use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Message, Role};
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -13,10 +16,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// The backend of export mode: records each request it is asked for as one OpenAI Batch line
-/// (once per key) and answers [`LlmError::Deferred`]. Put it under the cache so that cached
-/// requests are not exported.
+/// (once per key), or one Message Batches line when the model id is `anthropic:...`, and answers
+/// [`LlmError::Deferred`]. Put it under the cache so that cached requests are not exported.
 pub struct BatchRecorder {
     id: String,
+    anthropic: bool,
     model_name: String,
     schema_mode: SchemaMode,
     path: PathBuf,
@@ -40,8 +44,11 @@ impl BatchRecorder {
         let file = std::fs::File::create(path).map_err(|e| {
             LlmError::Other(format!("cannot create batch file {}: {e}", path.display()))
         })?;
+        let id = id.into();
+        let anthropic = id.split_once(':').map(|(p, _)| p) == Some(Provider::Anthropic.name());
         Ok(BatchRecorder {
-            id: id.into(),
+            anthropic,
+            id,
             model_name: model_name.into(),
             schema_mode,
             path: path.to_path_buf(),
@@ -94,12 +101,21 @@ impl ChatModel for BatchRecorder {
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let key = cache_key(&self.id, request);
+        if self.anthropic && !anthropic::valid_custom_id(&key) {
+            return Err(LlmError::Other(format!(
+                "cache key {key:?} is not a valid Message Batches custom_id"
+            )));
+        }
         let fresh = match self.seen.lock() {
             Ok(mut s) => s.insert(key.clone()),
             Err(p) => p.into_inner().insert(key.clone()),
         };
         if fresh {
-            let line = batch_line(&key, chat_body(&self.model_name, request, self.schema_mode));
+            let line = if self.anthropic {
+                anthropic::batch_line(&key, anthropic::messages_body(&self.model_name, request))
+            } else {
+                batch_line(&key, chat_body(&self.model_name, request, self.schema_mode))
+            };
             let io = |e: std::io::Error| {
                 LlmError::Other(format!("writing {}: {e}", self.path.display()))
             };
@@ -208,8 +224,10 @@ pub struct ImportReport {
     pub errors: Vec<LineError>,
 }
 
-/// Load an OpenAI Batch (or `vllm run-batch`) output file into the cache. Lines may come in
-/// any order; a bad line is reported with its number and the rest go on.
+/// Load an OpenAI Batch (or `vllm run-batch`) output file, or Anthropic Message Batches results,
+/// into the cache; the format is told per line (`result` is Anthropic's). Lines may come in any
+/// order; a bad line (an error, a canceled or expired request) is reported with its number and
+/// the rest go on.
 pub fn import_output(cache: &Cache, path: &Path) -> Result<ImportReport, LlmError> {
     let file = std::fs::File::open(path).map_err(|e| {
         LlmError::Other(format!("cannot open batch output {}: {e}", path.display()))
@@ -256,12 +274,26 @@ fn import_line(cache: &Cache, line: &str) -> Result<bool, (Option<String>, Strin
         .ok_or((None, "missing `custom_id`".to_string()))?
         .to_string();
     let err = |m: String| (Some(key.clone()), m);
-    if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
-        return Err(err(format!("the batch reported an error: {e}")));
+    let pending = cache.pending(&key).map_err(|e| err(e.to_string()))?;
+    let (response, model) = match v.get("result") {
+        Some(result) => anthropic_result(result, pending.as_ref().map(|(_, req)| req)),
+        None => openai_output(&v),
     }
-    let resp = v
-        .get("response")
-        .ok_or_else(|| err("missing `response`".into()))?;
+    .map_err(err)?;
+    let known = pending.is_some();
+    let (model, request) = pending.unwrap_or((model, Value::Null));
+    cache
+        .put(&key, &model, &request, &response)
+        .map_err(|e| err(e.to_string()))?;
+    Ok(known)
+}
+
+/// The answer of an OpenAI Batch output line and the model id its body names.
+fn openai_output(v: &Value) -> Result<(ChatResponse, String), String> {
+    if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+        return Err(format!("the batch reported an error: {e}"));
+    }
+    let resp = v.get("response").ok_or("missing `response`")?;
     let status = resp
         .get("status_code")
         .and_then(Value::as_u64)
@@ -271,32 +303,59 @@ fn import_line(cache: &Cache, line: &str) -> Result<bool, (Option<String>, Strin
     let body = match resp.get("body") {
         Some(b) => b,
         None if resp.get("choices").is_some() => resp,
-        None => return Err(err("missing `response.body`".into())),
+        None => return Err("missing `response.body`".into()),
     };
     if status != 200 {
-        return Err(err(format!("status {status}: {body}")));
+        return Err(format!("status {status}: {body}"));
     }
-    let response = parse_chat_response(body).map_err(|m| err(format!("response.body: {m}")))?;
-    let pending = cache.pending(&key).map_err(|e| err(e.to_string()))?;
-    let known = pending.is_some();
-    let (model, request) = pending.unwrap_or_else(|| {
-        let name = body
-            .get("model")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown");
-        (format!("openai:{name}"), Value::Null)
-    });
-    cache
-        .put(&key, &model, &request, &response)
-        .map_err(|e| err(e.to_string()))?;
-    Ok(known)
+    let response = parse_chat_response(body).map_err(|m| format!("response.body: {m}"))?;
+    let name = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    Ok((response, format!("openai:{name}")))
+}
+
+/// The answer of a Message Batches result (`{"type": "succeeded", "message"}`; errored,
+/// canceled and expired ones are errors) and the model id its message names. `request` is the
+/// exported request, which tells whether its schema was wrapped; without it the tool input is
+/// taken as it is.
+fn anthropic_result(
+    result: &Value,
+    request: Option<&Value>,
+) -> Result<(ChatResponse, String), String> {
+    match result.get("type").and_then(Value::as_str) {
+        Some("succeeded") => {
+            let message = result.get("message").ok_or("missing `result.message`")?;
+            let wrapped = request
+                .and_then(|r| r.get("json_schema"))
+                .is_some_and(anthropic::wraps);
+            let response = anthropic::parse_messages_response(message, wrapped)
+                .map_err(|m| format!("result.message: {m}"))?;
+            let name = message
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown");
+            Ok((response, format!("anthropic:{name}")))
+        }
+        Some("errored") => {
+            let e = result.get("error").unwrap_or(&Value::Null);
+            let what = anthropic::error_summary(e).unwrap_or_else(|| e.to_string());
+            Err(format!("the batch reported an error: {what}"))
+        }
+        Some(t @ ("canceled" | "expired")) => Err(format!("the request was {t} before it ran")),
+        other => Err(format!("unknown `result.type` {other:?}")),
+    }
 }
 
 /// Requests with their 1-based line numbers.
 pub type NumberedRequests = Vec<(usize, ChatRequest)>;
 
-/// Read a JSONL of requests for `batch run`: OpenAI Batch lines (`{"custom_id", "body": {...}}`)
-/// or plain [`ChatRequest`] objects. Bad lines are reported with their number.
+/// Read a JSONL of requests for `batch run`: OpenAI Batch lines (`{"custom_id", "body": {...}}`),
+/// Anthropic Message Batches lines (`{"custom_id", "params": {...}}`; the API has no seed, so
+/// they get [`ChatRequest::new`]'s, and merged turns stay merged: a request exported with another
+/// seed or with turns to merge comes back with another cache key) or plain [`ChatRequest`]
+/// objects. Bad lines are reported with their number.
 pub fn read_requests(path: &Path) -> Result<(NumberedRequests, Vec<LineError>), LlmError> {
     let file = std::fs::File::open(path)
         .map_err(|e| LlmError::Other(format!("cannot open requests {}: {e}", path.display())))?;
@@ -309,9 +368,12 @@ pub fn read_requests(path: &Path) -> Result<(NumberedRequests, Vec<LineError>), 
                 return Ok(None);
             }
             let v: Value = serde_json::from_str(&line).map_err(|e| format!("not JSON: {e}"))?;
-            let req = match v.get("body") {
-                Some(body) => request_from_openai_body(body).map_err(|m| format!("body.{m}"))?,
-                None => serde_json::from_value::<ChatRequest>(v).map_err(|e| e.to_string())?,
+            let req = if let Some(body) = v.get("body") {
+                request_from_openai_body(body).map_err(|m| format!("body.{m}"))?
+            } else if let Some(params) = v.get("params") {
+                anthropic::request_from_params(params).map_err(|m| format!("params.{m}"))?
+            } else {
+                serde_json::from_value::<ChatRequest>(v).map_err(|e| e.to_string())?
             };
             Ok(Some(req))
         });

@@ -1,12 +1,13 @@
 //! maslens-llm: the one LLM abstraction every maslens method uses.
 //!
 //! Methods build a [`ChatRequest`] and call [`ChatModel::complete`]. Backends (OpenAI-compatible
-//! HTTP, embedded llama.cpp, replay) implement the trait; caching, budgets and usage accounting
-//! wrap any backend.
+//! HTTP, the Anthropic Messages API, embedded llama.cpp, replay) implement the trait; caching,
+//! budgets and usage accounting wrap any backend.
 
 pub mod types;
 
 pub use types::*;
+pub mod anthropic;
 pub mod batch;
 pub mod batch_run;
 pub mod budget;

@@ -190,24 +190,148 @@ pub struct OpenAiModel {
     level: AtomicU8,
     /// Parameter compatibility learnt from the server's 400s (`COMPAT_*` bits).
     compat: AtomicU8,
-    rng: Mutex<rand_chacha::ChaCha8Rng>,
+    backoff: Backoff,
     attempts: AtomicU64,
 }
 
 /// One failed attempt: the error and the server's requested wait, if any.
-struct Failure {
-    error: LlmError,
-    retry_after: Option<Duration>,
+pub(crate) struct Failure {
+    pub(crate) error: LlmError,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl From<LlmError> for Failure {
+    fn from(error: LlmError) -> Self {
+        Failure {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+/// The HTTP client of the HTTP backends: connect timeout, a keep-alive pool as large as the
+/// concurrency, no Nagle.
+pub(crate) fn http_client(
+    connect_timeout: Duration,
+    concurrency: usize,
+) -> Result<reqwest::Client, LlmError> {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .pool_max_idle_per_host(concurrency.max(1))
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {e}")))
+}
+
+/// Waits between retries: exponential with "equal jitter" from a seeded generator, or the
+/// server's `Retry-After` (capped) plus up to 10%.
+pub(crate) struct Backoff {
+    initial: Duration,
+    max: Duration,
+    max_retry_after: Duration,
+    rng: Mutex<rand_chacha::ChaCha8Rng>,
+}
+
+impl Backoff {
+    pub(crate) fn new(
+        initial: Duration,
+        max: Duration,
+        max_retry_after: Duration,
+        seed: u64,
+    ) -> Self {
+        Backoff {
+            initial,
+            max,
+            max_retry_after,
+            rng: Mutex::new(rand_chacha::ChaCha8Rng::seed_from_u64(seed)),
+        }
+    }
+
+    /// The wait before retry number `retry` (0-based).
+    pub(crate) fn wait(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
+        let mut rng = match self.rng.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(wait) = retry_after {
+            let wait = wait.min(self.max_retry_after);
+            // Up to 10% extra so that many clients told the same instant do not return together.
+            let extra = rng.gen_range(0.0..=0.1) * wait.as_secs_f64();
+            return wait + Duration::from_secs_f64(extra);
+        }
+        let exp = self.initial.as_secs_f64() * 2f64.powi(retry.min(30) as i32);
+        let cap = exp.min(self.max.as_secs_f64());
+        // "Equal jitter": half fixed, half random.
+        Duration::from_secs_f64(cap / 2.0 + rng.gen_range(0.0..=1.0) * cap / 2.0)
+    }
+}
+
+/// Send one request and read its JSON body. A non-2xx answer is [`LlmError::Http`] with the body
+/// `describe` makes of the status and the raw answer, and the server's `Retry-After`; a
+/// connection error or timeout is [`LlmError::Transport`] / [`LlmError::Timeout`]; a body that is
+/// not JSON is [`LlmError::BadResponse`].
+pub(crate) async fn post_json(
+    req: reqwest::RequestBuilder,
+    url: &str,
+    timeout: Duration,
+    describe: impl FnOnce(u16, &[u8]) -> String,
+) -> Result<Value, Failure> {
+    let transport = |e| Failure::from(transport_error(url, timeout, e));
+    let resp = req.send().await.map_err(transport)?;
+    let status = resp.status();
+    let retry_after = retry_after(resp.headers());
+    let bytes = resp.bytes().await.map_err(transport)?;
+    if !status.is_success() {
+        return Err(Failure {
+            error: LlmError::Http {
+                status: status.as_u16(),
+                url: url.to_string(),
+                body: describe(status.as_u16(), &bytes),
+            },
+            retry_after,
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|e| {
+        let mut snippet = String::from_utf8_lossy(&bytes).to_string();
+        truncate_chars(&mut snippet, 300);
+        Failure::from(LlmError::BadResponse {
+            url: url.to_string(),
+            message: format!("body is not JSON ({e}): {snippet:?}"),
+        })
+    })
+}
+
+/// A server's error answer as text, trimmed and cut at 2000 characters.
+pub(crate) fn error_text(bytes: &[u8]) -> String {
+    let mut text = String::from_utf8_lossy(bytes).trim().to_string();
+    truncate_chars(&mut text, 2000);
+    text
+}
+
+pub(crate) fn transport_error(url: &str, timeout: Duration, e: reqwest::Error) -> LlmError {
+    if e.is_timeout() {
+        LlmError::Timeout {
+            url: url.to_string(),
+            seconds: timeout.as_secs_f64(),
+        }
+    } else {
+        let mut message = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            src = s.source();
+        }
+        LlmError::Transport {
+            url: url.to_string(),
+            message,
+        }
+    }
 }
 
 impl OpenAiModel {
     pub fn new(cfg: OpenAiConfig) -> Result<Self, LlmError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(cfg.connect_timeout)
-            .pool_max_idle_per_host(cfg.concurrency.max(1))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {e}")))?;
+        let client = http_client(cfg.connect_timeout, cfg.concurrency)?;
         let level = match cfg.schema_mode {
             SchemaMode::Auto | SchemaMode::JsonSchema => LEVEL_SCHEMA,
             SchemaMode::JsonObject => LEVEL_OBJECT,
@@ -216,7 +340,12 @@ impl OpenAiModel {
         Ok(OpenAiModel {
             url: format!("{}/chat/completions", cfg.base_url),
             permits: Semaphore::new(cfg.concurrency.max(1)),
-            rng: Mutex::new(rand_chacha::ChaCha8Rng::seed_from_u64(cfg.jitter_seed)),
+            backoff: Backoff::new(
+                cfg.initial_backoff,
+                cfg.max_backoff,
+                cfg.max_retry_after,
+                cfg.jitter_seed,
+            ),
             level: AtomicU8::new(level),
             compat: AtomicU8::new(0),
             attempts: AtomicU64::new(0),
@@ -234,30 +363,9 @@ impl OpenAiModel {
         &self.cfg
     }
 
-    fn backoff(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
-        let mut rng = match self.rng.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if let Some(wait) = retry_after {
-            let wait = wait.min(self.cfg.max_retry_after);
-            // Up to 10% extra so that many clients told the same instant do not return together.
-            let extra = rng.gen_range(0.0..=0.1) * wait.as_secs_f64();
-            return wait + Duration::from_secs_f64(extra);
-        }
-        let exp = self.cfg.initial_backoff.as_secs_f64() * 2f64.powi(retry.min(30) as i32);
-        let cap = exp.min(self.cfg.max_backoff.as_secs_f64());
-        // "Equal jitter": half fixed, half random.
-        Duration::from_secs_f64(cap / 2.0 + rng.gen_range(0.0..=1.0) * cap / 2.0)
-    }
-
     async fn send_once(&self, body: &Value) -> Result<ChatResponse, Failure> {
         self.attempts.fetch_add(1, Ordering::Relaxed);
         let url = &self.url;
-        let fail = |error: LlmError| Failure {
-            error,
-            retry_after: None,
-        };
         let mut req = self
             .client
             .post(url)
@@ -266,69 +374,23 @@ impl OpenAiModel {
         if let Some(key) = &self.cfg.api_key {
             req = req.bearer_auth(key);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| fail(self.transport_error(e)))?;
-        let status = resp.status();
-        let retry_after = retry_after(resp.headers());
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| fail(self.transport_error(e)))?;
-        if !status.is_success() {
-            let mut text = String::from_utf8_lossy(&bytes).trim().to_string();
-            truncate_chars(&mut text, 2000);
-            if status.as_u16() == 401 && self.cfg.api_key.is_none() {
+        let value = post_json(req, url, self.cfg.timeout, |status, bytes| {
+            let mut text = error_text(bytes);
+            if status == 401 && self.cfg.api_key.is_none() {
                 let var = self.cfg.key_env.as_deref().unwrap_or("OPENAI_API_KEY");
                 text.push_str(&format!(
                     " (no API key was sent: set {var}, --api-key-env or `api_key` in the config)"
                 ));
             }
-            return Err(Failure {
-                error: LlmError::Http {
-                    status: status.as_u16(),
-                    url: url.clone(),
-                    body: text,
-                },
-                retry_after,
-            });
-        }
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            let mut snippet = String::from_utf8_lossy(&bytes).to_string();
-            truncate_chars(&mut snippet, 300);
-            fail(LlmError::BadResponse {
-                url: url.clone(),
-                message: format!("body is not JSON ({e}): {snippet:?}"),
-            })
-        })?;
+            text
+        })
+        .await?;
         parse_chat_response(&value).map_err(|m| {
-            fail(LlmError::BadResponse {
+            Failure::from(LlmError::BadResponse {
                 url: url.clone(),
                 message: m,
             })
         })
-    }
-
-    fn transport_error(&self, e: reqwest::Error) -> LlmError {
-        if e.is_timeout() {
-            LlmError::Timeout {
-                url: self.url.clone(),
-                seconds: self.cfg.timeout.as_secs_f64(),
-            }
-        } else {
-            let mut message = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                message.push_str(": ");
-                message.push_str(&s.to_string());
-                src = s.source();
-            }
-            LlmError::Transport {
-                url: self.url.clone(),
-                message,
-            }
-        }
     }
 
     /// Whether a 400/422 answer is the server rejecting our `response_format`.
@@ -408,7 +470,7 @@ impl ChatModel for OpenAiModel {
                 }
                 return Err(failure.error);
             }
-            let wait = self.backoff(retries, failure.retry_after);
+            let wait = self.backoff.wait(retries, failure.retry_after);
             tracing::debug!(url = %self.url, retry = retries + 1, wait_ms = wait.as_millis() as u64,
                 "retrying after: {}", failure.error);
             retries += 1;
@@ -461,7 +523,7 @@ fn apply_compat(body: &mut Value, compat: u8) {
     }
 }
 
-fn truncate_chars(s: &mut String, max: usize) {
+pub(crate) fn truncate_chars(s: &mut String, max: usize) {
     if let Some((idx, _)) = s.char_indices().nth(max) {
         s.truncate(idx);
         s.push_str("...");
@@ -469,7 +531,7 @@ fn truncate_chars(s: &mut String, max: usize) {
 }
 
 /// `retry-after-ms` (OpenAI), else `Retry-After` as seconds or an HTTP date.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     if let Some(ms) = headers.get("retry-after-ms").and_then(|v| v.to_str().ok()) {
         if let Ok(ms) = ms.trim().parse::<f64>() {
             if ms.is_finite() && ms >= 0.0 {
@@ -608,19 +670,19 @@ mod tests {
         cfg.max_backoff = Duration::from_millis(1000);
         cfg.max_retry_after = Duration::from_secs(5);
         let m = OpenAiModel::new(cfg).unwrap();
-        let b0 = m.backoff(0, None);
+        let b0 = m.backoff.wait(0, None);
         assert!(
             b0 >= Duration::from_millis(50) && b0 <= Duration::from_millis(100),
             "{b0:?}"
         );
-        let b3 = m.backoff(3, None);
+        let b3 = m.backoff.wait(3, None);
         assert!(
             b3 >= Duration::from_millis(400) && b3 <= Duration::from_millis(800),
             "{b3:?}"
         );
-        let b9 = m.backoff(9, None);
+        let b9 = m.backoff.wait(9, None);
         assert!(b9 <= Duration::from_millis(1000), "{b9:?}");
-        let ra = m.backoff(0, Some(Duration::from_secs(60)));
+        let ra = m.backoff.wait(0, Some(Duration::from_secs(60)));
         assert!(
             ra >= Duration::from_secs(5) && ra <= Duration::from_millis(5500),
             "{ra:?}"

@@ -1,15 +1,14 @@
 //! Model spec strings: how a model is named on the CLI and in config files.
 //!
 //! Two spellings, the same meaning: `provider:MODEL` and the `provider/MODEL` form that LiteLLM,
-//! DSPy and inspect_ai use. An `@BASE_URL` suffix points any OpenAI-compatible provider at another
-//! server.
+//! DSPy and inspect_ai use. An `@BASE_URL` suffix points any provider at another server.
 //!
 //! | spec | provider | base URL (default) | API key variable |
 //! |---|---|---|---|
 //! | `openai:gpt-4o-mini`, `openai/gpt-4o-mini` | OpenAI | `OPENAI_BASE_URL`, else the OpenAI API | `OPENAI_API_KEY` |
 //! | `openai:NAME@http://host:8000/v1` | any OpenAI-compatible server | the URL | `OPENAI_API_KEY` (optional) |
 //! | `gemini/gemini-2.0-flash` | Gemini, through its OpenAI-compatible endpoint | `https://generativelanguage.googleapis.com/v1beta/openai` | `GEMINI_API_KEY` |
-//! | `anthropic/claude-3-5-haiku-latest` | Anthropic, through its OpenAI SDK compatibility endpoint | `https://api.anthropic.com/v1` | `ANTHROPIC_API_KEY` |
+//! | `anthropic/claude-3-5-haiku-latest` | Anthropic, native Messages API ([`crate::anthropic`]) | `ANTHROPIC_BASE_URL` (`/v1` added when missing), else `https://api.anthropic.com/v1` | `ANTHROPIC_API_KEY` |
 //! | `ollama/llama3.2` | Ollama | `OLLAMA_HOST` (`host:port`), else `http://localhost:11434/v1` | none |
 //! | `vllm/Qwen/Qwen2.5-7B-Instruct` | vLLM | `VLLM_BASE_URL`, else `http://localhost:8000/v1` | `VLLM_API_KEY` (optional) |
 //! | `local:smollm2-135m`, `local/smollm2-135m`, `local:/path/model.gguf`, `local:/p/m.gguf+/p/adapter.gguf` | embedded llama.cpp | | |
@@ -21,7 +20,8 @@ use crate::LlmError;
 /// Default base URL of the `openai` backend.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
-/// A provider reached over the OpenAI chat-completions protocol.
+/// A provider reached over HTTP: the OpenAI chat-completions protocol, or for
+/// [`Provider::Anthropic`] the Messages API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provider {
     OpenAi,
@@ -73,12 +73,15 @@ impl Provider {
             Provider::OpenAi => Some("OPENAI_BASE_URL"),
             Provider::Ollama => Some("OLLAMA_HOST"),
             Provider::Vllm => Some("VLLM_BASE_URL"),
-            Provider::Gemini | Provider::Anthropic => None,
+            // The variable the Anthropic SDKs read; its value is the host, without `/v1`.
+            Provider::Anthropic => Some("ANTHROPIC_BASE_URL"),
+            Provider::Gemini => None,
         }
     }
 
     /// A base URL from the provider's variable: `OLLAMA_HOST` is `host:port` (Ollama's own
-    /// convention), the others are URLs.
+    /// convention), the others are URLs; `/v1` is added to Ollama's and to `ANTHROPIC_BASE_URL`
+    /// (the Anthropic SDKs' convention is the host alone) when missing.
     pub fn base_url_from_env_value(self, value: &str) -> Option<String> {
         let value = value.trim().trim_end_matches('/');
         if value.is_empty() {
@@ -86,7 +89,9 @@ impl Provider {
         }
         Some(match self {
             Provider::Ollama if !value.contains("://") => format!("http://{value}/v1"),
-            Provider::Ollama if !value.ends_with("/v1") => format!("{value}/v1"),
+            Provider::Ollama | Provider::Anthropic if !value.ends_with("/v1") => {
+                format!("{value}/v1")
+            }
             _ => value.to_string(),
         })
     }
@@ -115,7 +120,8 @@ pub fn without_provider(id: &str) -> &str {
 /// A parsed model spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelSpec {
-    /// An OpenAI-compatible `/v1/chat/completions` endpoint.
+    /// An HTTP provider: an OpenAI-compatible `/v1/chat/completions` endpoint, or Anthropic's
+    /// Messages API (`provider: Anthropic`).
     OpenAi {
         /// Who serves it: decides the default base URL, the key variable and the model id.
         provider: Provider,
@@ -378,5 +384,14 @@ mod tests {
             Some("http://g:9/v1")
         );
         assert_eq!(Provider::OpenAi.base_url_from_env_value("  "), None);
+        let a = Provider::Anthropic;
+        assert_eq!(a.base_url_env(), Some("ANTHROPIC_BASE_URL"));
+        for value in ["https://proxy.example", "https://proxy.example/v1/"] {
+            assert_eq!(
+                a.base_url_from_env_value(value).as_deref(),
+                Some("https://proxy.example/v1"),
+                "{value}"
+            );
+        }
     }
 }

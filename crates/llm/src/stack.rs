@@ -4,14 +4,15 @@
 //! TrackedModel (usage per stage, cost)         <- what methods call
 //!   CachedModel (SQLite; read-write | replay)  <- absent with cache mode `off`
 //!     BudgetModel (max calls / tokens / cost)  <- absent without limits
-//!       backend: OpenAiModel | local | BatchRecorder (export mode)
+//!       backend: OpenAiModel | AnthropicModel | local | BatchRecorder (export mode)
 //! ```
 
+use crate::anthropic::{AnthropicConfig, AnthropicModel};
 use crate::batch::BatchRecorder;
 use crate::budget::{Budget, BudgetModel};
 use crate::cache::{Cache, CachePolicy, CachedModel};
 use crate::openai::{OpenAiConfig, OpenAiModel, SchemaMode};
-use crate::spec::ModelSpec;
+use crate::spec::{ModelSpec, Provider};
 use crate::usage::{PriceTable, TrackedModel, UsageTracker};
 use crate::{ChatModel, LlmError};
 use std::path::{Path, PathBuf};
@@ -28,8 +29,8 @@ pub enum CacheMode {
     Off,
     /// Answer only from the cache; a miss is [`LlmError::ReplayMiss`].
     Replay,
-    /// Send nothing: write each uncached request to this OpenAI Batch JSONL file and answer
-    /// [`LlmError::Deferred`].
+    /// Send nothing: write each uncached request to this batch file (OpenAI Batch JSONL;
+    /// Anthropic Message Batches lines for `anthropic:` models) and answer [`LlmError::Deferred`].
     Export(PathBuf),
 }
 
@@ -199,6 +200,9 @@ pub fn open_backend(
             if let (true, Some(var), None) = (explicit, &key_env, &api_key) {
                 tracing::warn!("the API key variable {var} is not set");
             }
+            if *provider == Provider::Anthropic {
+                return open_anthropic(spec, model, base, api_key, key_env, opts);
+            }
             let mut c = OpenAiConfig::new(model.clone(), base);
             c.api_key = api_key;
             c.key_env = key_env;
@@ -212,6 +216,26 @@ pub fn open_backend(
         }
         ModelSpec::Local { spec: local } => open_local_backend(local, opts),
     }
+}
+
+/// The native Messages API backend of an `anthropic:` spec.
+fn open_anthropic(
+    spec: &ModelSpec,
+    model: &str,
+    base: String,
+    api_key: Option<String>,
+    key_env: Option<String>,
+    opts: &OpenOptions,
+) -> Result<Arc<dyn ChatModel>, LlmError> {
+    let mut c = AnthropicConfig::new(model, base);
+    c.api_key = api_key;
+    c.key_env = key_env;
+    c.id = spec.id();
+    c.concurrency = opts.concurrency.max(1);
+    c.timeout = opts.timeout;
+    c.max_retries = opts.max_retries;
+    c.context_size = opts.context_size.map(|n| n as usize);
+    Ok(Arc::new(AnthropicModel::new(c)?))
 }
 
 #[cfg(feature = "local")]

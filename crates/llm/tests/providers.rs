@@ -1,7 +1,7 @@
 //! Each `provider/MODEL` form reaches its server with the provider's usual key variable, against
-//! the fixture server (they all speak OpenAI chat completions: Gemini and Anthropic through their
-//! OpenAI-compatible endpoints). Environment variables are per process; nextest runs each test in
-//! its own.
+//! the fixture server (OpenAI chat completions, Gemini through its OpenAI-compatible endpoint;
+//! Anthropic speaks its Messages API, which the fixture answers too: `tests/anthropic.rs`).
+//! Environment variables are per process; nextest runs each test in its own.
 
 use maslens_llm::stack::{open, CacheMode, OpenOptions};
 use maslens_llm::testing::server::{FakeServer, Reply};
@@ -59,11 +59,23 @@ async fn every_provider_form_sends_its_key_to_its_server_and_names_its_model_id(
             let r = r.unwrap();
             assert!(r.text.contains("hi"), "{spec}: {r:?}");
             let auth = server.counts.last_authorization.lock().unwrap().clone();
-            assert_eq!(
-                auth,
-                key_var.map(|_| format!("Bearer key-of-{provider}")),
-                "{spec}"
-            );
+            let x_api_key = server
+                .counts
+                .last_headers
+                .lock()
+                .unwrap()
+                .get("x-api-key")
+                .cloned();
+            let key = key_var.map(|_| format!("key-of-{provider}"));
+            if provider == "anthropic" {
+                assert_eq!((auth, x_api_key), (None, key), "{spec}");
+            } else {
+                assert_eq!(
+                    (auth, x_api_key),
+                    (key.map(|k| format!("Bearer {k}")), None),
+                    "{spec}"
+                );
+            }
         }
     }
 }

@@ -1,7 +1,9 @@
 //! A fixture OpenAI-compatible HTTP server for tests and benchmarks (**not a model**): it answers
 //! `/v1/chat/completions` with whatever a handler decides (a text, an HTTP error with
 //! `Retry-After`, a non-JSON or truncated body, a dropped connection, after a delay) and counts
-//! what it received and what it answered in full. HTTP/1.1 with keep-alive, on 127.0.0.1 only.
+//! what it received and what it answered in full. A POST to a path ending in `/messages` is
+//! answered as the Anthropic Messages API would ([`Reply::Text`] as a `message` with one text
+//! block). HTTP/1.1 with keep-alive, on 127.0.0.1 only.
 //! Hand-written on tokio rather than axum so that faults below HTTP (truncated bodies, dropped
 //! connections) can be injected.
 
@@ -49,6 +51,10 @@ pub struct Counts {
     pub max_in_flight: AtomicU64,
     /// The `Authorization` header of the last request, if any.
     pub last_authorization: Mutex<Option<String>>,
+    /// The request line (`POST /v1/messages HTTP/1.1`) and headers (names lower-cased) of the
+    /// last request.
+    pub last_request_line: Mutex<String>,
+    pub last_headers: Mutex<HashMap<String, String>>,
     by_prompt: Mutex<HashMap<String, (u64, u64)>>,
 }
 
@@ -89,19 +95,43 @@ impl Drop for FakeServer {
     }
 }
 
-/// The last user message of a chat body.
+/// The last user message of a chat body (its text blocks joined, when it has blocks).
 pub fn last_user(body: &Value) -> String {
-    body.get("messages")
+    let content = body
+        .get("messages")
         .and_then(Value::as_array)
         .and_then(|m| {
             m.iter()
                 .rev()
                 .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
         })
-        .and_then(|m| m.get("content"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
+        .and_then(|m| m.get("content"));
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// An Anthropic Messages API response answering `text` (one text block, `end_turn`).
+pub fn message(body: &Value, text: &str) -> Value {
+    let prompt = crate::estimate_tokens(
+        &body
+            .get("messages")
+            .map(Value::to_string)
+            .unwrap_or_default(),
+    );
+    json!({
+        "id": "msg_fixture", "type": "message", "role": "assistant",
+        "model": body.get("model").cloned().unwrap_or(Value::Null),
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": prompt, "output_tokens": crate::estimate_tokens(text),
+                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    })
 }
 
 /// A chat-completion JSON answering `text`.
@@ -191,9 +221,11 @@ async fn serve_conn(
         let mut content_length = 0usize;
         let mut close = false;
         let mut authorization = None;
+        let mut headers = HashMap::new();
         for l in lines {
             if let Some((k, v)) = l.split_once(':') {
                 let k = k.trim().to_ascii_lowercase();
+                headers.insert(k.clone(), v.trim().to_string());
                 if k == "content-length" {
                     content_length = v.trim().parse().unwrap_or(0);
                 } else if k == "authorization" {
@@ -236,6 +268,16 @@ async fn serve_conn(
         if let Ok(mut a) = counts.last_authorization.lock() {
             *a = authorization;
         }
+        if let Ok(mut r) = counts.last_request_line.lock() {
+            r.clone_from(&request_line);
+        }
+        if let Ok(mut h) = counts.last_headers.lock() {
+            *h = headers;
+        }
+        let anthropic = request_line
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|path| path.ends_with("/messages"));
         let n = counts.received.fetch_add(1, Ordering::SeqCst);
         let _gauge = Gauge::enter(&counts);
         let prompt = last_user(&body);
@@ -248,8 +290,12 @@ async fn serve_conn(
                     reply = *inner;
                 }
                 Reply::Text(t) => {
-                    write_response(&mut sock, 200, &completion(&body, &t).to_string(), None)
-                        .await?;
+                    let answer = if anthropic {
+                        message(&body, &t)
+                    } else {
+                        completion(&body, &t)
+                    };
+                    write_response(&mut sock, 200, &answer.to_string(), None).await?;
                     counts.answered.fetch_add(1, Ordering::SeqCst);
                     counts.bump(&prompt, true);
                     break;
@@ -321,6 +367,7 @@ async fn write_response(
         429 => "Too Many Requests",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
+        529 => "Overloaded",
         _ => "Status",
     };
     let mut head = format!(
