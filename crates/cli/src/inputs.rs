@@ -17,7 +17,8 @@ pub struct Inputs {
     #[arg(required_unless_present = "db", value_name = "PATH")]
     pub inputs: Vec<PathBuf>,
     /// Input format: auto, whowhen, aegis, chat, native. `auto` detects it from the content.
-    #[arg(long, short = 'f', default_value = "auto", value_name = "FORMAT")]
+    #[arg(long, short = 'f', default_value = "auto", value_name = "FORMAT",
+          value_parser = enum_parser::<Format>(FORMATS))]
     pub format: Format,
     /// Stop at the first unreadable record instead of skipping it.
     #[arg(long)]
@@ -251,3 +252,33 @@ pub fn temp_beside(path: &std::path::Path) -> anyhow::Result<tempfile::NamedTemp
     tempfile::NamedTempFile::new_in(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))
 }
+
+/// A value parser for a library enum parsed by `FromStr`: `--help` and completions list
+/// `values` (each `[name, alias...]`; aliases are accepted, not shown) and the library's
+/// parser makes the value.
+pub fn enum_parser<T>(
+    values: &'static [&'static [&'static str]],
+) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+    T::Err: std::fmt::Display,
+{
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let values = values
+        .iter()
+        .filter_map(|names| {
+            let (name, aliases) = names.split_first()?;
+            Some(PossibleValue::new(*name).aliases(aliases.iter().copied()))
+        })
+        .collect::<Vec<_>>();
+    PossibleValuesParser::new(values).try_map(|s| s.parse::<T>().map_err(|e| e.to_string()))
+}
+
+/// `--format` values.
+pub const FORMATS: &[&[&str]] = &[
+    &["auto"],
+    &["whowhen", "ww"],
+    &["aegis", "aegisbench"],
+    &["chat", "openai", "messages"],
+    &["native", "maslens", "jsonl"],
+];

@@ -7,7 +7,6 @@
 //! ```
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 pub use maslens_llm::{CacheMode, Stack};
 
@@ -17,13 +16,16 @@ pub struct LlmArgs {
     /// `local:/path/model.gguf`, `openai/gpt-4o-mini`, `gemini/gemini-2.0-flash`,
     /// `anthropic/claude-3-5-haiku-latest`, `ollama/llama3.2`, `vllm/NAME`, any of them with
     /// `@http://host:port/v1` (docs/llm.md).
-    #[arg(long, env = "MASLENS_MODEL", default_value = "local:smollm2-135m")]
-    pub model: String,
-    /// Base URL of an OpenAI-compatible server; overrides the one in the spec (then
-    /// `OPENAI_BASE_URL`, then the OpenAI API).
+    /// Default: `$MASLENS_MODEL`, else the config file's `model`, else `local:smollm2-135m`
+    /// (`maslens config show` says which).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Base URL of the server; overrides the one in the spec (then the config file's, then the
+    /// provider's variable such as `OPENAI_BASE_URL`, then the provider's API).
     #[arg(long)]
     pub base_url: Option<String>,
-    /// Environment variable that holds the API key (default `OPENAI_API_KEY`).
+    /// Environment variable that holds the API key (default: the config file's, else the
+    /// provider's usual one: `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY`, ...).
     #[arg(long)]
     pub api_key_env: Option<String>,
     /// Cache mode: `read-write`, `off`, `replay` (answer only from the cache, a miss is an
@@ -34,10 +36,10 @@ pub struct LlmArgs {
     /// Same as `--cache-mode export:FILE`.
     #[arg(long, value_name = "FILE", conflicts_with = "cache_mode")]
     pub batch_export: Option<PathBuf>,
-    /// Cache file (SQLite); default `$MASLENS_HOME/cache.sqlite`.
-    #[arg(long, env = "MASLENS_CACHE")]
+    /// Cache file (SQLite); default `$MASLENS_CACHE`, else `$MASLENS_HOME/cache.sqlite`.
+    #[arg(long)]
     pub cache: Option<PathBuf>,
-    /// Stop cleanly after this many backend calls (cache hits are free).
+    /// Stop cleanly after this many backend calls (cache hits are free) [default: config file].
     #[arg(long)]
     pub max_calls: Option<u64>,
     /// Stop cleanly after this many tokens (prompt + completion).
@@ -46,20 +48,21 @@ pub struct LlmArgs {
     /// Stop cleanly after this cost in USD (priced with the price table).
     #[arg(long)]
     pub max_cost: Option<f64>,
-    /// Concurrent requests to the backend.
-    #[arg(long, default_value_t = 8)]
-    pub concurrency: usize,
-    /// Per-request timeout in seconds.
-    #[arg(long, default_value_t = 120.0)]
-    pub request_timeout: f64,
-    /// Retries on 429, 5xx, timeouts and connection errors.
-    #[arg(long, default_value_t = 5)]
-    pub max_retries: u32,
+    /// Concurrent requests to the backend [default: config file, else 8].
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Per-request timeout in seconds [default: config file, else 120].
+    #[arg(long)]
+    pub request_timeout: Option<f64>,
+    /// Retries on 429, 5xx, timeouts and connection errors [default: config file, else 5].
+    #[arg(long)]
+    pub max_retries: Option<u32>,
     /// Price table (TOML, USD per million tokens) laid over the built-in defaults.
     #[arg(long)]
     pub prices: Option<PathBuf>,
-    /// LLM config file (API key settings, prices); default `$MASLENS_HOME/llm.toml` if present.
-    #[arg(long)]
+    /// Config file (default model, key variable, budgets, prices); default `$MASLENS_CONFIG`,
+    /// else `$XDG_CONFIG_HOME/maslens/config.toml` if present (docs/config.md).
+    #[arg(long, visible_alias = "config", value_name = "FILE")]
     pub llm_config: Option<PathBuf>,
     /// Append one JSON line per LLM call (stage, cache hit, tokens, wall time, cost) to this file.
     #[arg(long, value_name = "FILE")]
@@ -74,14 +77,51 @@ pub struct LlmArgs {
 }
 
 impl LlmArgs {
-    /// The library options these flags describe.
+    /// What the flags set (`None` where not given), for [`maslens_llm::config::Loaded::effective`].
+    pub fn overrides(&self) -> maslens_llm::config::Overrides {
+        maslens_llm::config::Overrides {
+            model: self.model.clone(),
+            base_url: self.base_url.clone(),
+            api_key_env: self.api_key_env.clone(),
+            concurrency: self.concurrency,
+            request_timeout: self.request_timeout,
+            max_retries: self.max_retries,
+            max_calls: self.max_calls,
+            max_tokens_total: self.max_tokens_total,
+            max_cost: self.max_cost,
+            cache: self.cache.as_ref().map(|p| p.display().to_string()),
+        }
+    }
+
+    /// Every setting in force: flags, then environment, then the config file, then defaults.
+    pub fn effective(&self) -> anyhow::Result<maslens_llm::config::Effective> {
+        let loaded = maslens_llm::config::Loaded::load(self.llm_config.as_deref())?;
+        Ok(loaded.effective(&self.overrides()))
+    }
+
+    /// The model spec in force (flag, `MASLENS_MODEL`, config file, default).
+    pub fn model(&self) -> anyhow::Result<String> {
+        Ok(self.effective()?.model.value)
+    }
+
+    /// Concurrent requests in force.
+    pub fn concurrency(&self) -> anyhow::Result<usize> {
+        Ok(self.effective()?.concurrency()?)
+    }
+
+    /// The library options these flags describe, with the config file's values where a flag
+    /// was not given.
     pub fn options(&self) -> anyhow::Result<maslens_llm::OpenOptions> {
-        if !(self.request_timeout.is_finite() && self.request_timeout > 0.0) {
+        if self
+            .request_timeout
+            .is_some_and(|t| !(t.is_finite() && t > 0.0))
+        {
             anyhow::bail!("--request-timeout must be a positive number of seconds");
         }
         if self.max_cost.is_some_and(|c| !(c.is_finite() && c >= 0.0)) {
             anyhow::bail!("--max-cost must be a non-negative number");
         }
+        let eff = self.effective()?;
         let cache_mode = match &self.batch_export {
             Some(p) => CacheMode::Export(p.clone()),
             None => self.cache_mode.clone(),
@@ -91,18 +131,17 @@ impl LlmArgs {
             api_key: None,
             api_key_env: self.api_key_env.clone(),
             cache_mode,
-            cache_path: self.cache.clone(),
-            budget: maslens_llm::budget::Budget {
-                max_calls: self.max_calls,
-                max_tokens: self.max_tokens_total,
-                max_cost: self.max_cost,
+            cache_path: match eff.cache.source {
+                maslens_llm::config::Source::Default => None,
+                _ => Some(PathBuf::from(&eff.cache.value)),
             },
-            concurrency: self.concurrency.max(1),
-            timeout: Duration::from_secs_f64(self.request_timeout),
-            max_retries: self.max_retries,
+            budget: eff.budget()?,
+            concurrency: eff.concurrency()?,
+            timeout: eff.request_timeout()?,
+            max_retries: eff.max_retries()?,
             schema_mode: Default::default(),
             prices: self.prices.clone(),
-            config: self.llm_config.clone(),
+            config: eff.config_file.as_ref().map(|(p, _)| p.clone()),
             usage_log: self.usage_log.clone(),
             threads: self.threads,
             context_size: self.context_size,
@@ -113,7 +152,7 @@ impl LlmArgs {
     /// Call it inside the tokio runtime (`cmd::block_on`).
     pub async fn build(&self) -> anyhow::Result<Stack> {
         let opts = self.options()?;
-        Ok(maslens_llm::open(&self.model, &opts).await?)
+        Ok(maslens_llm::open(&self.model()?, &opts).await?)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Flags of failure localization, shared by `maslens locate` and `maslens eval locate`
 //! (flatten `MethodArgs`); they describe a `maslens_core::locate::LocateOptions`.
 
+use crate::inputs::enum_parser;
 use maslens_core::locate::{ErrorModes, LocateOptions, Method};
 use maslens_locate::{Protocol, Style, Variant};
 
@@ -11,13 +12,16 @@ pub struct MethodArgs {
     #[arg(long, default_value = "llm", value_parser = ["llm", "prior"])]
     pub method: String,
     /// Judge protocol: all-at-once, step-by-step, binary-search.
-    #[arg(long, default_value = "all-at-once")]
+    #[arg(long, default_value = "all-at-once",
+          value_parser = enum_parser::<Protocol>(&[&["all-at-once", "all_at_once"], &["step-by-step", "step_by_step"], &["binary-search", "binary_search", "binary"]]))]
     pub protocol: Protocol,
     /// full (Judge + Evaluators + vote), judge-only (variant I), evaluators-only (variant II).
-    #[arg(long, default_value = "full")]
+    #[arg(long, default_value = "full",
+          value_parser = enum_parser::<Variant>(&[&["full"], &["judge-only", "i", "I"], &["evaluators-only", "ii", "II"]]))]
     pub variant: Variant,
     /// Evaluator styles (their number is H): base, concise, evidence; repeat styles for more.
-    #[arg(long, value_delimiter = ',', default_value = "base,concise,evidence")]
+    #[arg(long, value_delimiter = ',', default_value = "base,concise,evidence",
+          value_parser = enum_parser::<Style>(&[&["base"], &["concise"], &["evidence"]]))]
     pub evaluators: Vec<Style>,
     /// Model spec(s) for the Evaluators: one for all, or one per style (default: the Judge's).
     #[arg(long)]

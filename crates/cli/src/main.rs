@@ -2,7 +2,10 @@
 //! library crates, renders their results. Nothing here decides a verdict.
 
 mod cmd;
+#[cfg(test)]
+mod conventions;
 mod db;
+mod examples;
 mod inputs;
 mod llm_args;
 mod locate_args;
@@ -10,7 +13,7 @@ mod progress;
 mod term;
 mod ui;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// maslens: why a multi-agent system failed, what went wrong quietly, which agent or round to fix.
@@ -81,10 +84,23 @@ pub enum Command {
     Optimize(cmd::optimize::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::Args),
+    /// Write man pages (roff), one per command.
+    Man(cmd::man::Args),
+    /// The config file: where it is, what is in force and where each value came from.
+    Config(cmd::config::Args),
+}
+
+/// The command line definition with every command's examples attached (what `--help`, the
+/// man pages and the completions show).
+pub fn command() -> clap::Command {
+    examples::attach(Cli::command())
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let level = match cli.global.verbose {
         0 => "warn",
         1 => "info",
@@ -99,9 +115,20 @@ fn main() -> ExitCode {
         .init();
     match cmd::run(cli) {
         Ok(code) => code,
+        // A closed pipe (`maslens advantages FILE | head -1`) ends the output, not the command
+        // with an error: writers that are not `outln!` report it as an io error.
+        Err(err) if closed_pipe(&err) => ExitCode::from(cmd::EXIT_OK),
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::from(cmd::EXIT_ERROR)
         }
     }
+}
+
+/// Whether the error is (caused by) writing to a closed pipe.
+fn closed_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -160,7 +160,7 @@ async fn credit_on_debate_and_whowhen_traces() {
             out.to_str().unwrap(),
             "--html",
             html.to_str().unwrap(),
-            "--write-verdicts",
+            "--traces-out",
             verdicts.to_str().unwrap(),
             "--db",
             dir.path().join("m.db").to_str().unwrap(),

@@ -367,6 +367,10 @@ fn a_closed_stdout_pipe_ends_quietly() {
     let home = tempfile::tempdir().expect("tempdir");
     maslens_llm::cache::Cache::open(home.path().join("cache.sqlite")).expect("an empty cache");
     let hc = shared("whowhen/Hand-Crafted");
+    let grpo = format!(
+        "{}/../../examples/inputs/grpo-groups.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
     for args in [
         vec![
             "locate",
@@ -378,6 +382,9 @@ fn a_closed_stdout_pipe_ends_quietly() {
         ],
         vec!["prior", "rank", hc.as_str()],
         vec!["cache", "stats"],
+        // Writers other than `outln!` (a JSONL sink): the error reaches main as an io error.
+        vec!["advantages", &grpo],
+        vec!["import", hc.as_str()],
         vec![
             "eval",
             "locate",

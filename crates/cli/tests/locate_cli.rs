@@ -237,7 +237,7 @@ async fn locate_prints_verdicts_and_writes_back_labels() {
             trace.to_str().unwrap(),
             "--model",
             &spec,
-            "--write-back",
+            "--out",
             wb.to_str().unwrap(),
         ],
     ))

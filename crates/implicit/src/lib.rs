@@ -38,7 +38,9 @@ pub use commands::{
 pub use detect::ImplicitFailure;
 pub use jsonl::WithWarnings;
 pub use scan::{scan_trace, ScanConfig, TraceScan};
-pub use scan_file::{read_trace_scans, ScanFile, ScanFileError, SCAN_FILE_VERSION};
+pub use scan_file::{
+    read_trace_scans, read_trace_scans_skipping, ScanFile, ScanFileError, SCAN_FILE_VERSION,
+};
 pub use taxonomy::{Absorption, ErrorType, Level};
 pub use weights::Weights;
 

@@ -147,26 +147,50 @@ impl ScanFile {
 }
 
 /// The per-trace scans of a scan file, or of a JSONL file with one [`TraceScan`] per line
-/// (what `select --scan` and `repair --scan` accept).
+/// (what `select --scan` and `repair --scan` accept). The first bad JSONL line is an error
+/// (`--strict`); [`read_trace_scans_skipping`] skips and reports bad lines instead.
 pub fn read_trace_scans(path: &Path) -> Result<Vec<TraceScan>, ScanFileError> {
+    let (scans, bad) = read_scans(path, true)?;
+    debug_assert!(bad.is_empty());
+    Ok(scans)
+}
+
+/// [`read_trace_scans`], skipping bad JSONL lines: the scans read and one message per skipped
+/// line (file, line, reason). A scan file (one JSON document) is read whole or not at all.
+pub fn read_trace_scans_skipping(
+    path: &Path,
+) -> Result<(Vec<TraceScan>, Vec<String>), ScanFileError> {
+    read_scans(path, false)
+}
+
+fn read_scans(path: &Path, strict: bool) -> Result<(Vec<TraceScan>, Vec<String>), ScanFileError> {
     let text = read_text(path)?;
     let file = path.display().to_string();
     if serde_json::from_str::<Probe>(&text).is_ok_and(|p| p.traces.is_some()) {
-        return Ok(ScanFile::from_json(&text, &file)?.traces);
+        return Ok((ScanFile::from_json(&text, &file)?.traces, Vec::new()));
     }
     let mut out = Vec::new();
+    let mut bad = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let scan = serde_json::from_str(line).map_err(|e| ScanFileError::Line {
-            file: file.clone(),
-            line: i + 1,
-            message: e.to_string(),
-        })?;
-        out.push(scan);
+        match serde_json::from_str(line) {
+            Ok(scan) => out.push(scan),
+            Err(e) => {
+                let err = ScanFileError::Line {
+                    file: file.clone(),
+                    line: i + 1,
+                    message: e.to_string(),
+                };
+                if strict {
+                    return Err(err);
+                }
+                bad.push(format!("{err}; skipped"));
+            }
+        }
     }
-    Ok(out)
+    Ok((out, bad))
 }
 
 #[cfg(test)]
@@ -278,6 +302,13 @@ mod tests {
         std::fs::write(&path, format!("{}\nnot json\n", trace_scan("a"))).unwrap();
         let e = read_trace_scans(&path).unwrap_err();
         assert!(matches!(e, ScanFileError::Line { line: 2, .. }), "{e}");
+        let (scans, bad) = read_trace_scans_skipping(&path).unwrap();
+        assert_eq!(scans.len(), 1);
+        assert_eq!(bad.len(), 1);
+        assert!(
+            bad[0].contains("scans.jsonl") && bad[0].contains("line 2"),
+            "{bad:?}"
+        );
         let missing = dir.path().join("missing.json");
         let e = read_trace_scans(&missing).unwrap_err().to_string();
         assert!(

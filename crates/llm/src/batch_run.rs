@@ -70,10 +70,15 @@ pub async fn run_requests<E>(
                     req.stage = "batch".into();
                 }
                 started += 1;
-                let (tx, model) = (tx.clone(), model.clone());
+                let (tx, model, stop) = (tx.clone(), model.clone(), stop.clone());
                 tokio::spawn(async move {
                     let key = cache_key(model.id(), &req);
                     let result = model.complete(&req).await;
+                    // Before the permit goes: the next request must see the stop, or with one
+                    // call in flight it starts before the receiver has read this result.
+                    if matches!(result, Err(LlmError::Budget(_))) {
+                        stop.store(true, Ordering::SeqCst);
+                    }
                     drop(permit);
                     let _ = tx.send((line, key, result));
                 });

@@ -13,6 +13,7 @@ pub mod batch_run;
 pub mod budget;
 pub mod cache;
 pub mod catalog;
+pub mod config;
 /// Embedded llama.cpp backend (feature `local`) and the local model store.
 pub mod local;
 pub mod openai;

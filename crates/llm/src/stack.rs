@@ -15,7 +15,7 @@ use crate::openai::{OpenAiConfig, OpenAiModel, SchemaMode};
 use crate::spec::{ModelSpec, Provider};
 use crate::usage::{PriceTable, TrackedModel, UsageTracker};
 use crate::{ChatModel, LlmError};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,28 +51,8 @@ impl std::str::FromStr for CacheMode {
     }
 }
 
-/// Optional settings of the LLM config file (`--llm-config`, default `$MASLENS_HOME/llm.toml`).
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LlmConfig {
-    /// API key for OpenAI-compatible servers (prefer `api_key_env`).
-    pub api_key: Option<String>,
-    /// Name of the environment variable holding the API key (default `OPENAI_API_KEY`).
-    pub api_key_env: Option<String>,
-    /// Prices (USD per million tokens) laid over the defaults.
-    #[serde(default)]
-    pub models: std::collections::BTreeMap<String, crate::usage::Price>,
-}
-
-impl LlmConfig {
-    pub fn load(path: &Path) -> Result<LlmConfig, LlmError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            LlmError::Other(format!("cannot read LLM config {}: {e}", path.display()))
-        })?;
-        toml::from_str(&text)
-            .map_err(|e| LlmError::Other(format!("LLM config {}: {e}", path.display())))
-    }
-}
+/// The config file's contents (see [`crate::config`]); the old name.
+pub type LlmConfig = crate::config::Config;
 
 /// Everything `open` needs besides the spec.
 #[derive(Debug, Clone)]
@@ -92,7 +72,7 @@ pub struct OpenOptions {
     pub schema_mode: SchemaMode,
     /// Price table laid over the defaults.
     pub prices: Option<PathBuf>,
-    /// LLM config file; default `$MASLENS_HOME/llm.toml` when it exists.
+    /// Config file; default: see [`crate::config::locate`].
     pub config: Option<PathBuf>,
     /// Append one JSON line per call here (see [`UsageTracker::with_log`]).
     pub usage_log: Option<PathBuf>,
@@ -147,17 +127,7 @@ pub fn maslens_home() -> PathBuf {
 }
 
 fn load_config(opts: &OpenOptions) -> Result<LlmConfig, LlmError> {
-    match &opts.config {
-        Some(p) => LlmConfig::load(p),
-        None => {
-            let p = maslens_home().join("llm.toml");
-            if p.exists() {
-                LlmConfig::load(&p)
-            } else {
-                Ok(LlmConfig::default())
-            }
-        }
-    }
+    Ok(crate::config::Loaded::load(opts.config.as_deref())?.config)
 }
 
 /// Open the backend a spec names, without any wrapping.
@@ -177,6 +147,7 @@ pub fn open_backend(
                 .base_url
                 .clone()
                 .or_else(|| base_url.clone())
+                .or_else(|| cfg.base_url.clone())
                 .or_else(|| {
                     let var = provider.base_url_env()?;
                     provider.base_url_from_env_value(&std::env::var(var).ok()?)
@@ -269,7 +240,7 @@ pub async fn open(spec: &str, opts: &OpenOptions) -> Result<Stack, LlmError> {
         Some(p) => PriceTable::load_over_defaults(p)?,
         None => PriceTable::defaults(),
     };
-    prices.models.extend(cfg.models.clone());
+    prices.models.extend(cfg.prices.clone());
     if let CacheMode::Export(path) = &opts.cache_mode {
         // Nothing is sent in export mode, but methods must build the same requests as in the
         // real run: the recorder answers context size and token counts as the real backend does

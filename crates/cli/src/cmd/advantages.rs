@@ -16,8 +16,11 @@ pub struct Args {
     /// Input JSONL (`-` or absent: stdin).
     pub input: Option<PathBuf>,
     /// Output JSONL (default stdout).
-    #[arg(long, short)]
+    #[arg(long, short, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Stop with exit code 2 at the first bad line (nothing is written) instead of skipping it.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 pub fn run(args: Args, _global: &Global) -> anyhow::Result<ExitCode> {
@@ -26,6 +29,9 @@ pub fn run(args: Args, _global: &Global) -> anyhow::Result<ExitCode> {
         _ => ("<stdin>".into(), Box::new(std::io::stdin().lock())),
     };
     let adv = advantages_from_jsonl(&name, reader)?;
+    if let (true, Some(first)) = (args.strict, adv.warnings.first()) {
+        anyhow::bail!("{first} (--strict: nothing was written)");
+    }
     let problems = warn_all(&adv.warnings);
     let mut out = sink(args.out.as_deref())?;
     adv.value

@@ -28,8 +28,11 @@ pub enum BatchCommand {
     Run {
         /// Requests, one JSON object per line.
         requests: PathBuf,
+        /// Stop with exit code 2 at a bad request line instead of skipping it.
+        #[arg(long)]
+        strict: bool,
         /// Write one result per line here (`line`, `custom_id`, `text` or `error`, `usage`).
-        #[arg(long, short)]
+        #[arg(long = "out", short, alias = "output", value_name = "FILE")]
         output: Option<PathBuf>,
         #[command(flatten)]
         llm: LlmArgs,
@@ -40,8 +43,11 @@ pub enum BatchCommand {
         /// Requests, one JSON object per line.
         #[arg(long)]
         requests: PathBuf,
+        /// Stop with exit code 2 at a bad request line instead of skipping it.
+        #[arg(long)]
+        strict: bool,
         /// The OpenAI Batch JSONL to write.
-        #[arg(long, short)]
+        #[arg(long = "out", short, alias = "output", value_name = "FILE")]
         output: PathBuf,
         #[command(flatten)]
         llm: LlmArgs,
@@ -51,6 +57,10 @@ pub enum BatchCommand {
     Import {
         /// Batch output JSONL.
         output: PathBuf,
+        /// Exit with code 2 when a line is bad (the good lines are still imported); without
+        /// it, bad lines are reported, counted and the exit code is 1.
+        #[arg(long)]
+        strict: bool,
         /// Cache file (SQLite); default `$MASLENS_HOME/cache.sqlite`.
         #[arg(long, env = "MASLENS_CACHE")]
         cache: Option<PathBuf>,
@@ -61,19 +71,25 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     match args.command {
         BatchCommand::Run {
             requests,
+            strict,
             output,
             llm,
-        } => block_on(run_requests(requests, output, llm, global))?,
+        } => block_on(run_requests(requests, strict, output, llm, global))?,
         BatchCommand::Export {
             requests,
+            strict,
             output,
             mut llm,
         } => {
             llm.batch_export = None;
             llm.cache_mode = CacheMode::Export(output);
-            block_on(run_requests(requests, None, llm, global))?
+            block_on(run_requests(requests, strict, None, llm, global))?
         }
-        BatchCommand::Import { output, cache } => import(output, cache, global),
+        BatchCommand::Import {
+            output,
+            strict,
+            cache,
+        } => import(output, strict, cache, global),
     }
 }
 
@@ -94,11 +110,25 @@ fn report_line_errors(file: &std::path::Path, errors: &[LineError]) {
     }
 }
 
-fn import(output: PathBuf, cache: Option<PathBuf>, global: &Global) -> anyhow::Result<ExitCode> {
+fn import(
+    output: PathBuf,
+    strict: bool,
+    cache: Option<PathBuf>,
+    global: &Global,
+) -> anyhow::Result<ExitCode> {
     let path = cache.unwrap_or_else(Cache::default_path);
     let cache = Cache::open(&path)?;
     let report = import_output(&cache, &output)?;
     report_line_errors(&output, &report.errors);
+    if let (true, Some(first)) = (strict, report.errors.first()) {
+        anyhow::bail!(
+            "{}:{}: {} (--strict; {} good line(s) were imported)",
+            output.display(),
+            first.line,
+            first.message,
+            report.imported
+        );
+    }
     if global.json {
         crate::outln!("{}", serde_json::to_string(&report)?);
     } else {
@@ -119,11 +149,20 @@ fn import(output: PathBuf, cache: Option<PathBuf>, global: &Global) -> anyhow::R
 
 async fn run_requests(
     requests: PathBuf,
+    strict: bool,
     output: Option<PathBuf>,
     llm: LlmArgs,
     global: &Global,
 ) -> anyhow::Result<ExitCode> {
     let (reqs, bad) = read_requests(&requests)?;
+    if let (true, Some(first)) = (strict, bad.first()) {
+        anyhow::bail!(
+            "{}:{}: {} (--strict: nothing was run)",
+            requests.display(),
+            first.line,
+            first.message
+        );
+    }
     report_line_errors(&requests, &bad);
     let stack = llm.build().await?;
     // `-o FILE` is written beside FILE and renamed at the end (no half-written FILE).
@@ -131,12 +170,15 @@ async fn run_requests(
     let mut out = tmp
         .as_mut()
         .map(|f| std::io::BufWriter::new(f.as_file_mut()));
-    let mut summary = run_batch(stack.model.clone(), reqs, llm.concurrency, |line| match out
-        .as_mut()
-    {
-        Some(out) => writeln!(out, "{line}"),
-        None => Ok(()),
-    })
+    let mut summary = run_batch(
+        stack.model.clone(),
+        reqs,
+        llm.concurrency()?,
+        |line| match out.as_mut() {
+            Some(out) => writeln!(out, "{line}"),
+            None => Ok(()),
+        },
+    )
     .await?;
     if let Some(out) = out.as_mut() {
         out.flush()?;

@@ -1,8 +1,7 @@
 //! `maslens completions SHELL`: shell completion script on stdout (clap_complete).
 
 use crate::cmd::EXIT_OK;
-use crate::{Cli, Global};
-use clap::CommandFactory;
+use crate::Global;
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
@@ -16,7 +15,7 @@ pub fn run(args: Args, _global: &Global) -> anyhow::Result<ExitCode> {
     // Generated into memory first: clap_complete panics on a write error, and a closed pipe
     // (`maslens completions bash | head`) must end quietly.
     let mut script = Vec::new();
-    clap_complete::generate(args.shell, &mut Cli::command(), "maslens", &mut script);
+    clap_complete::generate(args.shell, &mut crate::command(), "maslens", &mut script);
     let text = String::from_utf8_lossy(&script);
     crate::outln!("{}", text.trim_end());
     Ok(ExitCode::from(EXIT_OK))

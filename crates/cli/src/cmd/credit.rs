@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long)]
     pub html: Option<PathBuf>,
     /// Write the traces back (native JSONL) with a `credit/role-segment` verdict each.
-    #[arg(long)]
+    #[arg(long = "traces-out", alias = "write-verdicts", value_name = "FILE")]
     pub write_verdicts: Option<PathBuf>,
     #[command(flatten)]
     pub llm: LlmArgs,
@@ -84,7 +84,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         repair: true,
         max_step_chars: args.max_step_chars,
     };
-    let concurrency = args.llm.concurrency.max(1);
+    let concurrency = args.llm.concurrency()?;
     let mut run = block_on(async {
         let model: Arc<dyn ChatModel> = args.llm.build().await?.model;
         anyhow::Ok(credit_traces(model, &traces, &opts, concurrency).await)

@@ -44,7 +44,7 @@ pub struct LocateArgs {
     #[arg(long)]
     pub predictions: Option<PathBuf>,
     /// Directory for report.json, report.md, report.html and verdicts.jsonl.
-    #[arg(long)]
+    #[arg(long, short, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Also store the report in a maslens store (a `postgres://` or `sqlite:` URL, or a SQLite
     /// file; the one `maslens serve` uses), named after the dataset.
@@ -79,7 +79,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let opts = EvalLocateOptions {
         dataset: a.dataset.clone(),
         locate: a.method.options(),
-        model: a.llm.model.clone(),
+        model: a.llm.model()?,
         llm: a.llm.options()?,
         scorer: if a.compat_substring {
             Scorer::CompatSubstring

@@ -14,7 +14,7 @@ pub struct Args {
     #[command(flatten)]
     pub input: Inputs,
     /// Output file (native JSONL); stdout when absent.
-    #[arg(long, short = 'o', value_name = "FILE")]
+    #[arg(long = "out", short = 'o', alias = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Print every warning (by default only the count is reported).
     #[arg(long)]

@@ -22,7 +22,7 @@ pub struct Args {
     #[command(flatten)]
     pub llm: LlmArgs,
     /// Write every trace with its verdict appended to `labels.verdicts` as native JSONL to this file.
-    #[arg(long)]
+    #[arg(long = "out", short = 'o', alias = "write-back", value_name = "FILE")]
     pub write_back: Option<PathBuf>,
 }
 
@@ -114,9 +114,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 prior_only = PriorLocalizer(prior.context("the prior did not load")?);
                 (&prior_only, None)
             } else {
-                models = Models::open(&args.llm.model, &args.llm.options()?, &opts)
+                let spec = args.llm.model()?;
+                models = Models::open(&spec, &args.llm.options()?, &opts)
                     .await
-                    .with_context(|| format!("opening model {}", args.llm.model))?;
+                    .with_context(|| format!("opening model {spec}"))?;
                 llm = LlmLocalizer {
                     models: &models,
                     config: cfg,
@@ -175,8 +176,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 crate::db::add(s, d).await?;
             }
             if let Some(w) = out.as_mut() {
-                maslens_trace::export::write_jsonl(&mut *w, t)
-                    .context("writing --write-back output")?;
+                maslens_trace::export::write_jsonl(&mut *w, t).context("writing --out")?;
             }
             pb.inc(1);
         }

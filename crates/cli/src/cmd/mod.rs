@@ -4,10 +4,12 @@ pub mod advantages;
 pub mod batch;
 pub mod cache;
 pub mod completions;
+pub mod config;
 pub mod credit;
 pub mod eval;
 pub mod import;
 pub mod locate;
+pub mod man;
 pub mod model;
 pub mod optimize;
 pub mod prior;
@@ -56,6 +58,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Credit(args) => credit::run(args, &global),
         Command::Optimize(args) => optimize::run(args, &global),
         Command::Completions(args) => completions::run(args, &global),
+        Command::Config(args) => config::run(args, &global),
+        Command::Man(args) => man::run(args, &global),
     }
 }
 

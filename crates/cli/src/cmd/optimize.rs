@@ -173,7 +173,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             let mut set = ModelSet::single(args.llm.build().await?.model);
             for spec in cfg.model_specs() {
                 let mut a = args.llm.clone();
-                a.model = spec.clone();
+                a.model = Some(spec.clone());
                 let built = a.build().await;
                 let m = built
                     .with_context(|| format!("building model {spec}"))?

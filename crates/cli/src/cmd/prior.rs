@@ -42,7 +42,7 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub input: Inputs,
     /// Where to write the trained model.
-    #[arg(long, default_value = "prior-model.json")]
+    #[arg(long, short, default_value = "prior-model.json", value_name = "FILE")]
     pub out: PathBuf,
     /// Cross-validation folds (0: skip cross-validation).
     #[arg(long, default_value_t = 10)]

@@ -8,7 +8,9 @@ use crate::ui::{exit_code, sink, write_jsonl};
 use crate::Global;
 use maslens_implicit::commands::RepairEvent;
 use maslens_implicit::repair::RepairConfig;
-use maslens_implicit::{read_trace_scans, repair_scanned, RepairOptions};
+use maslens_implicit::{
+    read_trace_scans, read_trace_scans_skipping, repair_scanned, RepairOptions,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -34,7 +36,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
-    let scans = read_trace_scans(&args.scan)?;
+    let (scans, bad_scans) = if args.input.strict {
+        (read_trace_scans(&args.scan)?, Vec::new())
+    } else {
+        read_trace_scans_skipping(&args.scan)?
+    };
+    let bad_scans = crate::ui::warn_all(&bad_scans);
     let (traces, read_errors) = read_all(&args.input, global, "reading traces", None)?;
     let mut out = sink(args.out.as_deref())?;
     let opts = RepairOptions {
@@ -66,6 +73,6 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         eprintln!("wrote {} replay plan line(s)", summary.plans);
     }
     Ok(exit_code(
-        read_errors.len() + summary.skipped + usize::from(unmatched > 0),
+        read_errors.len() + bad_scans + summary.skipped + usize::from(unmatched > 0),
     ))
 }

@@ -10,16 +10,20 @@ use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// JSONL of replay outcomes: `{"config","task","trace","if_step","original_success","intervention":"noop"|"fix","success"}`.
-    pub input: PathBuf,
+    /// JSONL of replay outcomes (`-` or absent: stdin): `{"config","task","trace","if_step",
+    /// "original_success","intervention":"noop"|"fix","success"}`.
+    pub input: Option<PathBuf>,
     /// Bootstrap resamples.
     #[arg(long, default_value_t = maslens_eval::stats::DEFAULT_RESAMPLES)]
     pub resamples: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Write the JSON result here.
-    #[arg(long, short)]
+    #[arg(long, short, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Stop with exit code 2 at the first bad line instead of skipping it.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
@@ -27,8 +31,14 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         resamples: args.resamples,
         seed: args.seed,
     };
-    let name = args.input.display().to_string();
-    let stats = replay_stats_from_jsonl(&name, jsonl::open(&args.input)?, &opts)?;
+    let (name, reader): (String, Box<dyn std::io::BufRead>) = match &args.input {
+        Some(p) if p.as_os_str() != "-" => (p.display().to_string(), Box::new(jsonl::open(p)?)),
+        _ => ("<stdin>".into(), Box::new(std::io::stdin().lock())),
+    };
+    let stats = replay_stats_from_jsonl(&name, reader, &opts)?;
+    if let (true, Some(first)) = (args.strict, stats.warnings.first()) {
+        anyhow::bail!("{first} (--strict)");
+    }
     let problems = warn_all(&stats.warnings);
     let json = serde_json::to_string_pretty(&stats.value)?;
     emit(args.out.as_deref(), &json, global.json, || {

@@ -89,7 +89,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         let mut stacks = vec![args.llm.build().await?];
         for spec in &args.judges {
             let llm = LlmArgs {
-                model: spec.clone(),
+                model: Some(spec.clone()),
                 ..args.llm.clone()
             };
             stacks.push(
@@ -119,7 +119,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                     s,
                     t,
                     &hash,
-                    &args.llm.model,
+                    stacks[0].model.id(),
                     &params,
                     started,
                 );

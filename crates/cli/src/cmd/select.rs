@@ -4,7 +4,9 @@
 use crate::ui::{emit, exit_code, warn_all};
 use crate::Global;
 use maslens_implicit::commands::{weights_or_default, PrmRange};
-use maslens_implicit::{read_prm_scores, read_trace_scans, select_from_scans, SelectOptions};
+use maslens_implicit::{
+    read_prm_scores, read_trace_scans, read_trace_scans_skipping, select_from_scans, SelectOptions,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -38,8 +40,11 @@ pub struct Args {
     #[arg(long, default_value_t = 0.1)]
     pub spread: f64,
     /// Write the JSON result here.
-    #[arg(long, short)]
+    #[arg(long, short, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Stop at the first bad line of the scan or PRM file instead of skipping it.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
@@ -57,7 +62,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         .map(|p| read_prm_scores(p, args.prm_range));
     let prm = prm.transpose()?;
     let mut problems = prm.as_ref().map_or(0, |p| warn_all(&p.warnings));
-    let scans = read_trace_scans(&args.scan)?;
+    if let (true, Some(first)) = (args.strict, prm.as_ref().and_then(|p| p.warnings.first())) {
+        anyhow::bail!("{first} (--strict)");
+    }
+    let scans = if args.strict {
+        read_trace_scans(&args.scan)?
+    } else {
+        let (scans, bad) = read_trace_scans_skipping(&args.scan)?;
+        problems += warn_all(&bad);
+        scans
+    };
     let sel = select_from_scans(&scans, prm.as_ref().map(|p| &p.value), &opts)?;
     problems += warn_all(&sel.warnings);
     let json = sel.value.to_json();

@@ -117,7 +117,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 MethodArg::Scan => JobMethod::Scan,
             })
             .collect(),
-        model: args.llm.model.clone(),
+        model: args.llm.model()?,
         llm: args.llm.options()?,
         writeback: WriteBack {
             otlp_logs: args.otlp_export.clone(),

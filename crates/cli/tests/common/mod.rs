@@ -23,6 +23,9 @@ pub fn maslens(home: &Path, args: &[&str]) -> Command {
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OPENAI_API_KEY")
         .env_remove("MASLENS_MODEL")
+        // No config file of the user's: an empty config directory inside the test's home.
+        .env_remove("MASLENS_CONFIG")
+        .env("XDG_CONFIG_HOME", home.join("xdg-config"))
         .args(args);
     c
 }
