@@ -46,11 +46,32 @@ mod tests {
             // AG/1 -> 1, AG/2 -> 3, HC/1 abstained; gold 1, 2, 9.
             "Predicted steps: 2 distinct over 2 cases, most often step 1 (1/2); gold: 3 distinct, most often step 1 (1/3).",
             "## By trace length",
+            "## Deviation in the paper's intervals (AgentLocate figure 2)",
+            "| 0-2 | 2 |",
             "## Most often mislocalized agents",
             "40.0% prefix reuse",
             "- `AG/9`: boom",
         ] {
             assert!(md.contains(needle), "missing {needle:?} in\n{md}");
         }
+    }
+    #[test]
+    fn paper_length_ranges_per_who_and_when_subset() {
+        let mut cases = crate::report::tests::sample().per_case;
+        for c in &mut cases {
+            c.subset = Some("Algorithm-Generated".into());
+        }
+        let r = crate::report::build(&cases, &[], vec![], &Default::default());
+        assert_eq!(r.by_length_paper.len(), 1);
+        let md = super::render(&r);
+        let needle = format!(
+            "## By trace length (Algorithm-Generated, the paper's token ranges, {} cases)",
+            cases.len()
+        );
+        assert!(md.contains(&needle), "missing {needle:?} in\n{md}");
+        assert!(md.contains("| <2000 |"), "{md}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["by_length_paper"][0]["subset"], "Algorithm-Generated");
+        assert_eq!(json["deviation_histogram_paper"][0]["bin"], "0-2");
     }
 }

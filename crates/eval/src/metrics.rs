@@ -238,21 +238,36 @@ pub const DEVIATION_BINS: [(&str, usize, usize); 7] = [
 
 /// Histogram of step deviations (bins above plus `none` for unparsed), in bin order.
 pub fn deviation_histogram(cases: &[Case]) -> Vec<(String, usize)> {
-    let mut counts: Vec<(String, usize)> = DEVIATION_BINS
-        .iter()
-        .map(|(n, _, _)| (n.to_string(), 0))
-        .collect();
+    deviation_histogram_in(cases, &DEVIATION_BINS)
+}
+
+/// The step-deviation intervals of AgentLocate's figure 2 (appendix H), as far as the text
+/// names them: the figure itself is lost in the extraction. `0-2`, `6-7` and `>30` are named in
+/// appendix H; `3-5` completes its "0-5 deviation range"; `8-30` is maslens's filler for the
+/// steps in between (the figure's own intervals there are unknown).
+pub const DEVIATION_BINS_PAPER: [(&str, usize, usize); 5] = [
+    ("0-2", 0, 2),
+    ("3-5", 3, 5),
+    ("6-7", 6, 7),
+    ("8-30", 8, 30),
+    (">30", 31, usize::MAX),
+];
+
+/// Histogram of step deviations over `bins` (plus `none` for unparsed), in bin order.
+pub fn deviation_histogram_in(
+    cases: &[Case],
+    bins: &[(&str, usize, usize)],
+) -> Vec<(String, usize)> {
+    let mut counts: Vec<(String, usize)> =
+        bins.iter().map(|(n, _, _)| (n.to_string(), 0)).collect();
     counts.push(("none".into(), 0));
     for c in cases {
         let Some(g) = c.gold.step else { continue };
         match c.pred.step {
-            None => counts[DEVIATION_BINS.len()].1 += 1,
+            None => counts[bins.len()].1 += 1,
             Some(p) => {
                 let d = p.abs_diff(g);
-                if let Some(i) = DEVIATION_BINS
-                    .iter()
-                    .position(|(_, lo, hi)| d >= *lo && d <= *hi)
-                {
+                if let Some(i) = bins.iter().position(|(_, lo, hi)| d >= *lo && d <= *hi) {
                     counts[i].1 += 1;
                 }
             }
@@ -364,6 +379,99 @@ pub fn by_length_quartile(
                 tokens: [min, max],
                 agent_accuracy: accuracy(&sub, |c| agent_correct(c, scorer), boot),
                 step_accuracy: accuracy(&sub, |c| step_correct(c, scorer), boot),
+            })
+        })
+        .collect()
+}
+
+/// A named token range `(name, lo, hi)`: a case with `lo <= tokens < hi`.
+pub type TokenRange = (&'static str, usize, usize);
+
+/// AgentLocate's fixed token-length ranges (appendix J, tables 4-5), one set per Who&When
+/// subset: `(subset, ranges)`.
+pub const LENGTH_RANGES_PAPER: [(&str, [TokenRange; 4]); 2] = [
+    (
+        "Algorithm-Generated",
+        [
+            ("<2000", 0, 2000),
+            ("2000-2500", 2000, 2500),
+            ("2500-2900", 2500, 2900),
+            (">=2900", 2900, usize::MAX),
+        ],
+    ),
+    (
+        "Hand-Crafted",
+        [
+            ("<3000", 0, 3000),
+            ("3000-5200", 3000, 5200),
+            ("5200-12000", 5200, 12000),
+            (">=12000", 12000, usize::MAX),
+        ],
+    ),
+];
+
+/// Accuracy in the paper's token-length ranges of one Who&When subset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PaperLengthBuckets {
+    /// `Algorithm-Generated` or `Hand-Crafted`: whose ranges, and which cases.
+    pub subset: String,
+    pub cases: usize,
+    /// The non-empty ranges, in order; `tokens` is the range of the cases in it.
+    pub buckets: Vec<LengthBucket>,
+}
+
+fn subset_key(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// Accuracy by the paper's fixed token-length ranges ([`LENGTH_RANGES_PAPER`]), for the cases of
+/// each Who&When subset (matched case- and punctuation-insensitively). When no case names a
+/// subset, both sets of ranges are applied to all cases; subsets without cases are left out.
+pub fn by_length_paper(
+    cases: &[Case],
+    scorer: Scorer,
+    boot: impl Into<Boot>,
+) -> Vec<PaperLengthBuckets> {
+    let boot = boot.into();
+    let any_subset = cases.iter().any(|c| c.subset.is_some());
+    LENGTH_RANGES_PAPER
+        .iter()
+        .filter_map(|(subset, ranges)| {
+            let key = subset_key(subset);
+            let sub: Vec<&Case> = cases
+                .iter()
+                .filter(|c| {
+                    !any_subset || c.subset.as_deref().is_some_and(|s| subset_key(s) == key)
+                })
+                .collect();
+            if sub.is_empty() {
+                return None;
+            }
+            let buckets = ranges
+                .iter()
+                .filter_map(|(name, lo, hi)| {
+                    let b: Vec<Case> = sub
+                        .iter()
+                        .filter(|c| c.trace_tokens >= *lo && c.trace_tokens < *hi)
+                        .map(|c| (*c).clone())
+                        .collect();
+                    let min = b.iter().map(|c| c.trace_tokens).min()?;
+                    let max = b.iter().map(|c| c.trace_tokens).max()?;
+                    Some(LengthBucket {
+                        name: name.to_string(),
+                        tokens: [min, max],
+                        agent_accuracy: accuracy(&b, |c| agent_correct(c, scorer), boot),
+                        step_accuracy: accuracy(&b, |c| step_correct(c, scorer), boot),
+                    })
+                })
+                .collect();
+            Some(PaperLengthBuckets {
+                subset: subset.to_string(),
+                cases: sub.len(),
+                buckets,
             })
         })
         .collect()
@@ -558,6 +666,65 @@ mod tests {
         assert_eq!(q[0].tokens, [100, 100]);
         assert_eq!(q[0].step_accuracy.unwrap().k, 1);
         assert_eq!(q[3].agent_accuracy.unwrap().k, 0);
+    }
+
+    #[test]
+    fn paper_deviation_intervals_and_length_ranges() {
+        // Deviations 0, 2, 3, 7, 8, 31 and one unparsed.
+        let cases = vec![
+            case(("A", 4), Some(("A", 4)), 1999),
+            case(("A", 4), Some(("A", 6)), 2000),
+            case(("A", 4), Some(("A", 7)), 2499),
+            case(("A", 10), Some(("A", 3)), 2500),
+            case(("A", 10), Some(("A", 2)), 2900),
+            case(("A", 40), Some(("A", 9)), 12000),
+            case(("A", 40), None, 5200),
+        ];
+        let h = deviation_histogram_in(&cases, &DEVIATION_BINS_PAPER);
+        let names: Vec<&str> = h.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["0-2", "3-5", "6-7", "8-30", ">30", "none"]);
+        let counts: Vec<usize> = h.iter().map(|(_, c)| *c).collect();
+        assert_eq!(counts, [2, 1, 1, 1, 1, 1]);
+        // The quartile histogram is unchanged.
+        assert_eq!(deviation_histogram(&cases)[0], ("0".to_string(), 1));
+
+        // No case names a subset: both sets of ranges over all cases.
+        let p = by_length_paper(&cases, Scorer::Exact, 1);
+        assert_eq!(p.len(), 2);
+        let (ag, hc) = (&p[0], &p[1]);
+        assert_eq!((ag.subset.as_str(), ag.cases), ("Algorithm-Generated", 7));
+        let rows: Vec<(&str, [usize; 2], usize)> = ag
+            .buckets
+            .iter()
+            .map(|b| (b.name.as_str(), b.tokens, b.agent_accuracy.unwrap().n))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("<2000", [1999, 1999], 1),
+                ("2000-2500", [2000, 2499], 2),
+                ("2500-2900", [2500, 2500], 1),
+                (">=2900", [2900, 12000], 3),
+            ]
+        );
+        let rows: Vec<(&str, usize)> = hc
+            .buckets
+            .iter()
+            .map(|b| (b.name.as_str(), b.agent_accuracy.unwrap().n))
+            .collect();
+        assert_eq!(rows, [("<3000", 5), ("5200-12000", 1), (">=12000", 1)]);
+        assert_eq!(hc.buckets[0].step_accuracy.unwrap().k, 1);
+
+        // With subsets, each subset gets its own ranges; other subsets none.
+        let mut cases = cases;
+        for (i, c) in cases.iter_mut().enumerate() {
+            c.subset = Some(if i < 3 { "Hand-Crafted" } else { "aegis" }.into());
+        }
+        let p = by_length_paper(&cases, Scorer::Exact, 1);
+        assert_eq!(p.len(), 1);
+        assert_eq!((p[0].subset.as_str(), p[0].cases), ("Hand-Crafted", 3));
+        assert_eq!(p[0].buckets.len(), 1);
+        assert_eq!(p[0].buckets[0].name, "<3000");
     }
 
     #[test]

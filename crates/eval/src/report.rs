@@ -8,9 +8,10 @@
 //! and `baselines` `{name: {agent_accuracy, step_accuracy}}`.
 
 use crate::metrics::{
-    accuracy, agent_correct, by_length_quartile, deviation_histogram, joint_correct,
-    mislocalized_agents, pair_correct, step_correct, step_spread, tolerance_curve, Accuracy, Boot,
-    Case, CaseUsage, LengthBucket, Mislocalized, Scorer, StepSpread,
+    accuracy, agent_correct, by_length_paper, by_length_quartile, deviation_histogram,
+    deviation_histogram_in, joint_correct, mislocalized_agents, pair_correct, step_correct,
+    step_spread, tolerance_curve, Accuracy, Boot, Case, CaseUsage, LengthBucket, Mislocalized,
+    PaperLengthBuckets, Scorer, StepSpread, DEVIATION_BINS_PAPER,
 };
 use crate::run::Provenance;
 use serde::{Deserialize, Serialize};
@@ -100,10 +101,19 @@ pub struct LocateReport {
     pub joint_accuracy: Option<Accuracy>,
     pub tolerance: BTreeMap<String, Accuracy>,
     pub deviation_histogram: Vec<Bin>,
+    /// The same deviations in the intervals of AgentLocate's figure 2
+    /// ([`crate::metrics::DEVIATION_BINS_PAPER`]); absent in reports before format 4.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deviation_histogram_paper: Vec<Bin>,
     /// How concentrated the predicted steps are next to the gold ones (position bias).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_spread: Option<StepSpread>,
     pub by_length: Vec<LengthBucket>,
+    /// Accuracy in AgentLocate's fixed token-length ranges (appendix J), per Who&When subset
+    /// ([`crate::metrics::by_length_paper`]); absent in reports before format 4 and when the
+    /// cases name subsets but none is a Who&When one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_length_paper: Vec<PaperLengthBuckets>,
     pub mislocalized: Vec<Mislocalized>,
     /// Cases without a location (abstained or unparsed).
     pub abstentions: usize,
@@ -269,8 +279,17 @@ pub fn build(
         } else {
             Vec::new()
         },
+        deviation_histogram_paper: if cases.iter().any(|c| c.gold.step.is_some()) {
+            deviation_histogram_in(cases, &DEVIATION_BINS_PAPER)
+                .into_iter()
+                .map(|(bin, count)| Bin { bin, count })
+                .collect()
+        } else {
+            Vec::new()
+        },
         step_spread: step_spread(cases),
         by_length: by_length_quartile(cases, s, boot),
+        by_length_paper: by_length_paper(cases, s, boot),
         mislocalized: mislocalized_agents(cases, s, opts.top_mislocalized),
         abstentions: cases
             .iter()

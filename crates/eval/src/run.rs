@@ -19,8 +19,9 @@ use std::future::Future;
 
 /// Version of the report JSON ([`LocateReport::format_version`]). 1: reports before the field
 /// existed; 2: provenance (maslens version, git revision, dataset hashes, prompt hashes), typed
-/// `stopped_early`; 3: `joint_accuracy` (agent and step both right).
-pub const REPORT_FORMAT_VERSION: u32 = 3;
+/// `stopped_early`; 3: `joint_accuracy` (agent and step both right); 4:
+/// `deviation_histogram_paper` and `by_length_paper` (AgentLocate's fixed intervals and ranges).
+pub const REPORT_FORMAT_VERSION: u32 = 4;
 
 /// A trace with its gold label.
 #[derive(Debug, Clone)]

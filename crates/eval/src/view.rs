@@ -38,6 +38,23 @@ pub(crate) struct LengthRow {
     pub step: String,
 }
 
+/// The paper's token-length ranges for one Who&When subset.
+#[derive(Debug, Serialize)]
+pub(crate) struct PaperLengthRows {
+    pub subset: String,
+    pub cases: usize,
+    pub rows: Vec<LengthRow>,
+}
+
+fn length_row(b: &crate::metrics::LengthBucket) -> LengthRow {
+    LengthRow {
+        name: b.name.clone(),
+        tokens: format!("{}-{}", b.tokens[0], b.tokens[1]),
+        agent: acc(&b.agent_accuracy),
+        step: acc(&b.step_accuracy),
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub(crate) struct CaseRow {
     pub id: String,
@@ -74,8 +91,11 @@ pub(crate) struct View<'a> {
     /// `(k, accuracy)` by increasing k.
     pub tolerance: Vec<(String, String)>,
     pub deviation: &'a [Bin],
+    /// The deviations in the paper's figure-2 intervals.
+    pub deviation_paper: &'a [Bin],
     pub spread: Option<String>,
     pub by_length: Vec<LengthRow>,
+    pub by_length_paper: Vec<PaperLengthRows>,
     pub mislocalized: &'a [crate::metrics::Mislocalized],
     /// `(label, total, per case)`.
     pub usage: Vec<(&'static str, String, String)>,
@@ -167,14 +187,15 @@ pub(crate) fn view(r: &LocateReport) -> View<'_> {
             .collect(),
         deviation: &r.deviation_histogram,
         spread: r.step_spread.as_ref().map(crate::markdown::spread_line),
-        by_length: r
-            .by_length
+        deviation_paper: &r.deviation_histogram_paper,
+        by_length: r.by_length.iter().map(length_row).collect(),
+        by_length_paper: r
+            .by_length_paper
             .iter()
-            .map(|b| LengthRow {
-                name: b.name.clone(),
-                tokens: format!("{}-{}", b.tokens[0], b.tokens[1]),
-                agent: acc(&b.agent_accuracy),
-                step: acc(&b.step_accuracy),
+            .map(|p| PaperLengthRows {
+                subset: p.subset.clone(),
+                cases: p.cases,
+                rows: p.buckets.iter().map(length_row).collect(),
             })
             .collect(),
         mislocalized: &r.mislocalized,

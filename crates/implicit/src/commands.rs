@@ -418,7 +418,7 @@ impl SelectResult {
             let prm = r
                 .prm
                 .as_ref()
-                .map(|a| format!("{} [{:?}]", pct(a), r.prm_pooling.unwrap_or(Pooling::Mean)))
+                .map(|a| format!("{} [{}]", pct(a), r.prm_pooling.unwrap_or(Pooling::Mean)))
                 .unwrap_or_else(|| "n/a".into());
             let prm_if = r
                 .prm_if

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 pub const REPAIR_SYSTEM: Template = maslens_llm::prompt_template!("implicit/repair_system.v1");
-pub const REPAIR_USER: Template = maslens_llm::prompt_template!("implicit/repair_user.v2");
-pub const PROMPT_VERSION: &str = "implicit/repair_system.v1+implicit/repair_user.v2";
+pub const REPAIR_USER: Template = maslens_llm::prompt_template!("implicit/repair_user.v3");
+pub const PROMPT_VERSION: &str = "implicit/repair_system.v1+implicit/repair_user.v3";
 
 #[derive(Debug, Clone)]
 pub struct RepairConfig {
@@ -180,6 +180,58 @@ mod tests {
     use super::*;
     use crate::taxonomy::{ErrorType, Level};
     use maslens_llm::testing::ScriptedModel;
+
+    /// MASIF listing 6 as in the paper's extraction, with the spaces after punctuation restored
+    /// and one line per paragraph (docs/implicit.md, "Prompts").
+    const LISTING_6: &str = "\
+## Task being solved by the multi-agent system
+{question}
+## Conversation history up to (but NOT including) the buggy step
+{prefix}
+## Buggy step (step {step_index}, agent: {agent}) -- this is what the agent actually said and what we want to replace
+<<<BUGGY MESSAGE BEGIN>>>
+{buggy_message}
+<<<BUGGY MESSAGE END>>>
+## What was wrong with this step (annotation from an analyzer)
+- error_type: {error_type}
+- description: {error_description}
+- severity: {severity}
+## Your job
+Produce a single corrected version of the buggy step that the {agent} agent should have output instead.
+Stay in the same persona and format. Do not include any text other than the message body itself.";
+
+    #[test]
+    fn repair_user_is_listing_6_word_for_word() {
+        let vars: serde_json::Map<String, serde_json::Value> = [
+            "question",
+            "prefix",
+            "step_index",
+            "agent",
+            "buggy_message",
+            "error_type",
+            "error_description",
+            "severity",
+        ]
+        .iter()
+        .map(|k| (k.to_string(), json!(format!("{{{k}}}"))))
+        .collect();
+        let text = REPAIR_USER.render(serde_json::Value::Object(vars)).unwrap();
+        assert!(
+            text.trim_end().ends_with(
+                "Stay in the same persona and format. Do not include any text other than the message body itself."
+            ),
+            "{text}"
+        );
+        // The first paragraph is maslens's added data-not-instructions sentence; the rest is the
+        // listing (blank lines aside).
+        let (added, listing) = text.split_once("\n\n").unwrap();
+        assert!(
+            added.starts_with("The task, the conversation history"),
+            "{added}"
+        );
+        let lines: Vec<&str> = listing.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.join("\n"), LISTING_6);
+    }
 
     #[test]
     fn cleaning() {

@@ -4,8 +4,8 @@
 //! For each N, every task with at least N candidates contributes one seeded random subset of N
 //! candidates, shared by all scorers. Scorers:
 //! - IF: lowest risk r;
-//! - PRM: highest pooled step score, pooling (min, mean, geometric mean, last) chosen on the
-//!   tuning split;
+//! - PRM: highest pooled step score, pooling (min, mean, product, geometric mean, last) chosen
+//!   on the tuning split;
 //! - PRM+IF: highest w * s_prm + (1 - w) * (1 - s_if), pooling and w (grid 0, 0.1, ..., 1)
 //!   chosen jointly on the tuning split; s_if = r clipped to [0, 1];
 //! - random: a seeded uniform pick.
@@ -44,20 +44,46 @@ impl Candidate {
     }
 }
 
-/// Pooling of step scores into a trace score.
+/// Pooling of step scores into a trace score. MASIF section 3.1 lists four pooling functions,
+/// "min, mean, product/geometric mean, and last-step"; maslens tunes over both readings of the
+/// third (five candidates). The product favours shorter traces (every step below 1 lowers it);
+/// the geometric mean (the product's `1/n`-th power) does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pooling {
     Min,
     Mean,
-    GeoMean,
+    /// The product of the step scores.
+    Product,
+    /// The geometric mean of the step scores (`geo_mean` in reports before the product existed).
+    #[serde(alias = "geo_mean")]
+    GeometricMean,
     Last,
 }
 
 impl Pooling {
-    pub const ALL: [Pooling; 4] = [Pooling::Min, Pooling::Mean, Pooling::GeoMean, Pooling::Last];
+    /// The candidates tuned on the tuning split, in tie-break order (the first wins).
+    pub const ALL: [Pooling; 5] = [
+        Pooling::Min,
+        Pooling::Mean,
+        Pooling::Product,
+        Pooling::GeometricMean,
+        Pooling::Last,
+    ];
 
-    /// Pool scores; `None` for no scores.
+    /// Name in reports: `min`, `mean`, `product`, `geometric-mean`, `last`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::Min => "min",
+            Pooling::Mean => "mean",
+            Pooling::Product => "product",
+            Pooling::GeometricMean => "geometric-mean",
+            Pooling::Last => "last",
+        }
+    }
+
+    /// Pool scores; `None` for no scores. A score at or below 0 makes the product and the
+    /// geometric mean 0.
     pub fn pool(self, xs: &[f64]) -> Option<f64> {
         if xs.is_empty() {
             return None;
@@ -65,7 +91,14 @@ impl Pooling {
         Some(match self {
             Pooling::Min => xs.iter().copied().fold(f64::INFINITY, f64::min),
             Pooling::Mean => xs.iter().sum::<f64>() / xs.len() as f64,
-            Pooling::GeoMean => {
+            Pooling::Product => {
+                if xs.iter().any(|x| *x <= 0.0) {
+                    0.0
+                } else {
+                    xs.iter().product()
+                }
+            }
+            Pooling::GeometricMean => {
                 if xs.iter().any(|x| *x <= 0.0) {
                     0.0
                 } else {
@@ -74,6 +107,12 @@ impl Pooling {
             }
             Pooling::Last => *xs.last()?,
         })
+    }
+}
+
+impl std::fmt::Display for Pooling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -402,13 +441,45 @@ mod tests {
         let xs = [0.5, 0.25, 1.0];
         assert_eq!(Pooling::Min.pool(&xs), Some(0.25));
         assert!((Pooling::Mean.pool(&xs).unwrap() - 0.5833333333333334).abs() < 1e-12);
-        assert!((Pooling::GeoMean.pool(&xs).unwrap() - 0.5).abs() < 1e-12); // (0.125)^(1/3)
+        assert!((Pooling::GeometricMean.pool(&xs).unwrap() - 0.5).abs() < 1e-12); // (0.125)^(1/3)
+        assert!((Pooling::Product.pool(&xs).unwrap() - 0.125).abs() < 1e-12);
         assert_eq!(Pooling::Last.pool(&xs), Some(1.0));
         assert_eq!(Pooling::Min.pool(&[]), None);
         assert_eq!(
             normalize_scores(&[-4.0, 0.0, 4.0, 9.0], -4.0, 4.0),
             vec![0.0, 0.5, 1.0, 1.0]
         );
+    }
+
+    #[test]
+    fn product_is_the_product_and_geometric_mean_its_nth_root() {
+        assert_eq!(Pooling::Product.pool(&[0.5, 0.5]), Some(0.25));
+        assert_eq!(Pooling::GeometricMean.pool(&[0.5, 0.5]), Some(0.5));
+        assert_eq!(Pooling::Product.pool(&[0.5, 0.0]), Some(0.0));
+        // The product prefers the shorter of two traces with equal step scores.
+        let short = [0.9, 0.9];
+        let long = [0.9, 0.9, 0.9, 0.9];
+        assert!(Pooling::Product.pool(&short) > Pooling::Product.pool(&long));
+        assert_eq!(
+            Pooling::GeometricMean
+                .pool(&short)
+                .map(|x| (x * 1e9).round()),
+            Pooling::GeometricMean
+                .pool(&long)
+                .map(|x| (x * 1e9).round())
+        );
+        // Names: JSON snake_case (old reports' `geo_mean` still reads), reports kebab-case.
+        assert_eq!(
+            serde_json::to_string(&Pooling::Product).unwrap(),
+            "\"product\""
+        );
+        assert_eq!(
+            serde_json::to_string(&Pooling::GeometricMean).unwrap(),
+            "\"geometric_mean\""
+        );
+        let old: Pooling = serde_json::from_str("\"geo_mean\"").unwrap();
+        assert_eq!(old, Pooling::GeometricMean);
+        assert_eq!(Pooling::GeometricMean.to_string(), "geometric-mean");
     }
 
     /// 10 tasks x 4 candidates: the successful candidate has no IFs; failures have a propagated
