@@ -207,3 +207,38 @@ fn man_pages_for_every_command_with_examples() {
     let o = maslens(dir.path(), &["man"]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains(".TH"));
 }
+
+/// A budget stop is exit code 1 on every LLM-backed command (a rerun resumes from the cache),
+/// never 0 and never 2, even when it stops before the first answer. The budget comes from the
+/// config file; the model's port is closed, so a call that got past the budget would be an error.
+#[test]
+fn a_budget_stop_exits_1_on_every_llm_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let cfg = home.join("xdg-config/maslens");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        "model = \"openai:x@http://127.0.0.1:9/v1\"\nmax_retries = 0\n[budget]\nmax_calls = 0\n",
+    )
+    .unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let trace = root.join("examples/whowhen-style.json");
+    let t = trace.to_str().unwrap();
+    let dataset = format!("whowhen:{t}");
+    for args in [
+        vec!["locate", t],
+        vec!["scan", t],
+        vec!["credit", t],
+        vec!["eval", "locate", dataset.as_str(), "-o", "ev"],
+    ] {
+        let o = maslens(home, &args).current_dir(home).output().unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert!(e.contains("budget"), "{args:?}: {e}");
+        assert!(
+            !e.contains("onnection refused"),
+            "{args:?} called the model: {e}"
+        );
+    }
+}

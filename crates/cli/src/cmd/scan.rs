@@ -85,6 +85,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         anyhow::bail!("{}", args.input.nothing_read(read_errors.len()));
     }
     let quiet = global.quiet;
+    let budget_stop = std::sync::atomic::AtomicBool::new(false);
     let mut file = block_on(async {
         let mut stacks = vec![args.llm.build().await?];
         for spec in &args.judges {
@@ -103,7 +104,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         let file = scan_traces(&models, &traces, &opts, |p| match p {
             ScanProgress::Scanned { .. } if quiet => {}
             ScanProgress::Failed { .. } => eprintln!("warning: {p}"),
-            _ => eprintln!("{p}"),
+            ScanProgress::BudgetExhausted { .. } => {
+                budget_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                eprintln!("{p}")
+            }
+            ScanProgress::Scanned { .. } => eprintln!("{p}"),
         })
         .await?;
         // `--db`: each trace's scan is stored as a diagnosis with its events.
@@ -144,8 +149,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     } else if args.markdown.is_none() {
         write_output(None, &md)?;
     }
-    if file.traces.is_empty() {
+    // Nothing scanned is "could not run" (2), unless a budget stopped it: a budget stop is 1,
+    // like every other early stop, and a rerun resumes from the cache.
+    if file.traces.is_empty() && !budget_stop.load(std::sync::atomic::Ordering::Relaxed) {
         return Ok(ExitCode::from(EXIT_ERROR));
     }
-    Ok(exit_code(file.errors.len()))
+    Ok(exit_code(
+        file.errors.len() + usize::from(budget_stop.load(std::sync::atomic::Ordering::Relaxed)),
+    ))
 }
