@@ -608,3 +608,43 @@ async fn prior_narrowing_replaces_windows_on_long_traces_and_prior_joins_the_bas
     assert_eq!(b["agent_accuracy"]["n"], r["cases"], "{r}");
     assert!(r["baselines"]["random"].is_object());
 }
+
+/// Issue 15 item 1: `--method prior` never prints "AGENT at step N" for an agent that does not
+/// act at step N; the prior's two heads' answers are shown apart (the JSON says which agent acts
+/// at the step and whether the answers agree).
+#[test]
+fn prior_verdicts_never_pair_an_agent_with_a_step_it_does_not_act_at() {
+    let dir = tempfile::tempdir().unwrap();
+    let hc = data("whowhen/Hand-Crafted");
+    let hc = hc.to_str().unwrap();
+    let json = maslens(dir.path(), &["locate", hc, "--method", "prior", "--json"])
+        .output()
+        .unwrap();
+    let text = maslens(dir.path(), &["locate", hc, "--method", "prior"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    let mut separate = 0;
+    for line in String::from_utf8_lossy(&json.stdout).lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let (agent, step, actor) = (
+            v["agent"].as_str().unwrap(),
+            v["step"].as_u64().unwrap(),
+            v["step_agent"].as_str().unwrap(),
+        );
+        let shown = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{}:", v["trace"].as_str().unwrap())))
+            .unwrap();
+        if agent == actor {
+            assert_eq!(v["coherent"], true);
+            assert!(shown.contains(&format!("{agent} at step {step}")), "{shown}");
+        } else {
+            assert_eq!(v["coherent"], false);
+            assert!(!shown.contains(&format!("{agent} at step")), "{shown}");
+            assert!(shown.contains(&format!("step {step} ({actor}'s step)")), "{shown}");
+            separate += 1;
+        }
+    }
+    assert!(separate > 0, "the shipped prior answers some cases with two heads apart");
+}

@@ -181,6 +181,44 @@ impl PriorSource {
     }
 }
 
+/// The agent acting at step `step` (a step index) of `trace`.
+pub fn actor_at(trace: &Trace, step: usize) -> Option<&str> {
+    trace
+        .position_of(step)
+        .and_then(|p| trace.steps.get(p))
+        .map(|s| s.agent.as_str())
+}
+
+/// A prior verdict as JSON: the agent-level answer (`agent`, what agent accuracy scores), the
+/// decisive step (`step`) and the agent acting there (`step_agent`). Under the `independent`
+/// pair rule the two heads answer separately, so `agent` need not act at `step`; `coherent`
+/// says whether it does, and a display shows two answers when it does not
+/// ([`prior_verdict_text`]), never "AGENT at step N" for an agent that does not act there.
+pub fn prior_verdict_json(trace: &Trace, p: Option<&(String, usize)>) -> serde_json::Value {
+    let step_agent = p.and_then(|(_, s)| actor_at(trace, *s));
+    serde_json::json!({
+        "trace": trace.id,
+        "agent": p.map(|x| &x.0),
+        "step": p.map(|x| x.1),
+        "step_agent": step_agent,
+        "coherent": p.map(|(a, _)| Some(a.as_str()) == step_agent),
+        "method": "prior",
+    })
+}
+
+/// One line for a prior verdict: `AGENT at step N` when the agent acts at the step, else the
+/// two answers apart (`step N (ACTOR's); agent-level answer: AGENT`).
+pub fn prior_verdict_text(trace: &Trace, agent: &str, step: usize) -> String {
+    match actor_at(trace, step) {
+        Some(actor) if actor == agent => format!("{agent} at step {step}"),
+        Some(actor) => format!(
+            "decisive step {step} ({actor}'s step); agent-level answer: {agent} (the prior's two \
+             heads answer separately)"
+        ),
+        None => format!("step {step} (not in the trace); agent-level answer: {agent}"),
+    }
+}
+
 /// The prior as a localizer (`--method prior`, and the `prior` baseline of `eval locate`).
 pub struct PriorLocalizer(pub PriorSource);
 
@@ -192,12 +230,7 @@ impl Localizer for PriorLocalizer {
     async fn localize(&self, trace: &Trace) -> Result<Localized, LocalizeError> {
         let start = std::time::Instant::now();
         let p = self.0.predict(trace);
-        let verdict = serde_json::json!({
-            "trace": trace.id,
-            "agent": p.as_ref().map(|x| &x.0),
-            "step": p.as_ref().map(|x| x.1),
-            "method": "prior",
-        });
+        let verdict = prior_verdict_json(trace, p.as_ref());
         let prediction = match p {
             Some((a, s)) => Prediction {
                 agent: Some(a),

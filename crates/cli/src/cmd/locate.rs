@@ -161,9 +161,13 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                         let p = &l.prediction;
                         match (json, &p.agent, p.step) {
                             (true, _, _) => crate::outln!("{}", l.verdict.unwrap_or_default()),
-                            (false, Some(a), Some(s)) => {
-                                crate::outln!("{}: {a} at step {s} (prior)", t.id)
-                            }
+                            (false, Some(a), Some(s)) => crate::outln!(
+                                "{}: {} (prior)",
+                                crate::term::inline(&t.id),
+                                crate::term::inline(&maslens_core::locate::prior_verdict_text(
+                                    t, a, s
+                                ))
+                            ),
                             _ => crate::outln!("{}: no location (prior)", t.id),
                         }
                     }),

@@ -144,7 +144,10 @@ pub fn prior_to_diagnosis(
         otel_trace_id,
         span_id,
         confidence,
-        result: json!({"agent": agent, "step": step, "probs": probs}),
+        // `step_agent`: who acts at the step; `agent` is the agent-level answer and may differ
+        // under the `independent` pair rule (maslens_core::locate::prior_verdict_json).
+        result: json!({"agent": agent, "step": step, "probs": probs,
+                       "step_agent": maslens_core::locate::actor_at(trace, step)}),
         elapsed_ms: i64::try_from(started.elapsed().as_millis()).ok(),
         ..NewDiagnosis::default()
     })
