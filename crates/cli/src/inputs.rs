@@ -249,7 +249,15 @@ pub fn temp_beside(path: &std::path::Path) -> anyhow::Result<tempfile::NamedTemp
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => std::path::Path::new("."),
     };
-    tempfile::NamedTempFile::new_in(dir)
+    let mut b = tempfile::Builder::new();
+    // An output file, not a secret: readable like any file the user writes (tempfile's default
+    // is 0600, which the rename would keep).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        b.permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    b.tempfile_in(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))
 }
 

@@ -7,7 +7,14 @@ use std::path::Path;
 /// Write `text` to `path`, or to stdout (ending in a newline) when `path` is `None`.
 pub fn write_output(path: Option<&Path>, text: &str) -> anyhow::Result<()> {
     match path {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display())),
+        // Beside `p` under a temporary name, then renamed: never a truncated file under `p`.
+        Some(p) => {
+            let mut tmp = crate::inputs::temp_beside(p)?;
+            tmp.write_all(text.as_bytes())?;
+            tmp.persist(p)
+                .with_context(|| format!("cannot write {}", p.display()))?;
+            Ok(())
+        }
         None => {
             let mut out = std::io::stdout().lock();
             out.write_all(text.as_bytes())?;
@@ -42,14 +49,58 @@ pub fn write_jsonl<T: serde::Serialize>(out: &mut dyn Write, item: &T) -> std::i
     out.write_all(b"\n")
 }
 
-/// A buffered output file, or stdout when `path` is `None`.
-pub fn sink(path: Option<&Path>) -> anyhow::Result<Box<dyn Write>> {
+/// A buffered output file, or stdout when `path` is `None`. The file is written beside `path`
+/// under a temporary name and renamed by [`Output::finish`]: a run killed or failed half-way
+/// leaves no truncated file under the final name (and an earlier complete one stays).
+pub fn sink(path: Option<&Path>) -> anyhow::Result<Output> {
     Ok(match path {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        )),
-        None => Box::new(std::io::stdout().lock()),
+        Some(p) => Output::File {
+            w: std::io::BufWriter::new(crate::inputs::temp_beside(p)?),
+            path: p.to_path_buf(),
+        },
+        None => Output::Stdout(std::io::stdout().lock()),
     })
+}
+
+/// Where [`sink`] writes.
+pub enum Output {
+    Stdout(std::io::StdoutLock<'static>),
+    File {
+        w: std::io::BufWriter<tempfile::NamedTempFile>,
+        path: std::path::PathBuf,
+    },
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Output::Stdout(s) => s.write(buf),
+            Output::File { w, .. } => w.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Output::Stdout(s) => s.flush(),
+            Output::File { w, .. } => w.flush(),
+        }
+    }
+}
+
+impl Output {
+    /// Flush, and put a file under its final name.
+    pub fn finish(self) -> anyhow::Result<()> {
+        match self {
+            Output::Stdout(mut s) => Ok(s.flush()?),
+            Output::File { w, path } => {
+                let tmp = w.into_inner().map_err(|e| {
+                    anyhow::anyhow!("cannot write {}: {}", path.display(), e.error())
+                })?;
+                tmp.persist(&path)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Print each warning to stderr as `warning: ...`; returns how many there were.
@@ -67,4 +118,51 @@ pub fn exit_code(problems: usize) -> std::process::ExitCode {
     } else {
         crate::cmd::EXIT_PROBLEMS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    #[test]
+    fn an_output_file_appears_only_when_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let mut out = super::sink(Some(&path)).unwrap();
+        writeln!(out, "{{\"a\":1}}").unwrap();
+        out.flush().unwrap();
+        assert!(
+            !path.exists(),
+            "a half-written output must not sit under the final name"
+        );
+        drop(out);
+        assert!(!path.exists());
+        std::fs::write(&path, "old complete output\n").unwrap();
+        let mut out = super::sink(Some(&path)).unwrap();
+        writeln!(out, "partial").unwrap();
+        drop(out);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "old complete output\n"
+        );
+        let mut out = super::sink(Some(&path)).unwrap();
+        writeln!(out, "new").unwrap();
+        out.finish().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temporary left"
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(
+                mode & 0o044,
+                0o044,
+                "group and others can read it: {mode:o}"
+            );
+        }
+    }
 }

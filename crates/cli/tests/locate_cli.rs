@@ -638,13 +638,22 @@ fn prior_verdicts_never_pair_an_agent_with_a_step_it_does_not_act_at() {
             .unwrap();
         if agent == actor {
             assert_eq!(v["coherent"], true);
-            assert!(shown.contains(&format!("{agent} at step {step}")), "{shown}");
+            assert!(
+                shown.contains(&format!("{agent} at step {step}")),
+                "{shown}"
+            );
         } else {
             assert_eq!(v["coherent"], false);
             assert!(!shown.contains(&format!("{agent} at step")), "{shown}");
-            assert!(shown.contains(&format!("step {step} ({actor}'s step)")), "{shown}");
+            assert!(
+                shown.contains(&format!("step {step} ({actor}'s step)")),
+                "{shown}"
+            );
             separate += 1;
         }
     }
-    assert!(separate > 0, "the shipped prior answers some cases with two heads apart");
+    assert!(
+        separate > 0,
+        "the shipped prior answers some cases with two heads apart"
+    );
 }

@@ -7,7 +7,7 @@
 use crate::ui::{exit_code, sink, warn_all, write_jsonl};
 use crate::Global;
 use maslens_implicit::{advantages_from_jsonl, jsonl};
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -37,6 +37,6 @@ pub fn run(args: Args, _global: &Global) -> anyhow::Result<ExitCode> {
     adv.value
         .iter()
         .try_for_each(|o| write_jsonl(&mut out, o))?;
-    out.flush()?;
+    out.finish()?;
     Ok(exit_code(problems))
 }

@@ -61,10 +61,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             }
         })
         .await?;
-        std::io::Write::flush(&mut out)?;
         crate::llm_args::finish(&stack, global.quiet);
         anyhow::Ok(summary)
     })??;
+    out.finish()?;
     let unmatched = summary.unmatched_scans.len();
     if unmatched > 0 {
         eprintln!("warning: {unmatched} scanned trace(s) were not found among the inputs");
