@@ -112,6 +112,14 @@ impl LlmArgs {
     /// The library options these flags describe, with the config file's values where a flag
     /// was not given.
     pub fn options(&self) -> anyhow::Result<maslens_llm::OpenOptions> {
+        self.options_with(&self.effective()?)
+    }
+
+    /// [`LlmArgs::options`] from settings already resolved (the config file is read once).
+    fn options_with(
+        &self,
+        eff: &maslens_llm::config::Effective,
+    ) -> anyhow::Result<maslens_llm::OpenOptions> {
         if self
             .request_timeout
             .is_some_and(|t| !(t.is_finite() && t > 0.0))
@@ -121,7 +129,6 @@ impl LlmArgs {
         if self.max_cost.is_some_and(|c| !(c.is_finite() && c >= 0.0)) {
             anyhow::bail!("--max-cost must be a non-negative number");
         }
-        let eff = self.effective()?;
         let cache_mode = match &self.batch_export {
             Some(p) => CacheMode::Export(p.clone()),
             None => self.cache_mode.clone(),
@@ -151,8 +158,9 @@ impl LlmArgs {
     /// Build the model stack (backend, budget, cache, usage tracker) these options describe.
     /// Call it inside the tokio runtime (`cmd::block_on`).
     pub async fn build(&self) -> anyhow::Result<Stack> {
-        let opts = self.options()?;
-        Ok(maslens_llm::open(&self.model()?, &opts).await?)
+        let eff = self.effective()?;
+        let opts = self.options_with(&eff)?;
+        Ok(maslens_llm::open(&eff.model.value, &opts).await?)
     }
 }
 
