@@ -31,23 +31,25 @@ pub const SIDE_OUTPUTS: &[&str] = &[
 /// Old output names, kept as hidden aliases.
 pub const OLD_OUTPUT_NAMES: &[&str] = &["output", "write-back", "write-verdicts"];
 
+/// Every leaf command under `cmd` with its path (`"eval locate"`), for the tests that hold each
+/// command to a rule (these conventions, `examples.rs`).
+pub fn leaves(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+    let subs: Vec<_> = cmd
+        .get_subcommands()
+        .filter(|s| s.get_name() != "help")
+        .collect();
+    if subs.is_empty() {
+        out.push((path.to_string(), cmd.clone()));
+    }
+    for s in subs {
+        let p = format!("{path} {}", s.get_name()).trim().to_string();
+        leaves(s, &p, out);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn leaves(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
-        let subs: Vec<_> = cmd
-            .get_subcommands()
-            .filter(|s| s.get_name() != "help")
-            .collect();
-        if subs.is_empty() {
-            out.push((path.to_string(), cmd.clone()));
-        }
-        for s in subs {
-            let p = format!("{path} {}", s.get_name()).trim().to_string();
-            leaves(s, &p, out);
-        }
-    }
 
     fn help(a: &clap::Arg) -> String {
         a.get_long_help()

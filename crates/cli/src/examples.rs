@@ -101,24 +101,6 @@ mod tests {
     use crate::Cli;
     use clap::CommandFactory;
 
-    fn leaves(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
-        let subs: Vec<_> = cmd.get_subcommands().collect();
-        if subs.is_empty() {
-            out.push(path.to_string());
-        }
-        for s in subs {
-            if s.get_name() == "help" {
-                continue;
-            }
-            let p = if path.is_empty() {
-                s.get_name().to_string()
-            } else {
-                format!("{path} {}", s.get_name())
-            };
-            leaves(s, &p, out);
-        }
-    }
-
     /// Split an example line into argv: drop the trailing comment and shell redirection.
     fn argv(line: &str) -> Vec<String> {
         let line = line.split(" #").next().unwrap_or(line);
@@ -128,8 +110,9 @@ mod tests {
 
     #[test]
     fn every_command_has_an_example_that_parses() {
-        let mut all = Vec::new();
-        leaves(&Cli::command(), "", &mut all);
+        let mut found = Vec::new();
+        crate::conventions::leaves(&Cli::command(), "", &mut found);
+        let all: Vec<String> = found.into_iter().map(|(path, _)| path).collect();
         assert!(all.len() > 25, "{all:?}");
         for leaf in &all {
             let lines = EXAMPLES
