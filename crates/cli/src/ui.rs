@@ -103,6 +103,17 @@ impl Output {
     }
 }
 
+/// A JSONL input named by an optional path (`-` or absent: stdin), with the name its messages use.
+pub fn jsonl_input(path: Option<&Path>) -> anyhow::Result<(String, Box<dyn std::io::BufRead>)> {
+    Ok(match path {
+        Some(p) if p.as_os_str() != "-" => (
+            p.display().to_string(),
+            Box::new(maslens_implicit::jsonl::open(p)?),
+        ),
+        _ => ("<stdin>".into(), Box::new(std::io::stdin().lock())),
+    })
+}
+
 /// Print each warning to stderr as `warning: ...`; returns how many there were.
 pub fn warn_all(warnings: &[String]) -> usize {
     for w in warnings {

@@ -6,8 +6,7 @@
 
 use crate::ui::{exit_code, sink, warn_all, write_jsonl};
 use crate::Global;
-use maslens_implicit::{advantages_from_jsonl, jsonl};
-use std::io::BufRead;
+use maslens_implicit::advantages_from_jsonl;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -24,10 +23,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, _global: &Global) -> anyhow::Result<ExitCode> {
-    let (name, reader): (String, Box<dyn BufRead>) = match &args.input {
-        Some(p) if p.as_os_str() != "-" => (p.display().to_string(), Box::new(jsonl::open(p)?)),
-        _ => ("<stdin>".into(), Box::new(std::io::stdin().lock())),
-    };
+    let (name, reader) = crate::ui::jsonl_input(args.input.as_deref())?;
     let adv = advantages_from_jsonl(&name, reader)?;
     if let (true, Some(first)) = (args.strict, adv.warnings.first()) {
         anyhow::bail!("{first} (--strict: nothing was written)");

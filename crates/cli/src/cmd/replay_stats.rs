@@ -4,7 +4,7 @@
 use crate::ui::{emit, exit_code, warn_all};
 use crate::Global;
 use maslens_implicit::replay::markdown;
-use maslens_implicit::{jsonl, replay_stats_from_jsonl, ReplayStatsOptions};
+use maslens_implicit::{replay_stats_from_jsonl, ReplayStatsOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -31,10 +31,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         resamples: args.resamples,
         seed: args.seed,
     };
-    let (name, reader): (String, Box<dyn std::io::BufRead>) = match &args.input {
-        Some(p) if p.as_os_str() != "-" => (p.display().to_string(), Box::new(jsonl::open(p)?)),
-        _ => ("<stdin>".into(), Box::new(std::io::stdin().lock())),
-    };
+    let (name, reader) = crate::ui::jsonl_input(args.input.as_deref())?;
     let stats = replay_stats_from_jsonl(&name, reader, &opts)?;
     if let (true, Some(first)) = (args.strict, stats.warnings.first()) {
         anyhow::bail!("{first} (--strict)");
