@@ -126,7 +126,9 @@ pub enum CriticRounds {
     /// Every round (section 4.3: C_role_i is the mean of c_{i,t} over rounds).
     #[default]
     All,
-    /// Only each role's final-round answer (section 5.1's protocol).
+    /// Only each role's final-round answer: the protocol the paper evaluates (section 5.1),
+    /// also accepted as `critic_rounds = "paper"`.
+    #[serde(alias = "paper")]
     Final,
 }
 
@@ -179,6 +181,11 @@ pub struct OptimizerConfig {
     /// Example explanations per failure label given to AgentDiagnosis.
     #[serde(default = "default_examples")]
     pub examples_per_label: usize,
+    /// Token budget (the optimizer model's count) of the failure records the aggregator rewrite
+    /// sees: the agents' messages and the wrong state in full while they fit, each cut evenly
+    /// beyond it.
+    #[serde(default = "default_agg_rewrite_tokens")]
+    pub aggregator_rewrite_tokens: usize,
     /// Decoding of critics (AgentTurnEval, peer judge, aggregator critic).
     #[serde(default = "critic_decoding")]
     pub critic_decoding: Decoding,
@@ -210,6 +217,9 @@ fn default_patience() -> usize {
 }
 fn default_examples() -> usize {
     2
+}
+fn default_agg_rewrite_tokens() -> usize {
+    3000
 }
 fn default_role_selection() -> RoleSelection {
     RoleSelection::BottomK { k: 2 }
@@ -251,6 +261,7 @@ impl Default for OptimizerConfig {
             select_best: true,
             critic_repair: true,
             examples_per_label: default_examples(),
+            aggregator_rewrite_tokens: default_agg_rewrite_tokens(),
             critic_decoding: critic_decoding(),
             rewrite_decoding: rewrite_decoding(),
             model: None,
@@ -455,6 +466,15 @@ role_selection = { kind = "bottom_k", k = 1 }
             cfg.prompts().roles,
             vec!["Solve it.".to_string(), "Check it.".into()]
         );
+    }
+
+    /// Issue 17 item 2: the paper's evaluated protocol by name.
+    #[test]
+    fn the_papers_critic_protocol_by_name() {
+        let toml = TOML.replace("[optimizer]\n", "[optimizer]\ncritic_rounds = \"paper\"\n");
+        let cfg = DebateConfig::from_toml(&toml, "x.toml").unwrap();
+        assert_eq!(cfg.optimizer.critic_rounds, CriticRounds::Final);
+        assert_eq!(cfg.optimizer.aggregator_rewrite_tokens, 3000);
     }
 
     #[test]

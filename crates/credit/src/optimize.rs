@@ -33,7 +33,7 @@ use maslens_llm::usage::UsageTracker;
 use maslens_llm::{prompt_template, ChatModel, ChatRequest, Message};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 pub const AGENT_DIAGNOSIS: Template = prompt_template!("credit/agent_diagnosis.v1");
@@ -198,6 +198,10 @@ impl Optimizer {
         let mut iterations = Vec::new();
         let mut iterates: Vec<(PromptSet, f64, u64)> = Vec::new();
         let mut cached: Option<(PromptSet, Vec<DebateRun>)> = None;
+        // The prompts whose rollouts the EMA has already observed: a rollout served again from
+        // `cached` (prompts unchanged since, e.g. a Phase B that rewrote nothing) is the same
+        // evidence and is not counted twice towards the decay or the `m` threshold.
+        let mut observed: Option<PromptSet> = None;
         let mut best_acc = f64::NEG_INFINITY;
         let mut since_improved = 0usize;
         let mut stop_reason = format!("iteration cap ({})", o.iterations);
@@ -264,13 +268,16 @@ impl Optimizer {
             }
             // Phase B: temporal block.
             if do_b && self.budget_left() {
-                let runs_b = if o.rerollout_phase_b {
-                    self.rollout_cached(&prompts, opt_set, &mut cached).await?
+                let (runs_b, source) = if o.rerollout_phase_b {
+                    let r = self.rollout_cached(&prompts, opt_set, &mut cached).await?;
+                    (r, prompts.clone())
                 } else {
-                    runs.clone()
+                    (runs.clone(), rec.prompts.clone())
                 };
                 let crit = self.critique(&runs_b, false, true).await?;
-                for (run, c) in runs_b.iter().zip(&crit) {
+                let fresh = observed.as_ref() != Some(&source);
+                observed = Some(source);
+                for (run, c) in runs_b.iter().zip(&crit).filter(|_| fresh) {
                     for t in 0..run.rounds_run {
                         let (Some(state), Some(Some(eval))) = (run.states.get(t), c.agg.get(t))
                         else {
@@ -460,22 +467,11 @@ impl Optimizer {
         prompts: &PromptSet,
         ema: &EmaCredit,
     ) -> Result<Option<Rewrite>, CreditError> {
-        let failures: Vec<String> = ema.buffer[t]
-            .iter()
-            .map(|f| {
-                let msgs: Vec<String> = f.messages.iter().map(|(r, m)| format!("{r}: {}", first_line(m))).collect();
-                let body = format!(
-                    "Question: {}\nOptions:\n{}\nGold answer: {}\nAgents' messages:\n{}\nAggregation output (carried a wrong answer):\n{}\nCritic: {}",
-                    f.question.question,
-                    f.question.options_block(),
-                    f.question.answer,
-                    msgs.join("\n"),
-                    first_line(&f.state),
-                    f.explanation
-                );
-                untrusted("failure_record", &body)
-            })
-            .collect();
+        let failures = failure_records(
+            self.optimizer_model.as_ref(),
+            &ema.buffer[t],
+            self.cfg.optimizer.aggregator_rewrite_tokens,
+        );
         if failures.is_empty() {
             return Ok(None);
         }
@@ -508,8 +504,9 @@ impl Optimizer {
     }
 
     /// The black-box baseline: OPRO-style propose-and-keep-best over all prompts, without
-    /// credit, until `budget` calls are spent (a proposal is only started when its estimated
-    /// cost still fits).
+    /// credit, until `budget` calls are spent. A proposal is only started when the largest
+    /// proposal cost (repair calls included) plus the largest rollout cost measured so far still
+    /// fit; `calls` is what it really spent.
     pub async fn black_box(
         &self,
         opt_set: &[Mcq],
@@ -520,7 +517,10 @@ impl Optimizer {
         let initial = self.cfg.prompts();
         let runs = self.rollout(&initial, opt_set).await?;
         let mut candidates = vec![(initial.clone(), accuracy(&runs), self.calls() - start)];
-        let per_rollout = (self.calls() - start).max(1);
+        // Costs as measured, never assumed: a proposal can take a repair call, and a rollout's
+        // cost varies with the consensus early stop, so the guard uses the largest of each seen.
+        let mut max_rollout = (self.calls() - start).max(1);
+        let mut max_propose = 2u64; // one call and its possible repair
         let mut invalid = 0usize;
         let n_roles = self.cfg.roles.len();
         let rounds = self.cfg.rounds;
@@ -532,7 +532,7 @@ impl Optimizer {
             }
         });
         let mut step = 0u64;
-        while self.calls() - start + 1 + per_rollout <= budget {
+        while self.calls() - start + max_propose + max_rollout <= budget {
             step += 1;
             let mut hist: Vec<&(PromptSet, f64, u64)> = candidates.iter().collect();
             hist.sort_by(|a, b| a.1.total_cmp(&b.1));
@@ -559,8 +559,10 @@ impl Optimizer {
             .stage("blackbox/propose")
             .template(BLACKBOX_PROPOSE_INPUT.name);
             req.seed = Some(self.seed.wrapping_add(step));
+            let before = self.calls();
             let out =
                 complete_as::<ProposalAnswer>(self.optimizer_model.as_ref(), req, &schema).await?;
+            max_propose = max_propose.max(self.calls() - before);
             let proposal = out.value.and_then(|v| {
                 let clean = |l: Vec<String>| -> Vec<String> {
                     l.iter().map(String::as_str).map(clean_prompt).collect()
@@ -579,7 +581,9 @@ impl Optimizer {
                 invalid += 1;
                 continue;
             };
+            let before = self.calls();
             let runs = self.rollout(&p, opt_set).await?;
+            max_rollout = max_rollout.max(self.calls() - before);
             candidates.push((p, accuracy(&runs), self.calls() - start));
         }
         let (best, best_opt_accuracy) = candidates
@@ -752,14 +756,70 @@ pub fn label_name(e: &TurnEval) -> String {
         .unwrap_or_else(|| "(unlabelled)".to_string())
 }
 
-fn first_line(s: &str) -> String {
-    let t = s.trim();
-    let line = t.lines().next().unwrap_or("");
-    let mut out: String = line.chars().take(300).collect();
-    if t.len() > out.len() {
-        out.push_str(" ...");
+/// The failure records the aggregator rewrite (Phase B) sees: question, options, gold, every
+/// agent's message and the wrong aggregation output, and the critic's explanation. Messages and
+/// states are given whole while the records fit in `budget` tokens (the model's count); beyond
+/// it each message and state gets an equal share, cut at a character boundary and marked.
+pub fn failure_records(
+    model: &dyn ChatModel,
+    failures: &VecDeque<InformativeFailure>,
+    budget: usize,
+) -> Vec<String> {
+    let parts: usize = failures.iter().map(|f| f.messages.len() + 1).sum();
+    let full: usize = failures
+        .iter()
+        .map(|f| {
+            f.messages
+                .iter()
+                .map(|(_, m)| model.count_tokens(m))
+                .sum::<usize>()
+                + model.count_tokens(&f.state)
+        })
+        .sum();
+    let share = (full > budget).then(|| (budget / parts.max(1)).max(16));
+    let fit = |s: &str| match share {
+        Some(n) => within_tokens(model, s.trim(), n),
+        None => s.trim().to_string(),
+    };
+    failures
+        .iter()
+        .map(|f| {
+            let msgs: Vec<String> = f
+                .messages
+                .iter()
+                .map(|(r, m)| format!("{r}: {}", fit(m)))
+                .collect();
+            let body = format!(
+                "Question: {}\nOptions:\n{}\nGold answer: {}\nAgents' messages:\n{}\nAggregation output (carried a wrong answer):\n{}\nCritic: {}",
+                f.question.question,
+                f.question.options_block(),
+                f.question.answer,
+                msgs.join("\n"),
+                fit(&f.state),
+                f.explanation
+            );
+            untrusted("failure_record", &body)
+        })
+        .collect()
+}
+
+/// `s` cut to at most `tokens` tokens of `model` (plus a ` [... cut]` marker when cut).
+fn within_tokens(model: &dyn ChatModel, s: &str, tokens: usize) -> String {
+    let mut n = model.count_tokens(s);
+    if n <= tokens {
+        return s.to_string();
     }
-    out
+    let mut chars = s.chars().count();
+    while n > tokens && chars > 0 {
+        chars = chars * tokens / n.max(1);
+        chars = chars.saturating_sub(1);
+        let cut: String = s.chars().take(chars).collect();
+        n = model.count_tokens(&cut);
+        if n <= tokens {
+            return format!("{} [... cut]", cut.trim_end());
+        }
+    }
+    "[... cut]".to_string()
 }
 
 /// The black-box optimizer's proposal: one prompt per role and per round (strings only).
@@ -794,6 +854,51 @@ pub fn clean_prompt(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn failure(message: &str, state: &str) -> InformativeFailure {
+        InformativeFailure {
+            question: Mcq {
+                id: "q/1".into(),
+                question: "Which?".into(),
+                options: vec!["one".into(), "two".into()],
+                answer: 'B',
+                subject: None,
+            },
+            round: 0,
+            messages: vec![
+                ("analyst".into(), message.into()),
+                ("skeptic".into(), "Answer: B".into()),
+            ],
+            state: state.into(),
+            q_agg: 0.2,
+            explanation: "carried A".into(),
+        }
+    }
+
+    /// Issue 17 item 3: the aggregator rewrite sees the agents' messages and the wrong state,
+    /// not their first lines cut at 300 characters; past the token budget they are cut evenly.
+    #[test]
+    fn aggregator_rewrite_sees_whole_messages_within_its_budget() {
+        let model = maslens_llm::testing::ScriptedModel::new("scripted");
+        let reasoning = format!(
+            "Answer: A\n{}",
+            "the second option fails because x. ".repeat(20)
+        );
+        let state = format!(
+            "Answer: A\nSummary: {}",
+            "analyst and skeptic disagree. ".repeat(15)
+        );
+        let buf: VecDeque<_> = [failure(&reasoning, &state)].into();
+        let whole = failure_records(&model, &buf, 3000);
+        assert!(whole[0].contains(reasoning.trim()), "{}", whole[0]);
+        assert!(whole[0].contains(state.trim()), "{}", whole[0]);
+        assert!(!whole[0].contains("[... cut]"));
+        // A budget too small for both: each message and the state are cut to their share.
+        let cut = failure_records(&model, &buf, 90);
+        assert!(cut[0].contains("[... cut]"), "{}", cut[0]);
+        assert!(cut[0].contains("skeptic: Answer: B"));
+        assert!(model.count_tokens(&cut[0]) < model.count_tokens(&whole[0]));
+    }
 
     #[test]
     fn cleans_prompts() {

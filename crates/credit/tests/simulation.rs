@@ -176,3 +176,101 @@ async fn ablations_and_budget() {
     assert!(bcd.calls < 400 + 2 * 320, "{}", bcd.calls);
     assert_eq!(bcd.iterations.len(), 1);
 }
+
+/// Issue 17 item 1: a rollout served again from the cache (prompts unchanged: here no round
+/// ever reaches `m`, so nothing is rewritten) is the same evidence, and the EMA counts it once.
+/// Before the fix the second iteration observed the cached runs again and doubled the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ema_counts_each_rollout_once() {
+    use maslens_credit::config::Blocks;
+    let qs = simulation::questions(80, 5);
+    let sp = split(&qs, 40, Some(40), 5);
+    let models = ModelSet::single(Arc::new(SimulatedMas::new(&qs)));
+    let mut cfg = simulation::config(2, 0, 0).unwrap();
+    cfg.optimizer.blocks = Blocks::AggregatorsOnly;
+    cfg.optimizer.buffer_m = 100_000;
+    cfg.optimizer.iterations = 3;
+    cfg.optimizer.patience = 10;
+    let bcd = Optimizer::new(&models, Arc::new(cfg), 5)
+        .unwrap()
+        .bcd(&sp.optimization)
+        .await
+        .unwrap();
+    assert_eq!(bcd.iterations.len(), 3, "{}", bcd.stop_reason);
+    let first = &bcd.iterations[0];
+    assert!(first.rewrites.is_empty());
+    assert!(
+        first.informative_failures.iter().sum::<usize>() > 0,
+        "the weak round must fail informatively: {:?}",
+        first.informative_failures
+    );
+    for it in &bcd.iterations[1..] {
+        assert_eq!(it.prompts, first.prompts);
+        assert_eq!(
+            it.informative_failures, first.informative_failures,
+            "iteration {}",
+            it.iteration
+        );
+        assert_eq!(it.ema_alpha, first.ema_alpha, "iteration {}", it.iteration);
+    }
+}
+
+/// Answers every black-box proposal with something unparseable first, so each proposal takes
+/// its repair call; everything else goes to the simulation.
+struct NeedsRepair(SimulatedMas);
+
+#[async_trait::async_trait]
+impl maslens_llm::ChatModel for NeedsRepair {
+    fn id(&self) -> &str {
+        self.0.id()
+    }
+    async fn complete(
+        &self,
+        request: &maslens_llm::ChatRequest,
+    ) -> Result<maslens_llm::ChatResponse, maslens_llm::LlmError> {
+        let mut r = if request.stage == "blackbox/propose/repair" {
+            // The repair answers what the simulation proposes for the original request.
+            let mut original = request.clone();
+            original
+                .messages
+                .truncate(request.messages.len().saturating_sub(2));
+            original.stage = "blackbox/propose".into();
+            original.template = "credit/blackbox_propose_input.v1".into();
+            self.0.complete(&original).await?
+        } else {
+            self.0.complete(request).await?
+        };
+        if request.stage == "blackbox/propose" {
+            r.text = "I would change the prompts.".into();
+        }
+        Ok(r)
+    }
+}
+
+/// Issue 17 item 4: the black box is held to the calls it really spends (repairs included),
+/// never more than the budget it is given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_black_box_never_spends_more_than_its_budget() {
+    let qs = simulation::questions(40, 3);
+    let sp = split(&qs, 20, Some(20), 3);
+    let models = ModelSet::single(Arc::new(NeedsRepair(SimulatedMas::new(&qs))));
+    let cfg = Arc::new(simulation::config(2, 0, 0).unwrap());
+    let first = Optimizer::new(&models, cfg.clone(), 3)
+        .unwrap()
+        .black_box(&sp.optimization, 0)
+        .await
+        .unwrap();
+    let rollout = first.calls;
+    let mut proposed = 0;
+    for budget in rollout + 1..rollout * 4 {
+        let bb = Optimizer::new(&models, cfg.clone(), 3)
+            .unwrap()
+            .black_box(&sp.optimization, budget)
+            .await
+            .unwrap();
+        assert!(bb.calls <= budget, "budget {budget}: spent {}", bb.calls);
+        assert_eq!(bb.invalid_proposals, 0, "every repaired proposal parses");
+        proposed += bb.candidates.len() - 1;
+    }
+    assert!(proposed > 0, "the black box must get to propose");
+}
