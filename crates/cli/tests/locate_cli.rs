@@ -384,6 +384,43 @@ async fn eval_locate_runs_every_protocol_and_exports_refinement() {
         assert_eq!(inst["evaluators"].as_array().unwrap().len(), 3);
     }
     let sh = std::fs::read_to_string(rdir.join("trl_sft.sh")).unwrap();
+    // Issue 17 item 8: TRL gets prompt-completion examples (loss on the answer only) and a
+    // --max_length that cuts no example, hence no answer.
+    let max_length: usize = sh
+        .split("--max_length ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("--max_length in trl_sft.sh");
+    assert!(sh.contains("--completion_only_loss true"), "{sh}");
+    assert!(
+        sh.contains(&format!("--dataset_name {}/trl", rdir.display())),
+        "{sh}"
+    );
+    let trl = std::fs::read_to_string(rdir.join("trl/train.jsonl")).unwrap();
+    assert_eq!(trl.lines().count(), train.lines().count());
+    let mut longest = 0;
+    for line in trl.lines() {
+        let ex: Value = serde_json::from_str(line).unwrap();
+        let prompt = ex["prompt"].as_array().unwrap();
+        let completion = ex["completion"].as_array().unwrap();
+        assert_eq!(prompt.len(), 2);
+        assert_eq!(completion[0]["role"], "assistant");
+        let tokens: usize = prompt
+            .iter()
+            .chain(completion)
+            .map(|m| maslens_llm::estimate_tokens(m["content"].as_str().unwrap()) + 8)
+            .sum();
+        longest = longest.max(tokens);
+        assert!(
+            tokens <= max_length,
+            "{tokens} tokens > --max_length {max_length}"
+        );
+    }
+    assert!(
+        sh.contains(&format!("Longest example: {longest} tokens")),
+        "{sh}"
+    );
     assert!(
         sh.contains("--lora_r 64")
             && sh.contains("--lora_alpha 128")

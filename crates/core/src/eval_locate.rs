@@ -11,7 +11,10 @@ use maslens_eval::run::{
     evaluate, split, EvalRun, EvalSpec, LabelledCase, Localizer, Progress, Table,
 };
 use maslens_llm::OpenOptions;
-use maslens_locate::refine::{chat_example, openai_command, trl_command, RefinementInstance};
+use maslens_locate::refine::{
+    chat_example, example_tokens, max_length_for, openai_command, trl_command, trl_example,
+    RefinementInstance,
+};
 use maslens_locate::Variant;
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
@@ -333,8 +336,10 @@ pub async fn export_refinement(
     };
     std::fs::create_dir_all(dir).map_err(io("creating the directory"))?;
     let mut train = String::new();
+    let mut trl = String::new();
     let mut instances = String::new();
     let mut n = 0;
+    let mut longest = 0usize;
     progress.start(side.len());
     for c in side {
         let t = &c.trace;
@@ -355,17 +360,24 @@ pub async fn export_refinement(
             .map_err(|e| CoreError::Invalid(format!("{}: refinement example: {e}", t.id)))?;
         train.push_str(&serde_json::to_string(&ex).unwrap_or_default());
         train.push('\n');
+        trl.push_str(&serde_json::to_string(&trl_example(&ex)).unwrap_or_default());
+        trl.push('\n');
+        longest = longest.max(example_tokens(locator.judge, &ex));
         instances.push_str(&serde_json::to_string(&inst).unwrap_or_default());
         instances.push('\n');
         n += 1;
     }
     progress.finish();
     std::fs::write(dir.join("train.jsonl"), train).map_err(io("writing train.jsonl"))?;
+    // TRL reads every data file of the directory it is given: its file gets a folder of its own.
+    std::fs::create_dir_all(dir.join("trl")).map_err(io("creating trl/"))?;
+    std::fs::write(dir.join("trl/train.jsonl"), trl).map_err(io("writing trl/train.jsonl"))?;
     std::fs::write(dir.join("instances.jsonl"), instances)
         .map_err(io("writing instances.jsonl"))?;
     let d = dir.display().to_string();
+    let max_length = max_length_for(longest);
     let script = format!(
-        "#!/bin/sh\n# Refinement round {} ({} targets, {} instances{}).\n# LoRA settings of AgentLocate: r 64, alpha 128, dropout 0.05, 3 epochs, effective batch 16.\nset -e\n{}",
+        "#!/bin/sh\n# Refinement round {} ({} targets, {} instances{}).\n# LoRA settings of AgentLocate: r 64, alpha 128, dropout 0.05, 3 epochs, effective batch 16.\n# Longest example: {longest} tokens ({}'s count); --max_length {max_length} keeps every answer; the loss is on the answer only.\nset -e\n{}",
         export.round,
         match export.targets {
             RefineTargets::Verified => "verified",
@@ -377,7 +389,13 @@ pub async fn export_refinement(
         } else {
             "; not split: keep these traces out of evaluation"
         },
-        trl_command(&d, &export.base_model, &format!("{d}/lora-round{}", export.round))
+        locator.judge.id(),
+        trl_command(
+            &format!("{d}/trl"),
+            &export.base_model,
+            &format!("{d}/lora-round{}", export.round),
+            max_length,
+        )
     );
     std::fs::write(dir.join("trl_sft.sh"), script).map_err(io("writing trl_sft.sh"))?;
     std::fs::write(

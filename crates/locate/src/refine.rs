@@ -199,10 +199,45 @@ pub const EPOCHS: u32 = 3;
 pub const PER_DEVICE_BATCH: u32 = 4;
 pub const GRAD_ACCUM: u32 = 4;
 
-/// A ready-to-run `trl sft` command over a directory holding `train.jsonl`.
-pub fn trl_command(dataset_dir: &str, base_model: &str, output_dir: &str) -> String {
+/// The TRL form of a chat example: `{"prompt": [system, user], "completion": [assistant]}`.
+/// On a prompt-completion dataset TRL's SFTTrainer computes the loss on the completion only
+/// (`completion_only_loss`, its default), so the Judge learns the answer, not the trace.
+pub fn trl_example(chat: &Value) -> Value {
+    let msgs = chat["messages"].as_array().cloned().unwrap_or_default();
+    let (prompt, completion) = msgs.split_at(msgs.len().saturating_sub(1));
+    json!({"prompt": prompt, "completion": completion})
+}
+
+/// Tokens of a chat example as `model` counts them (messages' contents plus 8 per message for
+/// the chat template's role markers).
+pub fn example_tokens(model: &dyn ChatModel, chat: &Value) -> usize {
+    chat["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .map(|x| model.count_tokens(x["content"].as_str().unwrap_or("")) + 8)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// `--max_length` for examples of at most `longest` tokens: 10% margin (the base model's
+/// tokenizer is not the one that counted), rounded up to a multiple of 256, never below TRL's
+/// default of 1024. TRL cuts longer examples from the end, which would cut the answer off.
+pub fn max_length_for(longest: usize) -> usize {
+    (longest + longest / 10).div_ceil(256).max(4) * 256
+}
+
+/// A ready-to-run `trl sft` command over a directory holding the prompt-completion
+/// `train.jsonl` ([`trl_example`]), with `--max_length` from the data ([`max_length_for`]).
+pub fn trl_command(
+    dataset_dir: &str,
+    base_model: &str,
+    output_dir: &str,
+    max_length: usize,
+) -> String {
     format!(
-        "trl sft \\\n  --model_name_or_path {base_model} \\\n  --dataset_name {dataset_dir} \\\n  --use_peft \\\n  --lora_r {LORA_R} \\\n  --lora_alpha {LORA_ALPHA} \\\n  --lora_dropout {LORA_DROPOUT} \\\n  --lora_target_modules all-linear \\\n  --num_train_epochs {EPOCHS} \\\n  --per_device_train_batch_size {PER_DEVICE_BATCH} \\\n  --gradient_accumulation_steps {GRAD_ACCUM} \\\n  --learning_rate 2e-4 \\\n  --output_dir {output_dir}\n"
+        "trl sft \\\n  --model_name_or_path {base_model} \\\n  --dataset_name {dataset_dir} \\\n  --max_length {max_length} \\\n  --completion_only_loss true \\\n  --use_peft \\\n  --lora_r {LORA_R} \\\n  --lora_alpha {LORA_ALPHA} \\\n  --lora_dropout {LORA_DROPOUT} \\\n  --lora_target_modules all-linear \\\n  --num_train_epochs {EPOCHS} \\\n  --per_device_train_batch_size {PER_DEVICE_BATCH} \\\n  --gradient_accumulation_steps {GRAD_ACCUM} \\\n  --learning_rate 2e-4 \\\n  --output_dir {output_dir}\n"
     )
 }
 
@@ -290,7 +325,14 @@ mod tests {
             (g.agent.as_str(), g.step, g.target.as_str()),
             ("A1", 3, "gold")
         );
-        let cmd = trl_command("out/round1", "Qwen/Qwen2.5-7B-Instruct", "out/lora1");
+        let cmd = trl_command("out/round1", "Qwen/Qwen2.5-7B-Instruct", "out/lora1", 4096);
+        assert!(cmd.contains("--max_length 4096") && cmd.contains("--completion_only_loss true"));
+        assert_eq!(max_length_for(100), 1024);
+        assert_eq!(max_length_for(3000), 3328);
+        let ex = json!({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]});
+        let trl = trl_example(&ex);
+        assert_eq!(trl["prompt"].as_array().unwrap().len(), 2);
+        assert_eq!(trl["completion"][0]["role"], "assistant");
         for flag in [
             "--lora_r 64",
             "--lora_alpha 128",
