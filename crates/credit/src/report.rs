@@ -517,6 +517,12 @@ fn header(x: &Experiment) -> serde_json::Value {
         "rounds": x.config.rounds,
         "seeds": format!("{:?}", x.options.seeds),
         "prompt_versions": x.prompt_versions,
+        "critic_protocol": match x.config.optimizer.critic_rounds {
+            crate::config::CriticRounds::All => "every round (section 4.3; critic_rounds = \"all\")",
+            crate::config::CriticRounds::Final => {
+                "final round only, the paper's evaluated protocol (5.1; critic_rounds = \"paper\")"
+            }
+        },
     })
 }
 
