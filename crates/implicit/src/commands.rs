@@ -8,7 +8,7 @@ use crate::grpo::{if_grpo_advantages, AdvantageInput, AdvantageOutput};
 use crate::jsonl::{read_jsonl, WithWarnings};
 use crate::repair::{repair_event, RepairConfig, ReplayPlan};
 use crate::replay::{replay_stats, ConfigStats, ReplayOutcome};
-use crate::report::corpus_report;
+use crate::report::{corpus_report, CorpusReport};
 use crate::scan::{scan_trace, ScanConfig, TraceScan};
 use crate::scan_file::{prompt_versions, ScanFile, SCAN_FILE_VERSION};
 use crate::select::{
@@ -33,6 +33,33 @@ pub fn weights_or_default(path: Option<&Path>) -> Result<Weights, ImplicitError>
 // ---------------------------------------------------------------------------------------------
 // scan
 
+/// What counts as an IF (issue 17 item 11).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Counting {
+    /// Events whose evidence is not found in the trace are flagged and not counted; at most
+    /// `max_events` per window.
+    #[default]
+    Maslens,
+    /// As the paper counts: every event the detector reports (the evidence check still runs and
+    /// its findings are reported), at least 100 per window.
+    Paper,
+}
+
+impl Counting {
+    /// One line for reports.
+    pub fn describe(self, max_events: usize) -> String {
+        match self {
+            Counting::Maslens => format!(
+                "maslens (events whose evidence is not in the trace are flagged, not counted; at most {max_events} per window)"
+            ),
+            Counting::Paper => format!(
+                "paper (every detected event counts, whatever the evidence check found; at most {max_events} per window)"
+            ),
+        }
+    }
+}
+
 /// Settings of a corpus scan besides the weights (the `maslens scan` flags), recorded in the
 /// scan file as `config`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,6 +69,8 @@ pub struct ScanSettings {
     pub classify_absorption: bool,
     /// Count IFs whose evidence was not found in the trace (default: flagged, not counted).
     pub count_unsupported: bool,
+    /// `paper` counts as the paper does: implies `count_unsupported` and lifts `max_events`.
+    pub counting: Counting,
     /// Multi-judge threshold k; `None`: a majority of the judges. The scan file records the k used.
     pub min_judges: Option<usize>,
     /// Context window to plan windows for (`None`: the model's own).
@@ -63,6 +92,7 @@ impl Default for ScanSettings {
         ScanSettings {
             classify_absorption: true,
             count_unsupported: false,
+            counting: Counting::Maslens,
             min_judges: None,
             window_tokens: None,
             overlap_steps: 2,
@@ -81,18 +111,26 @@ impl ScanSettings {
         self.min_judges.unwrap_or(n / 2 + 1).clamp(1, n)
     }
 
+    /// Most events per window under this counting.
+    pub fn events_per_window(&self) -> usize {
+        match self.counting {
+            Counting::Maslens => self.max_events.max(1),
+            Counting::Paper => self.max_events.max(100),
+        }
+    }
+
     /// The per-trace configuration for `n_judges` judges scoring with `weights`.
     pub fn scan_config(&self, weights: &Weights, n_judges: usize) -> ScanConfig {
         ScanConfig {
             weights: weights.clone(),
             classify_absorption: self.classify_absorption,
-            count_unsupported: self.count_unsupported,
+            count_unsupported: self.count_unsupported || self.counting == Counting::Paper,
             min_judges: self.judges_needed(n_judges),
             detect: crate::detect::DetectConfig {
                 context_tokens: self.window_tokens,
                 overlap_steps: self.overlap_steps,
                 max_tokens: self.detect_max_tokens,
-                max_events: self.max_events.max(1),
+                max_events: self.events_per_window(),
                 ..Default::default()
             },
             absorb: crate::absorb::AbsorbConfig {
@@ -212,7 +250,14 @@ pub async fn scan_traces(
             min_judges: Some(cfg.min_judges),
             ..opts.settings.clone()
         }),
-        report: corpus_report(&scans, opts.settings.seed),
+        report: CorpusReport {
+            counting: Some(
+                opts.settings
+                    .counting
+                    .describe(opts.settings.events_per_window()),
+            ),
+            ..corpus_report(&scans, opts.settings.seed)
+        },
         traces: scans,
         errors,
     })
@@ -620,6 +665,72 @@ pub fn advantages_from_jsonl(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 17 item 11: `--counting paper` counts every detected event, and the report says
+    /// which counting ran and how many counted events the evidence check doubted.
+    #[tokio::test]
+    async fn paper_counting_counts_what_the_check_would_drop_and_says_so() {
+        use maslens_llm::testing::ScriptedModel;
+        use maslens_trace::{AgentKind, TraceBuilder};
+        let t = TraceBuilder::new("s1")
+            .task("Add 2 and 2.")
+            .outcome(Outcome::Success)
+            .agent("Solver", AgentKind::Worker)
+            .agent("Checker", AgentKind::Worker)
+            .step("Solver", "2 + 2 = 5")
+            .step("Checker", "No: 2 + 2 = 4.")
+            .step("Solver", "FINAL 4")
+            .build();
+        let detected = serde_json::json!({"implicit_failures": [
+            {"error_step": 0, "error_agent": "Solver", "error_type": "reasoning_error", "error_description": "d",
+             "error_evidence": "2 + 2 = 5", "severity": "low", "confidence": "high"},
+            {"error_step": 2, "error_agent": "Solver", "error_type": "hallucination", "error_description": "d",
+             "error_evidence": "the moon is cheese", "severity": "low", "confidence": "high"}]})
+        .to_string();
+        let mut got = Vec::new();
+        for counting in [Counting::Maslens, Counting::Paper] {
+            let m = ScriptedModel::new("fixture")
+                .on(
+                    "implicit/absorb_user",
+                    r#"{"absorption_pattern":"peer_repair","confidence":"high","rationale":"r"}"#,
+                )
+                .then(detected.clone());
+            let opts = ScanOptions {
+                weights: Weights::default(),
+                settings: ScanSettings {
+                    counting,
+                    ..Default::default()
+                },
+            };
+            let file = scan_traces(&[&m], std::slice::from_ref(&t), &opts, |_| {})
+                .await
+                .unwrap();
+            let md = crate::report::markdown(&file.report, &file.traces);
+            got.push((file, md));
+        }
+        let (maslens, md) = &got[0];
+        assert_eq!(maslens.traces[0].events.len(), 1);
+        assert_eq!(
+            (maslens.report.flagged, maslens.report.counted_unsupported),
+            (1, 0)
+        );
+        assert!(md.contains("Counting: maslens"), "{md}");
+        let (paper, md) = &got[1];
+        assert_eq!(paper.traces[0].events.len(), 2);
+        assert_eq!(
+            (paper.report.flagged, paper.report.counted_unsupported),
+            (0, 1)
+        );
+        assert!(md.contains("Counting: paper"), "{md}");
+        assert!(
+            md.contains("1 counted IFs have evidence the check did not find"),
+            "{md}"
+        );
+        assert!(paper.traces[0].risk > maslens.traces[0].risk);
+        let cfg = paper.config.as_ref().unwrap();
+        assert_eq!(cfg.counting, Counting::Paper);
+        assert_eq!(cfg.events_per_window(), 100);
+    }
     use maslens_llm::testing::ScriptedModel;
     use maslens_trace::AgentKind;
     use serde_json::json;

@@ -55,6 +55,13 @@ pub struct CorpusReport {
     pub propagated_share: Option<f64>,
     /// Events flagged and not counted (unsupported evidence, below the judge threshold).
     pub flagged: usize,
+    /// Counted events whose evidence the check did not find (only under `--counting paper` or
+    /// `--count-unsupported`: otherwise these are flagged).
+    #[serde(default)]
+    pub counted_unsupported: usize,
+    /// Which counting ran ([`crate::commands::Counting::describe`]); absent in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counting: Option<String>,
     pub abstentions: usize,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -167,6 +174,12 @@ pub fn corpus_report(scans: &[TraceScan], seed: u64) -> CorpusReport {
         absorbed_share: share(absorbed, n_inf),
         propagated_share: share(n_inf - absorbed, n_inf),
         flagged: scans.iter().map(|s| s.flagged.len()).sum(),
+        counted_unsupported: scans
+            .iter()
+            .flat_map(|s| &s.events)
+            .filter(|e| !e.supported())
+            .count(),
+        counting: None,
         abstentions: scans.iter().map(|s| s.abstentions.len()).sum(),
         prompt_tokens,
         completion_tokens,
@@ -248,6 +261,8 @@ pub fn markdown(report: &CorpusReport, scans: &[TraceScan]) -> String {
         "traces": report.traces,
         "ifs": report.strata.iter().find(|x| x.outcome == "all").map(|x| x.ifs).unwrap_or(0),
         "flagged": report.flagged,
+        "counted_unsupported": report.counted_unsupported,
+        "counting": report.counting,
         "abstentions": report.abstentions,
         "strata": strata,
         "error_types": error_types,

@@ -7,11 +7,20 @@ use crate::llm_args::LlmArgs;
 use crate::ui::{exit_code, write_output};
 use crate::Global;
 use anyhow::Context;
-use maslens_implicit::commands::{weights_or_default, ScanProgress};
+use maslens_implicit::commands::{weights_or_default, Counting, ScanProgress};
 use maslens_implicit::{report::markdown, scan_traces, ScanOptions, ScanSettings};
 use maslens_llm::ChatModel;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// `--counting`: what counts as an IF.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CountingArg {
+    /// Events whose evidence is not in the trace are flagged, not counted; `--max-events` per window.
+    Maslens,
+    /// As the paper counts: every detected event (implies --count-unsupported; at least 100 per window).
+    Paper,
+}
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -40,6 +49,10 @@ pub struct Args {
     /// Count IFs whose evidence was not found in the trace (default: flagged, not counted).
     #[arg(long)]
     pub count_unsupported: bool,
+    /// What counts as an IF: `maslens` (the evidence check decides) or `paper` (every detected
+    /// event, as MASIF counts); the report says which ran and how many events the check doubted.
+    #[arg(long, value_enum, default_value_t = CountingArg::Maslens)]
+    pub counting: CountingArg,
     /// Scan at most this many traces.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -71,6 +84,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         settings: ScanSettings {
             classify_absorption: !args.no_absorption,
             count_unsupported: args.count_unsupported,
+            counting: match args.counting {
+                CountingArg::Maslens => Counting::Maslens,
+                CountingArg::Paper => Counting::Paper,
+            },
             min_judges: args.min_judges,
             window_tokens: args.window_tokens,
             overlap_steps: args.overlap,
