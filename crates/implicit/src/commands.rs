@@ -666,71 +666,6 @@ pub fn advantages_from_jsonl(
 mod tests {
     use super::*;
 
-    /// Issue 17 item 11: `--counting paper` counts every detected event, and the report says
-    /// which counting ran and how many counted events the evidence check doubted.
-    #[tokio::test]
-    async fn paper_counting_counts_what_the_check_would_drop_and_says_so() {
-        use maslens_llm::testing::ScriptedModel;
-        use maslens_trace::{AgentKind, TraceBuilder};
-        let t = TraceBuilder::new("s1")
-            .task("Add 2 and 2.")
-            .outcome(Outcome::Success)
-            .agent("Solver", AgentKind::Worker)
-            .agent("Checker", AgentKind::Worker)
-            .step("Solver", "2 + 2 = 5")
-            .step("Checker", "No: 2 + 2 = 4.")
-            .step("Solver", "FINAL 4")
-            .build();
-        let detected = serde_json::json!({"implicit_failures": [
-            {"error_step": 0, "error_agent": "Solver", "error_type": "reasoning_error", "error_description": "d",
-             "error_evidence": "2 + 2 = 5", "severity": "low", "confidence": "high"},
-            {"error_step": 2, "error_agent": "Solver", "error_type": "hallucination", "error_description": "d",
-             "error_evidence": "the moon is cheese", "severity": "low", "confidence": "high"}]})
-        .to_string();
-        let mut got = Vec::new();
-        for counting in [Counting::Maslens, Counting::Paper] {
-            let m = ScriptedModel::new("fixture")
-                .on(
-                    "implicit/absorb_user",
-                    r#"{"absorption_pattern":"peer_repair","confidence":"high","rationale":"r"}"#,
-                )
-                .then(detected.clone());
-            let opts = ScanOptions {
-                weights: Weights::default(),
-                settings: ScanSettings {
-                    counting,
-                    ..Default::default()
-                },
-            };
-            let file = scan_traces(&[&m], std::slice::from_ref(&t), &opts, |_| {})
-                .await
-                .unwrap();
-            let md = crate::report::markdown(&file.report, &file.traces);
-            got.push((file, md));
-        }
-        let (maslens, md) = &got[0];
-        assert_eq!(maslens.traces[0].events.len(), 1);
-        assert_eq!(
-            (maslens.report.flagged, maslens.report.counted_unsupported),
-            (1, 0)
-        );
-        assert!(md.contains("Counting: maslens"), "{md}");
-        let (paper, md) = &got[1];
-        assert_eq!(paper.traces[0].events.len(), 2);
-        assert_eq!(
-            (paper.report.flagged, paper.report.counted_unsupported),
-            (0, 1)
-        );
-        assert!(md.contains("Counting: paper"), "{md}");
-        assert!(
-            md.contains("1 counted IFs have evidence the check did not find"),
-            "{md}"
-        );
-        assert!(paper.traces[0].risk > maslens.traces[0].risk);
-        let cfg = paper.config.as_ref().unwrap();
-        assert_eq!(cfg.counting, Counting::Paper);
-        assert_eq!(cfg.events_per_window(), 100);
-    }
     use maslens_llm::testing::ScriptedModel;
     use maslens_trace::AgentKind;
     use serde_json::json;
@@ -747,10 +682,16 @@ mod tests {
     }
 
     fn detection() -> String {
-        json!({"implicit_failures": [{"error_step": 0, "error_agent": "Solver",
+        detection_with(&[])
+    }
+
+    /// The detector's answer: the supported reasoning error at step 0, then `extra` events.
+    fn detection_with(extra: &[serde_json::Value]) -> String {
+        let mut events = vec![json!({"error_step": 0, "error_agent": "Solver",
             "error_type": "reasoning_error", "error_description": "d", "error_evidence": "2 + 2 = 5",
-            "severity": "low", "confidence": "high"}]})
-        .to_string()
+            "severity": "low", "confidence": "high"})];
+        events.extend_from_slice(extra);
+        json!({ "implicit_failures": events }).to_string()
     }
 
     #[tokio::test]
@@ -792,6 +733,59 @@ mod tests {
             scan_traces(&[], &traces, &opts, |_| {}).await,
             Err(ImplicitError::Config(_))
         ));
+    }
+
+    /// Issue 17 item 11: `--counting paper` counts every detected event, and the report says
+    /// which counting ran and how many counted events the evidence check doubted.
+    #[tokio::test]
+    async fn paper_counting_counts_what_the_check_would_drop_and_says_so() {
+        let t = trace("s1", "Add 2 and 2.", Outcome::Success);
+        // The second event quotes nothing the trace says: the evidence check doubts it.
+        let detected = detection_with(&[json!({"error_step": 2, "error_agent": "Solver",
+            "error_type": "hallucination", "error_description": "d",
+            "error_evidence": "the moon is cheese", "severity": "low", "confidence": "high"})]);
+        let mut risks = Vec::new();
+        // (counting, counted IFs, flagged, counted but doubted, report line)
+        for (counting, events, flagged, doubted, line) in [
+            (Counting::Maslens, 1, 1, 0, "Counting: maslens"),
+            (Counting::Paper, 2, 0, 1, "Counting: paper"),
+        ] {
+            let m = ScriptedModel::new("fixture")
+                .on(
+                    "implicit/absorb_user",
+                    r#"{"absorption_pattern":"peer_repair","confidence":"high","rationale":"r"}"#,
+                )
+                .then(detected.clone());
+            let opts = ScanOptions {
+                weights: Weights::default(),
+                settings: ScanSettings {
+                    counting,
+                    ..Default::default()
+                },
+            };
+            let file = scan_traces(&[&m], std::slice::from_ref(&t), &opts, |_| {})
+                .await
+                .unwrap();
+            let md = crate::report::markdown(&file.report, &file.traces);
+            assert_eq!(file.traces[0].events.len(), events, "{counting:?}");
+            assert_eq!(
+                (file.report.flagged, file.report.counted_unsupported),
+                (flagged, doubted),
+                "{counting:?}"
+            );
+            assert!(md.contains(line), "{md}");
+            risks.push(file.traces[0].risk);
+            if counting == Counting::Paper {
+                assert!(
+                    md.contains("1 counted IFs have evidence the check did not find"),
+                    "{md}"
+                );
+                let cfg = file.config.as_ref().unwrap();
+                assert_eq!(cfg.counting, Counting::Paper);
+                assert_eq!(cfg.events_per_window(), 100);
+            }
+        }
+        assert!(risks[1] > risks[0], "{risks:?}");
     }
 
     #[test]
