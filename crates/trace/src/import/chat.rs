@@ -34,7 +34,7 @@ struct Message {
 }
 
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "expected a string or an array of text parts")]
 enum Content {
     Text(String),
     Parts(Vec<Part>),
@@ -129,7 +129,13 @@ pub fn import_value(
             (false, Some(p)) => Some(format!("{prefix}.{p}")),
             (false, None) => Some(prefix.to_string()),
         };
-        ctx.error(path, format!("not a valid chat transcript: {}", e.inner()))
+        ctx.error(
+            path,
+            format!(
+                "not a valid chat transcript: {}",
+                super::plain_message(&e.inner().to_string())
+            ),
+        )
     })?;
 
     let get_str = |k: &str| -> Option<String> {

@@ -225,13 +225,14 @@ pub(crate) fn parse_value(
     ctx: &RecordCtx<'_>,
 ) -> Result<serde_json::Value, ImportError> {
     let text = simdutf8::compat::from_utf8(bytes).map_err(|e| {
-        ctx.error(
-            None,
-            format!(
+        let message = match wide_encoding(bytes) {
+            Some(m) => m.to_string(),
+            None => format!(
                 "invalid UTF-8 at byte {}: expected UTF-8 encoded JSON",
                 e.valid_up_to()
             ),
-        )
+        };
+        ctx.error(None, message)
     })?;
     let mut de = serde_json::Deserializer::from_str(text);
     let value: serde_json::Value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
@@ -254,9 +255,96 @@ pub(crate) fn typed<T: DeserializeOwned>(
     serde_path_to_error::deserialize(value).map_err(|e| {
         ctx.error(
             path_string(e.path()),
-            format!("not a valid {what} record: {}", e.inner()),
+            format!(
+                "not a valid {what} record: {}",
+                plain_message(&e.inner().to_string())
+            ),
         )
     })
+}
+
+/// serde's message with what it expected said in JSON terms: serde names the Rust type it was
+/// filling (`expected struct GroundTruth`, `untagged enum Text`, `expected usize`), which means
+/// nothing to someone fixing a file.
+pub(crate) fn plain_message(message: &str) -> String {
+    const UNTAGGED: &str = "data did not match any variant of untagged enum ";
+    if let Some(at) = message.find(UNTAGGED) {
+        let rest = &message[at + UNTAGGED.len()..];
+        let name_end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        return format!(
+            "{}the value has none of the accepted JSON types{}",
+            &message[..at],
+            &rest[name_end..]
+        );
+    }
+    // `invalid type: X, expected Y[ at line L column C]`: serde's word for X when it is not
+    // data (`sequence`, `map`, `unit value`), and Y, are rewritten; quoted data is left alone.
+    const WORDS: [(&str, &str); 5] = [
+        ("invalid type: sequence,", "invalid type: array,"),
+        ("invalid type: map,", "invalid type: object,"),
+        ("invalid type: unit value,", "invalid type: null,"),
+        ("invalid value: sequence,", "invalid value: array,"),
+        ("invalid value: map,", "invalid value: object,"),
+    ];
+    let message = WORDS
+        .iter()
+        .find(|(from, _)| message.starts_with(from))
+        .map(|(from, to)| format!("{to}{}", &message[from.len()..]))
+        .unwrap_or_else(|| message.to_string());
+    let Some(at) = message.rfind("expected ") else {
+        return message;
+    };
+    let start = at + "expected ".len();
+    let end = message[start..]
+        .find(" at line ")
+        .map(|i| start + i)
+        .unwrap_or(message.len());
+    let expected = &message[start..end];
+    let plain = match expected.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["struct", name] if is_rust_name(name) => "a JSON object",
+        ["struct", "variant", ..] | ["tuple", "variant", ..] => "a JSON object",
+        ["enum", name] if is_rust_name(name) => "one of the accepted values",
+        ["tuple", "struct", ..] => "a JSON array",
+        ["usize" | "u64" | "u32" | "u16" | "u8" | "u128"] => "a non-negative integer",
+        ["isize" | "i64" | "i32" | "i16" | "i8" | "i128"] => "an integer",
+        ["f64" | "f32"] => "a number",
+        ["a", "borrowed", "string"] => "a string",
+        ["a", "sequence"] => "a JSON array",
+        ["a", "map"] => "a JSON object",
+        ["unit"] => "null",
+        ["variant", "identifier"] | ["field", "identifier"] => "one of the accepted names",
+        ["a", "tuple", ..] | ["tuple", ..] => "a JSON array",
+        _ => return message,
+    };
+    format!("{}{plain}{}", &message[..start], &message[end..])
+}
+
+fn is_rust_name(s: &str) -> bool {
+    s.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A UTF-8 byte-order mark, which some editors put at the start of a file.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// `bytes` without a leading UTF-8 byte-order mark.
+pub(crate) fn strip_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(UTF8_BOM).unwrap_or(bytes)
+}
+
+/// The error for input that starts with a UTF-16 or UTF-32 byte-order mark (maslens reads UTF-8).
+fn wide_encoding(bytes: &[u8]) -> Option<&'static str> {
+    match bytes {
+        [0x00, 0x00, 0xFE, 0xFF, ..] | [0xFF, 0xFE, 0x00, 0x00, ..] => Some(
+            "the input is UTF-32 encoded (it starts with a UTF-32 byte-order mark): convert it to UTF-8, e.g. `iconv -f UTF-32 -t UTF-8`",
+        ),
+        [0xFE, 0xFF, ..] | [0xFF, 0xFE, ..] => Some(
+            "the input is UTF-16 encoded (it starts with a UTF-16 byte-order mark): convert it to UTF-8, e.g. `iconv -f UTF-16 -t UTF-8`",
+        ),
+        _ => None,
+    }
 }
 
 /// Detect the format of one parsed record.
@@ -336,6 +424,7 @@ pub fn parse_record_detect(
     format: Format,
     ctx: &RecordCtx<'_>,
 ) -> (Format, Result<Imported, ImportError>) {
+    let bytes = strip_bom(bytes);
     if format == Format::Native {
         return (
             Format::Native,
@@ -687,6 +776,19 @@ impl FileRecords {
                 break;
             }
             line += 1;
+            if line == 1 {
+                if let Some(message) = wide_encoding(&first) {
+                    return Err(ImportError {
+                        file: display.clone(),
+                        record: None,
+                        path: None,
+                        message: message.into(),
+                    });
+                }
+                if first.starts_with(UTF8_BOM) {
+                    first.drain(..UTF8_BOM.len());
+                }
+            }
             if !is_blank(&first) {
                 break;
             }
@@ -816,37 +918,93 @@ impl FileRecords {
     }
 }
 
-/// Read records from any reader holding one record per line (e.g. stdin).
-pub fn read_lines<R: BufRead>(
+/// Read records from a stream (stdin): one record per line, as a `.jsonl` file, or one JSON
+/// document spread over several lines (a pretty-printed trace), as a file whose first line is
+/// not a complete JSON value. A UTF-8 byte-order mark is skipped; UTF-16 input is refused with
+/// a message saying so.
+///
+/// When the first non-blank line is not a complete JSON value, the stream is read whole: if it
+/// parses as one document, or its second non-blank line is not a complete value either (a
+/// document with a mistake in it: one error for the document, not one per line), it is one
+/// record; otherwise it is read line by line (a JSONL stream whose first record is broken).
+pub fn read_lines<R: BufRead + 'static>(
     reader: R,
     name: String,
     format: Format,
 ) -> impl Iterator<Item = Result<Imported, ImportError>> {
     let mut format = format;
-    let mut line_no = 0u64;
-    let mut reader = reader;
+    let mut lines = StreamLines {
+        reader: Box::new(reader),
+        line_no: 0,
+    };
     let mut buf = Vec::new();
+    let mut started = false;
+    let mut done = false;
     std::iter::from_fn(move || loop {
+        if done {
+            return None;
+        }
         buf.clear();
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) => return None,
-            Ok(_) => line_no += 1,
+        match lines.next(&mut buf) {
+            Ok(false) => return None,
+            Ok(true) => {}
             Err(e) => {
+                done = true;
                 return Some(Err(ImportError {
                     file: name.clone(),
-                    record: Some(format!("line {}", line_no + 1)),
+                    record: Some(format!("line {}", lines.line_no + 1)),
                     path: None,
                     message: format!("cannot read: {e}"),
-                }))
+                }));
+            }
+        }
+        if lines.line_no == 1 {
+            if let Some(message) = wide_encoding(&buf) {
+                done = true;
+                return Some(Err(ImportError {
+                    file: name.clone(),
+                    record: None,
+                    path: None,
+                    message: message.into(),
+                }));
+            }
+            if buf.starts_with(UTF8_BOM) {
+                buf.drain(..UTF8_BOM.len());
             }
         }
         if is_blank(&buf) {
             continue;
         }
+        if !started {
+            started = true;
+            if serde_json::from_slice::<serde::de::IgnoredAny>(&buf).is_err() {
+                match whole_or_lines(&mut lines, &buf) {
+                    Ok(Some(document)) => {
+                        done = true;
+                        let ctx = RecordCtx {
+                            file: &name,
+                            path: None,
+                            line: None,
+                        };
+                        return Some(parse_record(&document, format, &ctx));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        done = true;
+                        return Some(Err(ImportError {
+                            file: name.clone(),
+                            record: None,
+                            path: None,
+                            message: format!("cannot read: {e}"),
+                        }));
+                    }
+                }
+            }
+        }
         let ctx = RecordCtx {
             file: &name,
             path: None,
-            line: Some(line_no),
+            line: Some(lines.line_no),
         };
         let (fmt, result) = parse_record_detect(&buf, format, &ctx);
         if format == Format::Auto && result.is_ok() {
@@ -854,6 +1012,45 @@ pub fn read_lines<R: BufRead>(
         }
         return Some(result);
     })
+}
+
+/// The lines of a stream, counted; after [`whole_or_lines`] chose lines, served from memory.
+struct StreamLines {
+    reader: Box<dyn BufRead>,
+    line_no: u64,
+}
+
+impl StreamLines {
+    /// Read the next line into `buf`; `false` at the end.
+    fn next(&mut self, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+        let n = self.reader.read_until(b'\n', buf)?;
+        if n > 0 {
+            self.line_no += 1;
+        }
+        Ok(n > 0)
+    }
+}
+
+/// The first non-blank line `first` (line `lines.line_no`) is not a complete JSON value: read
+/// the rest and decide. `Some(document)`: the stream is one document (leading blank lines kept
+/// as newlines, so error line numbers match the input); `None`: go on line by line (the rest is
+/// then served from memory).
+fn whole_or_lines(lines: &mut StreamLines, first: &[u8]) -> std::io::Result<Option<Vec<u8>>> {
+    let mut rest = Vec::new();
+    lines.reader.read_to_end(&mut rest)?;
+    let mut document = vec![b'\n'; lines.line_no.saturating_sub(1) as usize];
+    document.extend_from_slice(first);
+    document.extend_from_slice(&rest);
+    let one_value = serde_json::from_slice::<serde::de::IgnoredAny>(&document).is_ok();
+    let second_is_value = rest
+        .split(|b| *b == b'\n')
+        .find(|l| !is_blank(l))
+        .is_some_and(|l| serde_json::from_slice::<serde::de::IgnoredAny>(l).is_ok());
+    if one_value || !second_is_value {
+        return Ok(Some(document));
+    }
+    lines.reader = Box::new(std::io::Cursor::new(rest));
+    Ok(None)
 }
 
 #[cfg(test)]

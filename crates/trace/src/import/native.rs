@@ -1,7 +1,7 @@
 //! maslens native format: one [`Trace`] per JSON document or JSONL line. Read exactly as
 //! written (the `source` field is kept as stored), so `export(import(x)) == x` for our output.
 
-use super::{path_string, ImportError, RecordCtx};
+use super::{path_string, plain_message, ImportError, RecordCtx};
 use crate::model::Trace;
 
 /// Parse one native trace. The fast path is a plain `serde_json` parse; only on failure is the
@@ -20,9 +20,18 @@ pub fn import_bytes(bytes: &[u8], ctx: &RecordCtx<'_>) -> Result<Trace, ImportEr
             let err = match serde_path_to_error::deserialize::<_, Trace>(&mut de) {
                 Err(e) => ctx.error(
                     path_string(e.path()),
-                    format!("not a valid maslens trace: {}", e.inner()),
+                    format!(
+                        "not a valid maslens trace: {}",
+                        plain_message(&e.inner().to_string())
+                    ),
                 ),
-                Ok(_) => ctx.error(None, format!("not a valid maslens trace: {first}")),
+                Ok(_) => ctx.error(
+                    None,
+                    format!(
+                        "not a valid maslens trace: {}",
+                        plain_message(&first.to_string())
+                    ),
+                ),
             };
             Err(err)
         }

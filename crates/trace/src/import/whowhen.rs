@@ -55,7 +55,7 @@ struct Message {
 
 /// A string, or a number given where a string was expected.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "expected a string, a number or a boolean")]
 pub(crate) enum Text {
     Str(String),
     Int(i64),
