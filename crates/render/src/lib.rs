@@ -53,6 +53,8 @@
 //! whole trace instead of several windows. When even the all-abridged rendering does not fit,
 //! the caller falls back to 2 and 3. The verdict reports [`Strategy::Focused`].
 
+pub mod steering;
+
 use maslens_llm::ChatModel;
 use maslens_trace::{Step, Trace};
 use serde::{Deserialize, Serialize};
