@@ -39,6 +39,10 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
     ("select", &["maslens select --scan scan.json --n 4,8"]),
     ("repair", &["maslens repair runs/ --scan scan.json -o repairs.jsonl"]),
     ("replay-stats", &["maslens replay-stats replays.jsonl -o stats.json"]),
+    ("process-stats", &[
+        "maslens process-stats scan.json                      # IFs per task and per 1K tokens",
+        "maslens process-stats grpo.json if-grpo.json --seed 1  # paired by task, Holm-adjusted tests",
+    ]),
     ("advantages", &["maslens advantages examples/inputs/grpo-groups.jsonl -o advantages.jsonl"]),
     ("credit", &["maslens credit runs/ --limit 2 --html credit.html"]),
     ("optimize", &["maslens optimize examples/debate-smoke.toml --simulation -o opt/"]),

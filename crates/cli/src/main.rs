@@ -76,6 +76,9 @@ pub enum Command {
     Repair(cmd::repair::Args),
     /// SPR, RR and delta-RR with paired task-cluster bootstrap from replay outcomes.
     ReplayStats(cmd::replay_stats::Args),
+    /// MASIF's process metrics (IFs per task and per 1K tokens), and two runs compared with
+    /// Holm-adjusted paired permutation tests.
+    ProcessStats(cmd::process_stats::Args),
     /// IF-shaped GRPO advantages for groups of traces.
     Advantages(cmd::advantages::Args),
     /// Structural (role) and temporal (round) credit for traces.

@@ -135,10 +135,21 @@ async fn scan_reports_then_repair_writes_matched_plans() {
     assert_eq!(all["intensity"], 1.0);
     assert_eq!(report["propagated_share"], 1.0);
     assert_eq!(report["flagged"], 3);
+    // Issue 17 item 13: the process metrics of MASIF tables 6 and 9 over the scanned traces.
+    let tokens: u64 = traces
+        .iter()
+        .map(|t| t["trace_tokens"].as_u64().unwrap())
+        .sum();
+    let process = &report["process"];
+    assert_eq!(process["trace_tokens"].as_u64(), Some(tokens));
+    assert_eq!(process["ifs_per_task"], 1.0);
+    let per_1k = process["ifs_per_1k_tokens"].as_f64().unwrap();
+    assert!((per_1k - 3000.0 / tokens as f64).abs() < 1e-9, "{per_1k}");
     let md = std::fs::read_to_string(&md).unwrap();
     assert!(
         md.contains("## Prevalence and intensity by outcome")
-            && md.contains("| wrong_action | 3 | 100.0% |"),
+            && md.contains("| wrong_action | 3 | 100.0% |")
+            && md.contains("## Process metrics (MASIF tables 6 and 9)"),
         "{md}"
     );
     // Detection: 3 calls; absorption: one per counted IF.
@@ -405,4 +416,113 @@ async fn replay_stats_averages_positions_then_traces() {
     assert_eq!(d["resamples"], 2000);
     assert_eq!(v[1]["config"], "B");
     assert_eq!(v[1]["delta_rr"]["estimate"], 0.0);
+}
+
+/// A trace scan line for `process-stats` (hand-made, not a model's).
+fn process_scan(task: &str, success: bool, cost: f64, ifs: usize, tokens: u64) -> String {
+    let events: Vec<Value> = (0..ifs)
+        .map(|_| {
+            json!({"step": 1, "agent": "A", "error_type": "hallucination", "description": "d",
+            "evidence": "e", "severity": "high", "confidence": "high",
+            "evidence_check": {"status": "verbatim", "coverage": 1.0, "agent_matches": true}})
+        })
+        .collect();
+    json!({"id": format!("{task}-{cost}"), "task": task,
+        "outcome": if success {"success"} else {"failure"}, "steps": 4, "events": events,
+        "cost": cost, "risk": 0.0, "risk_grouped": 0.0, "windows": 1, "abstentions": [],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0}, "calls": 1, "seconds": 0.0,
+        "trace_tokens": tokens})
+    .to_string()
+}
+
+/// Issue 17 item 13: `process-stats` gives table 9's metrics for one scan and table 6's
+/// comparison for two, paired by task, with exact permutation p-values and Holm adjustment
+/// (three tasks: 8 swaps; hand-computed in `maslens_implicit::process`'s tests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_stats_reports_densities_and_holm_adjusted_permutation_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("grpo.jsonl");
+    let new = dir.path().join("if-grpo.jsonl");
+    std::fs::write(
+        &base,
+        [
+            process_scan("t1", true, 1.0, 1, 1000),
+            process_scan("t2", true, 2.0, 2, 1000),
+            process_scan("t3", false, 3.0, 3, 1000),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        &new,
+        [
+            process_scan("t1", true, 0.0, 0, 1000),
+            process_scan("t2", true, 1.0, 1, 1000),
+            process_scan("t3", true, 1.0, 1, 1000),
+            process_scan("t4", true, 9.0, 9, 1000),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let o = run(maslens(
+        dir.path(),
+        &["--json", "process-stats", base.to_str().unwrap()],
+    ))
+    .await;
+    let m = stdout_json(&o);
+    assert_eq!(m["traces"], 3);
+    assert_eq!(m["if_cost_per_task"], 2.0);
+    assert_eq!(m["if_cost_per_1k_tokens"], 2.0); // 1000 * 6 / 3000
+    let out = dir.path().join("cmp.json");
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "process-stats",
+            base.to_str().unwrap(),
+            new.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1 new-only tasks left out"),
+        "{}",
+        stderr(&o)
+    );
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        md.contains("| IF Cost / Task | 2.00 -> 0.67 | -66.67% | 0.2500 | 1.0000 |"),
+        "{md}"
+    );
+    let c: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(
+        (c["tasks"].as_u64(), c["exact"].as_bool()),
+        (Some(3), Some(true))
+    );
+    assert_eq!(c["permutations"], 8);
+    let acc = &c["tests"][0];
+    assert_eq!(acc["metric"], "accuracy");
+    assert_eq!(acc["p"], 1.0);
+    // A bad line is skipped with a warning naming it (exit 1), or stops the run with --strict.
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        format!("{}\nnot json\n", process_scan("t1", true, 1.0, 1, 10)),
+    )
+    .unwrap();
+    let o = run(maslens(
+        dir.path(),
+        &["process-stats", bad.to_str().unwrap()],
+    ))
+    .await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bad.jsonl"), "{}", stderr(&o));
+    let o = run(maslens(
+        dir.path(),
+        &["process-stats", bad.to_str().unwrap(), "--strict"],
+    ))
+    .await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

@@ -9,6 +9,8 @@
 //! - [`select`]: best-of-N with IF / PRM / PRM+IF / random scorers, weight sensitivity;
 //! - [`repair`] and [`replay`]: listings 5-6 replay plans, SPR / RR / delta-RR statistics;
 //! - [`grpo`]: IF-GRPO advantages (eq. 1-4);
+//! - [`process`]: the process metrics of tables 6 and 9 (IF cost and count per task and per 1K
+//!   tokens) and their comparison with Holm-adjusted paired permutation tests;
 //! - [`scan_file`]: the versioned scan file (`maslens scan --out`), read back by `select` / `repair`;
 //! - [`commands`]: what each `maslens` implicit command calls (scan, select, repair, replay-stats,
 //!   advantages), with typed options and results; [`jsonl`]: JSON Lines input with warnings.
@@ -21,6 +23,7 @@ pub mod evidence;
 pub mod group;
 pub mod grpo;
 pub mod jsonl;
+pub mod process;
 pub mod render;
 pub mod repair;
 pub mod replay;

@@ -69,6 +69,10 @@ pub struct CorpusReport {
     pub seconds: f64,
     pub tokens_per_trace: Option<f64>,
     pub seconds_per_trace: Option<f64>,
+    /// MASIF's process metrics over all traces (tables 6 and 9: accuracy, IF cost and count per
+    /// task and per 1K trace tokens); absent in reports before scan file format 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<crate::process::ProcessMetrics>,
 }
 
 fn share(k: usize, n: usize) -> Option<f64> {
@@ -187,6 +191,7 @@ pub fn corpus_report(scans: &[TraceScan], seed: u64) -> CorpusReport {
         seconds,
         tokens_per_trace: (n > 0).then(|| (prompt_tokens + completion_tokens) as f64 / n as f64),
         seconds_per_trace: (n > 0).then(|| seconds / n as f64),
+        process: (n > 0).then(|| crate::process::metrics(scans)),
     }
 }
 
@@ -276,6 +281,7 @@ pub fn markdown(report: &CorpusReport, scans: &[TraceScan]) -> String {
         "seconds": format!("{:.1}", report.seconds),
         "tokens_per_trace": fixed(report.tokens_per_trace, 0),
         "seconds_per_trace": fixed(report.seconds_per_trace, 1),
+        "process": report.process.as_ref().map(crate::process::metrics_markdown),
         "scans": traces,
     });
     maslens_eval::page::render_or_note(
@@ -342,6 +348,7 @@ mod tests {
             usage: Default::default(),
             calls: 1,
             seconds: 2.0,
+            trace_tokens: Some(1000),
         }
     }
 

@@ -77,6 +77,10 @@ pub struct TraceScan {
     pub usage: Usage,
     pub calls: u32,
     pub seconds: f64,
+    /// Tokens of the scanned trace itself ([`crate::process::trace_tokens`]), for the process
+    /// metrics per 1K tokens; absent in scan files before format 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_tokens: Option<u64>,
 }
 
 impl TraceScan {
@@ -223,6 +227,7 @@ pub async fn scan_trace(
         usage,
         calls,
         seconds: started.elapsed().as_secs_f64(),
+        trace_tokens: Some(crate::process::trace_tokens(trace)),
     })
 }
 

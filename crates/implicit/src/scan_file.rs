@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
 
-/// The scan-file shape this maslens writes (and the newest it reads).
-pub const SCAN_FILE_VERSION: u32 = 2;
+/// The scan-file shape this maslens writes (and the newest it reads). Version 3 adds each
+/// trace's `trace_tokens` and the report's `process` metrics (MASIF tables 6 and 9).
+pub const SCAN_FILE_VERSION: u32 = 3;
 
 fn version_1() -> u32 {
     1
@@ -276,10 +277,10 @@ mod tests {
             ScanFile::read(&path).unwrap_err(),
             read_trace_scans(&path).unwrap_err(),
         ] {
-            assert!(matches!(e, ScanFileError::NewerVersion { found: 3, .. }));
+            assert!(matches!(e, ScanFileError::NewerVersion { found: 4, .. }));
             let msg = e.to_string();
             assert!(
-                msg.contains("future.json") && msg.contains("format_version 3"),
+                msg.contains("future.json") && msg.contains("format_version 4"),
                 "{msg}"
             );
         }

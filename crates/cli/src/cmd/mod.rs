@@ -14,6 +14,7 @@ pub mod model;
 pub mod optimize;
 pub mod prior;
 pub mod repair;
+pub mod process_stats;
 pub mod replay_stats;
 pub mod scan;
 pub mod schema;
@@ -54,6 +55,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Select(args) => select::run(args, &global),
         Command::Repair(args) => repair::run(args, &global),
         Command::ReplayStats(args) => replay_stats::run(args, &global),
+        Command::ProcessStats(args) => process_stats::run(args, &global),
         Command::Advantages(args) => advantages::run(args, &global),
         Command::Credit(args) => credit::run(args, &global),
         Command::Optimize(args) => optimize::run(args, &global),
