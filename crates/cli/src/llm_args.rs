@@ -133,26 +133,15 @@ impl LlmArgs {
             Some(p) => CacheMode::Export(p.clone()),
             None => self.cache_mode.clone(),
         };
-        Ok(maslens_llm::OpenOptions {
+        Ok(eff.open_options(maslens_llm::config::RunChoices {
             base_url: self.base_url.clone(),
-            api_key: None,
             api_key_env: self.api_key_env.clone(),
             cache_mode,
-            cache_path: match eff.cache.source {
-                maslens_llm::config::Source::Default => None,
-                _ => Some(PathBuf::from(&eff.cache.value)),
-            },
-            budget: eff.budget()?,
-            concurrency: eff.concurrency()?,
-            timeout: eff.request_timeout()?,
-            max_retries: eff.max_retries()?,
-            schema_mode: Default::default(),
             prices: self.prices.clone(),
-            config: eff.config_file.as_ref().map(|(p, _)| p.clone()),
             usage_log: self.usage_log.clone(),
             threads: self.threads,
             context_size: self.context_size,
-        })
+        })?)
     }
 
     /// Build the model stack (backend, budget, cache, usage tracker) these options describe.

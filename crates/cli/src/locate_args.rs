@@ -5,6 +5,14 @@ use crate::inputs::enum_parser;
 use maslens_core::locate::{ErrorModes, LocateOptions, Method};
 use maslens_locate::{Protocol, Style, Variant};
 
+/// `--variant` values: each variant's names (`Variant::names`), its own first.
+const VARIANTS: &[&[&str]] = &[
+    &["verified", "full", "ii", "II", "variant-ii"],
+    &["judge", "judge-only", "i", "I", "variant-i"],
+    &["judge-ft", "agentlocate", "iii", "III", "variant-iii"],
+    &["evaluators-only"],
+];
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct MethodArgs {
     /// Localizer: `llm` (AgentLocate: Judge protocol + Evaluators + vote) or `prior` (the learned
@@ -15,9 +23,13 @@ pub struct MethodArgs {
     #[arg(long, default_value = "all-at-once",
           value_parser = enum_parser::<Protocol>(&[&["all-at-once", "all_at_once"], &["step-by-step", "step_by_step"], &["binary-search", "binary_search", "binary"]]))]
     pub protocol: Protocol,
-    /// full (Judge + Evaluators + vote), judge-only (variant I), evaluators-only (variant II).
-    #[arg(long, default_value = "full",
-          value_parser = enum_parser::<Variant>(&[&["full"], &["judge-only", "i", "I"], &["evaluators-only", "ii", "II"]]))]
+    /// Which output the run gives, named as in the paper (section 5): `verified` (Variant II:
+    /// Judge + Evaluators, output = their vote, eq. 4; formerly `full`), `judge` (Variant I: the
+    /// Judge's hypothesis, eq. 1; formerly `judge-only`), `judge-ft` (AgentLocate, eq. 6: the
+    /// Judge alone, with --model set to the Judge fine-tuned on `eval locate --export-refinement`
+    /// data), `evaluators-only` (no Judge; maslens's addition). Aliases: i, ii, iii.
+    #[arg(long, default_value = "verified",
+          value_parser = enum_parser::<Variant>(VARIANTS))]
     pub variant: Variant,
     /// Evaluator styles (their number is H): base, concise, evidence; repeat styles for more.
     #[arg(long, value_delimiter = ',', default_value = "base,concise,evidence",

@@ -274,6 +274,21 @@ pub struct Overrides {
     pub cache: Option<String>,
 }
 
+/// Choices of one run that are not settings of the config file (the rest of
+/// [`crate::OpenOptions`]; see [`Effective::open_options`]).
+#[derive(Debug, Clone, Default)]
+pub struct RunChoices {
+    /// Given explicitly (a flag); the spec's `@URL`, the config file and the provider's
+    /// variable are consulted when the stack opens.
+    pub base_url: Option<String>,
+    pub api_key_env: Option<String>,
+    pub cache_mode: crate::CacheMode,
+    pub prices: Option<PathBuf>,
+    pub usage_log: Option<PathBuf>,
+    pub threads: Option<usize>,
+    pub context_size: Option<u32>,
+}
+
 /// Where a value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -380,6 +395,32 @@ impl Effective {
             max_calls: parse_opt("max_calls", &self.max_calls)?,
             max_tokens: parse_opt("max_tokens_total", &self.max_tokens_total)?,
             max_cost,
+        })
+    }
+
+    /// The options a model stack opens with: these settings, and the choices of one run that
+    /// the config file does not hold. The CLI's flags and the Python package's keyword
+    /// arguments both come here, so a setting means the same in each front end.
+    pub fn open_options(&self, run: RunChoices) -> Result<crate::OpenOptions, LlmError> {
+        Ok(crate::OpenOptions {
+            base_url: run.base_url,
+            api_key: None,
+            api_key_env: run.api_key_env,
+            cache_mode: run.cache_mode,
+            cache_path: match self.cache.source {
+                Source::Default => None,
+                _ => Some(PathBuf::from(&self.cache.value)),
+            },
+            budget: self.budget()?,
+            concurrency: self.concurrency()?,
+            timeout: self.request_timeout()?,
+            max_retries: self.max_retries()?,
+            schema_mode: Default::default(),
+            prices: run.prices,
+            config: self.config_file.as_ref().map(|(p, _)| p.clone()),
+            usage_log: run.usage_log,
+            threads: run.threads,
+            context_size: run.context_size,
         })
     }
 
