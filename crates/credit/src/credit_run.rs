@@ -65,6 +65,18 @@ pub async fn credit_traces(
     opts: &TraceCreditOptions,
     concurrency: usize,
 ) -> CreditRun {
+    credit_traces_with_progress(model, traces, opts, concurrency, |_, _, _| {}).await
+}
+
+/// [`credit_traces`], calling `progress(done, total, trace id)` as each trace finishes (in
+/// completion order, which with concurrency is not input order).
+pub async fn credit_traces_with_progress(
+    model: Arc<dyn ChatModel>,
+    traces: &[Trace],
+    opts: &TraceCreditOptions,
+    concurrency: usize,
+    mut progress: impl FnMut(usize, usize, &str),
+) -> CreditRun {
     let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let mut set = tokio::task::JoinSet::new();
     for (i, t) in traces.iter().enumerate() {
@@ -75,9 +87,14 @@ pub async fn credit_traces(
         });
     }
     let mut out: Vec<Option<Result<TraceCredit, String>>> = vec![None; traces.len()];
+    let mut done = 0;
     while let Some(joined) = set.join_next().await {
+        done += 1;
         match joined {
-            Ok((i, r)) => out[i] = Some(r.map_err(|e| e.to_string())),
+            Ok((i, r)) => {
+                progress(done, traces.len(), &traces[i].id);
+                out[i] = Some(r.map_err(|e| e.to_string()));
+            }
             Err(e) => tracing::error!("credit task failed: {e}"),
         }
     }
