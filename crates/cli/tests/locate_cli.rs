@@ -694,3 +694,217 @@ fn prior_verdicts_never_pair_an_agent_with_a_step_it_does_not_act_at() {
         "the shipped prior answers some cases with two heads apart"
     );
 }
+
+/// The served fine-tuned Judge, stood in for by a fixture server (hand-written replies, not a
+/// model): it flags step 2 in step-by-step.
+fn judge_ft_handler() -> Handler {
+    Arc::new(|body: &Value, _| {
+        let u = last_user(body);
+        let decisive = u.contains("ends at step 2 ");
+        Reply::Text(format!(
+            r#"{{"reason":"fine-tuned","decisive":{decisive},"confidence":0.8}}"#
+        ))
+    })
+}
+
+/// Issue 17 items 6 and 7: AgentLocate's loop as files. The export writes examples in the
+/// protocol that made them (step-by-step here: one per reviewed step, the target flagged) with
+/// z_q in the target, a manifest, and the scripts; `evaluate.sh` then evaluates a served
+/// Judge_ft as `--variant judge-ft` on the other side of the same split, and the report says
+/// which output it gives and what the Judge was fine-tuned on. Training itself (TRL on a GPU)
+/// is the one step not run here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn judge_ft_loop_exports_protocol_examples_and_evaluates_the_served_adapter() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = FakeServer::start(fixture_handler()).await.unwrap();
+    let base_spec = format!("openai:fixture@{}", base.base_url());
+    let ds = format!("whowhen:{}", data("whowhen").display());
+    let rdir = dir.path().join("refine");
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "eval",
+            "locate",
+            &ds,
+            "--subset",
+            "Algorithm-Generated/1",
+            "--split",
+            "0.5",
+            "--seed",
+            "7",
+            "--limit",
+            "1",
+            "--model",
+            &base_spec,
+            "--protocol",
+            "step-by-step",
+            "--variant",
+            "judge",
+            "--export-refinement",
+            rdir.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    let r = stdout_json(&o);
+    assert_eq!(r["config"]["variant"], "judge");
+    assert!(r["config"]["output"]
+        .as_str()
+        .unwrap()
+        .starts_with("Variant I (eq. 1)"));
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(rdir.join("manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["format_version"], 2);
+    assert_eq!(manifest["protocol"], "step-by-step");
+    let trained: Vec<String> = manifest["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(trained.len() as u64, r["split"]["train"].as_u64().unwrap());
+    // Every instance: the Judge flagged step 2, the vote chose step 2 (concise 0.9 against
+    // 0.3 + 0.3 for step 1), so the examples are the step-by-step calls for steps 0, 1, 2.
+    let train = std::fs::read_to_string(rdir.join("train.jsonl")).unwrap();
+    let insts: Vec<Value> = std::fs::read_to_string(rdir.join("instances.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(insts.len(), trained.len());
+    assert_eq!(
+        train.lines().count(),
+        insts
+            .iter()
+            .map(|i| i["examples"].as_u64().unwrap() as usize)
+            .sum::<usize>()
+    );
+    let mut flags = Vec::new();
+    for line in train.lines() {
+        let ex: Value = serde_json::from_str(line).unwrap();
+        let user = ex["messages"][1]["content"].as_str().unwrap();
+        assert!(
+            user.contains("Your task: decide whether the action at step"),
+            "step-by-step prompt"
+        );
+        let a: Value =
+            serde_json::from_str(ex["messages"][2]["content"].as_str().unwrap()).unwrap();
+        flags.push(a["decisive"].as_bool().unwrap());
+    }
+    assert_eq!(flags, [false, false, true].repeat(insts.len()));
+    for i in &insts {
+        assert_eq!(
+            (i["format_version"].as_u64(), i["protocol"].as_str()),
+            (Some(2), Some("step-by-step"))
+        );
+        assert_eq!(i["step"], 2);
+        // z_q: the Judge agreed with the verified step; the strongest dissent (step 1) is named.
+        let reason = i["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("Step 2 (") && reason.contains("is decisive"),
+            "{reason}"
+        );
+        assert!(reason.contains("Step 1 was also considered"), "{reason}");
+    }
+    let serve = std::fs::read_to_string(rdir.join("serve_adapter.sh")).unwrap();
+    assert!(
+        serve.contains("--enable-lora") && serve.contains("--max-lora-rank 64"),
+        "{serve}"
+    );
+    assert!(serve.contains("convert_lora_to_gguf.py"), "{serve}");
+
+    // The served Judge_ft, evaluated by the export's own script.
+    let ft = FakeServer::start(judge_ft_handler()).await.unwrap();
+    let ft_spec = format!("openai:judge-ft@{}", ft.base_url());
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg(rdir.join("evaluate.sh"))
+        .args([ft_spec.as_str(), "--limit", "2", "--cache-mode", "off"])
+        .env("MASLENS", env!("CARGO_BIN_EXE_maslens"))
+        .env("MASLENS_HOME", dir.path())
+        .env("MASLENS_CACHE", dir.path().join("cache.sqlite"))
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("MASLENS_MODEL")
+        .env_remove("MASLENS_CONFIG")
+        .env("XDG_CONFIG_HOME", dir.path().join("xdg-config"));
+    let o = run(cmd).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rep: Value = serde_json::from_str(
+        &std::fs::read_to_string(rdir.join("eval-round1/report.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rep["config"]["variant"], "judge-ft");
+    assert_eq!(rep["method"], "locate/step-by-step/judge-ft");
+    assert!(
+        rep["config"]["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("AgentLocate"),
+        "{}",
+        rep["config"]["output"]
+    );
+    let f = &rep["config"]["finetune"];
+    assert_eq!(
+        (f["targets"].as_str(), f["round"].as_u64()),
+        (Some("verified"), Some(1))
+    );
+    assert_eq!(f["evaluated_in_refinement_data"], 0);
+    assert_eq!(rep["cases"], 2);
+    for c in rep["per_case"].as_array().unwrap() {
+        assert!(!trained.contains(&c["id"].as_str().unwrap().to_string()));
+        assert_eq!(
+            c["pred"]["step"], 2,
+            "the served Judge_ft's answer is the output"
+        );
+    }
+    let md = std::fs::read_to_string(rdir.join("eval-round1/report.md")).unwrap();
+    assert!(md.contains("- output: AgentLocate"), "{md}");
+
+    // Evaluating on the refinement traces themselves is reported (exit 1), as is the
+    // producing model passed as if it were fine-tuned.
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "--json",
+            "eval",
+            "locate",
+            &ds,
+            "--subset",
+            &trained[0],
+            "--model",
+            &base_spec,
+            "--protocol",
+            "step-by-step",
+            "--variant",
+            "iii",
+            "--finetuned-on",
+            rdir.to_str().unwrap(),
+            "--cache-mode",
+            "off",
+        ],
+    ))
+    .await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("not held out") && err.contains("made the refinement data"),
+        "{err}"
+    );
+    // --finetuned-on without the fine-tuned variant is refused before any call.
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "eval",
+            "locate",
+            &ds,
+            "--model",
+            &base_spec,
+            "--finetuned-on",
+            rdir.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--variant judge-ft"));
+}

@@ -11,10 +11,6 @@ use maslens_eval::run::{
     evaluate, split, EvalRun, EvalSpec, LabelledCase, Localizer, Progress, Table,
 };
 use maslens_llm::OpenOptions;
-use maslens_locate::refine::{
-    chat_example, example_tokens, max_length_for, openai_command, trl_command, trl_example,
-    RefinementInstance,
-};
 use maslens_locate::Variant;
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
@@ -82,6 +78,11 @@ pub struct RunConfig {
     pub limit: Option<usize>,
     pub subset: Option<String>,
     pub refinement_instances: Option<usize>,
+    /// Which output the run gives, in the paper's terms (`Variant::output`); a `--variant
+    /// judge-ft` run with `--finetuned-on` says what the Judge was fine-tuned on
+    /// (`refinement::attach_finetune`, which also adds `finetune`).
+    #[serde(default)]
+    pub output: String,
 }
 
 /// A finished evaluation.
@@ -281,18 +282,17 @@ pub async fn eval_locate(
         // The refinement side: the train part of the split, else every evaluated case.
         let side: &[LabelledCase] = if split_info.is_some() { &train } else { &test };
         let mut rcfg = cfg.clone();
-        rcfg.variant = Variant::Full;
+        rcfg.variant = Variant::Verified;
         let locator = models.locator(rcfg.clone(), &opts.locate.evaluators);
+        let source = crate::refinement::ExportSource {
+            dataset: opts.dataset.clone(),
+            split: opts.split,
+            seed: opts.seed,
+            subset: opts.subset.clone(),
+        };
         refinement_instances = Some(
-            export_refinement(
-                export,
-                side,
-                &locator,
-                &rcfg,
-                split_info.is_some(),
-                progress,
-            )
-            .await?,
+            crate::refinement::export_refinement(export, &source, side, &locator, &rcfg, progress)
+                .await?,
         );
     }
     let config = RunConfig {
@@ -310,6 +310,14 @@ pub async fn eval_locate(
         limit: opts.limit,
         subset: opts.subset.clone(),
         refinement_instances,
+        output: if opts.predictions.is_some() {
+            "the predictions file's locations".into()
+        } else if opts.locate.method == Method::Prior {
+            "the learned prior's most likely (agent, step) (maslens-prior, no LLM)".into()
+        } else {
+            let o = cfg.variant.output();
+            format!("{} ({}): {}", o.paper, o.equation, o.output)
+        },
     };
     run.report.config = serde_json::to_value(&config).unwrap_or_default();
     Ok(EvalLocateOutput {
@@ -317,91 +325,4 @@ pub async fn eval_locate(
         problems,
         judge: models.map(|m| m.judge),
     })
-}
-
-/// Write the refinement data of `side` into `export.dir`: `instances.jsonl` (z_q), `train.jsonl`
-/// (chat format), `trl_sft.sh` and `openai_finetune.txt`. Returns the number of instances.
-pub async fn export_refinement(
-    export: &RefineExport,
-    side: &[LabelledCase],
-    locator: &maslens_locate::Locator<'_>,
-    cfg: &maslens_locate::LocateConfig,
-    disjoint: bool,
-    progress: &dyn Progress,
-) -> Result<usize, CoreError> {
-    let dir = &export.dir;
-    let io = |what: &str| {
-        let what = format!("{what} in {}", dir.display());
-        move |source| CoreError::Io { what, source }
-    };
-    std::fs::create_dir_all(dir).map_err(io("creating the directory"))?;
-    let mut train = String::new();
-    let mut trl = String::new();
-    let mut instances = String::new();
-    let mut n = 0;
-    let mut longest = 0usize;
-    progress.start(side.len());
-    for c in side {
-        let t = &c.trace;
-        progress.case(&format!("refine {}", t.id));
-        let inst = match export.targets {
-            RefineTargets::Gold => RefinementInstance::from_gold(t, export.round),
-            RefineTargets::Verified => match locator.locate(t, None).await {
-                Ok(v) => RefinementInstance::from_verdict(t, &v, export.round),
-                Err(e) => {
-                    progress.error(&t.id, &format!("refinement: {e}"));
-                    None
-                }
-            },
-        };
-        progress.case_done();
-        let Some(inst) = inst else { continue };
-        let ex = chat_example(locator.judge, t, &inst, &cfg.settings)
-            .map_err(|e| CoreError::Invalid(format!("{}: refinement example: {e}", t.id)))?;
-        train.push_str(&serde_json::to_string(&ex).unwrap_or_default());
-        train.push('\n');
-        trl.push_str(&serde_json::to_string(&trl_example(&ex)).unwrap_or_default());
-        trl.push('\n');
-        longest = longest.max(example_tokens(locator.judge, &ex));
-        instances.push_str(&serde_json::to_string(&inst).unwrap_or_default());
-        instances.push('\n');
-        n += 1;
-    }
-    progress.finish();
-    std::fs::write(dir.join("train.jsonl"), train).map_err(io("writing train.jsonl"))?;
-    // TRL reads every data file of the directory it is given: its file gets a folder of its own.
-    std::fs::create_dir_all(dir.join("trl")).map_err(io("creating trl/"))?;
-    std::fs::write(dir.join("trl/train.jsonl"), trl).map_err(io("writing trl/train.jsonl"))?;
-    std::fs::write(dir.join("instances.jsonl"), instances)
-        .map_err(io("writing instances.jsonl"))?;
-    let d = dir.display().to_string();
-    let max_length = max_length_for(longest);
-    let script = format!(
-        "#!/bin/sh\n# Refinement round {} ({} targets, {} instances{}).\n# LoRA settings of AgentLocate: r 64, alpha 128, dropout 0.05, 3 epochs, effective batch 16.\n# Longest example: {longest} tokens ({}'s count); --max_length {max_length} keeps every answer; the loss is on the answer only.\nset -e\n{}",
-        export.round,
-        match export.targets {
-            RefineTargets::Verified => "verified",
-            RefineTargets::Gold => "gold",
-        },
-        n,
-        if disjoint {
-            ", train side of the split, disjoint from evaluation"
-        } else {
-            "; not split: keep these traces out of evaluation"
-        },
-        locator.judge.id(),
-        trl_command(
-            &format!("{d}/trl"),
-            &export.base_model,
-            &format!("{d}/lora-round{}", export.round),
-            max_length,
-        )
-    );
-    std::fs::write(dir.join("trl_sft.sh"), script).map_err(io("writing trl_sft.sh"))?;
-    std::fs::write(
-        dir.join("openai_finetune.txt"),
-        openai_command(&format!("{d}/train.jsonl"), "gpt-4o-2024-08-06"),
-    )
-    .map_err(io("writing openai_finetune.txt"))?;
-    Ok(n)
 }

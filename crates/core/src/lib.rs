@@ -7,12 +7,15 @@
 //!   [`maslens_eval::run::Localizer`]s.
 //! - [`eval_locate`]: `maslens eval locate` as one function: dataset -> localizer -> scorer ->
 //!   versioned report.
+//! - [`refinement`]: AgentLocate's fine-tuning loop: the refinement export (data, manifest,
+//!   training, serving and evaluation scripts) and the checks of a fine-tuned Judge's evaluation.
 //!
 //! This crate joins method crates (locate and prior) and nothing joins it but front ends
 //! (cli, server, python). It never prints: progress goes through [`maslens_eval::run::Progress`].
 
 pub mod eval_locate;
 pub mod locate;
+pub mod refinement;
 pub mod traces;
 
 /// `git rev-parse HEAD` of this build, when built from a checkout.

@@ -72,7 +72,7 @@ impl Default for LocateOptions {
         LocateOptions {
             method: Method::Llm,
             protocol: Protocol::AllAtOnce,
-            variant: Variant::Full,
+            variant: Variant::Verified,
             evaluators: vec![Style::Base, Style::Concise, Style::Evidence],
             evaluator_models: Vec::new(),
             with_ground_truth: false,

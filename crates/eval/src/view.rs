@@ -75,6 +75,8 @@ pub(crate) struct Charts {
 pub(crate) struct View<'a> {
     pub title: &'a str,
     pub method: &'a str,
+    /// Which output the run gives, in the paper's terms (the localizer's `config.output`).
+    pub output: Option<&'a str>,
     pub model: Option<&'a str>,
     pub dataset: &'a str,
     pub cases: usize,
@@ -158,6 +160,7 @@ pub(crate) fn view(r: &LocateReport) -> View<'_> {
     View {
         title: &r.title,
         method: &r.method,
+        output: r.config.get("output").and_then(|o| o.as_str()),
         model: r.model.as_deref(),
         dataset: &r.dataset,
         cases: r.cases,

@@ -1,17 +1,20 @@
 //! The AgentLocate pipeline for one trace: Judge hypothesis (eq. 1), Evaluators (eq. 2),
 //! confidence-weighted vote (eq. 3-4), one [`LocateVerdict`].
 //!
-//! Variants (section 5, for ablations):
-//! - [`Variant::Full`]: Judge, then H Evaluators given its hypothesis, output = vote winner
-//!   (i_eval, t_eval). This is the verification stage that produces the refinement data; the
-//!   paper's final predictor is the fine-tuned Judge, i.e. `JudgeOnly` with the fine-tuned model.
-//! - [`Variant::JudgeOnly`] (variant I): output = the Judge's hypothesis.
-//! - [`Variant::EvaluatorsOnly`] (variant II as read here): no Judge stage; the Evaluators analyse
-//!   the trace without a hypothesis and the vote decides.
-//! - Variant III (fine-tune on gold labels) is an export switch in [`crate::refine`].
+//! Variants, named as in the paper's section 5 ([`Variant::output`] says which output a run gives):
+//! - [`Variant::Judge`] (the paper's Variant I): output = the Judge's hypothesis (i_hat, t_hat), eq. 1.
+//! - [`Variant::Verified`] (the paper's Variant II; maslens's default, formerly `full`): Judge, then
+//!   H Evaluators given its hypothesis, output = the vote winner (i_eval, t_eval), eq. 4. This is
+//!   the verification stage that produces the refinement data; the paper says it localizes worse
+//!   on its own than the fine-tuned Judge.
+//! - [`Variant::JudgeFt`] (AgentLocate itself, eq. 6): the Judge alone, run with a model that was
+//!   fine-tuned on the exported refinement data (`local:BASE+ADAPTER` or a server with the
+//!   adapter); the paper's Variant III when that data had the gold labels as targets.
+//! - [`Variant::EvaluatorsOnly`] (maslens's addition, no paper variant): no Judge stage; the
+//!   Evaluators analyse the trace without a hypothesis and the vote decides.
 //!
-//! When every Evaluator abstains, the Full variant falls back to the Judge's hypothesis and says
-//! so in `note`.
+//! When every Evaluator abstains, the Verified variant falls back to the Judge's hypothesis and
+//! says so in `note`.
 
 use crate::evaluator::{evaluate, EvaluatorResult, SharedView, Style};
 use crate::judge::{judge_guided, JudgeResult, Protocol, Settings};
@@ -24,21 +27,97 @@ use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-/// Which stages run and which output is final.
+/// Which stages run and which output is final (section 5 of the paper names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Variant {
-    Full,
-    JudgeOnly,
+    /// Variant I: the Judge's hypothesis.
+    #[serde(alias = "judge-only")]
+    Judge,
+    /// Variant II: the Evaluators' vote given the Judge's hypothesis.
+    #[serde(alias = "full")]
+    Verified,
+    /// maslens's addition: the Evaluators' vote without a Judge stage.
     EvaluatorsOnly,
+    /// AgentLocate's output (eq. 6): the Judge alone, with a fine-tuned model.
+    JudgeFt,
+}
+
+/// Which output a variant gives, in the paper's terms (recorded in every report's `config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VariantOutput {
+    /// The paper's name for it.
+    pub paper: &'static str,
+    /// The equation that defines the output.
+    pub equation: &'static str,
+    /// What the output is, in words.
+    pub output: &'static str,
 }
 
 impl Variant {
     pub fn as_str(self) -> &'static str {
         match self {
-            Variant::Full => "full",
-            Variant::JudgeOnly => "judge-only",
+            Variant::Judge => "judge",
+            Variant::Verified => "verified",
             Variant::EvaluatorsOnly => "evaluators-only",
+            Variant::JudgeFt => "judge-ft",
+        }
+    }
+
+    /// Every variant, in the order the docs list them.
+    pub fn all() -> [Variant; 4] {
+        [
+            Variant::Judge,
+            Variant::Verified,
+            Variant::JudgeFt,
+            Variant::EvaluatorsOnly,
+        ]
+    }
+
+    /// The names `--variant` accepts for it: its own first, then the paper's numeral and the
+    /// names of earlier maslens versions (`full`, `judge-only`).
+    pub fn names(self) -> &'static [&'static str] {
+        match self {
+            Variant::Judge => &["judge", "judge-only", "i", "I", "variant-i"],
+            Variant::Verified => &["verified", "full", "ii", "II", "variant-ii"],
+            Variant::JudgeFt => &["judge-ft", "agentlocate", "iii", "III", "variant-iii"],
+            Variant::EvaluatorsOnly => &["evaluators-only"],
+        }
+    }
+
+    /// Whether the Judge runs.
+    pub fn runs_judge(self) -> bool {
+        self != Variant::EvaluatorsOnly
+    }
+
+    /// Whether the Evaluators run and vote.
+    pub fn runs_evaluators(self) -> bool {
+        matches!(self, Variant::Verified | Variant::EvaluatorsOnly)
+    }
+
+    /// Which output this variant gives.
+    pub fn output(self) -> VariantOutput {
+        match self {
+            Variant::Judge => VariantOutput {
+                paper: "Variant I",
+                equation: "eq. 1",
+                output: "the Judge's hypothesis (i_hat, t_hat), without verification or fine-tuning",
+            },
+            Variant::Verified => VariantOutput {
+                paper: "Variant II",
+                equation: "eq. 4",
+                output: "the Evaluators' confidence-weighted vote (i_eval, t_eval) on the Judge's hypothesis; AgentLocate's own output is the fine-tuned Judge (--variant judge-ft)",
+            },
+            Variant::JudgeFt => VariantOutput {
+                paper: "AgentLocate (Variant III when the Judge was fine-tuned on gold labels)",
+                equation: "eq. 6",
+                output: "the fine-tuned Judge's answer (i_final, t_final); the model must be the Judge fine-tuned on the refinement data",
+            },
+            Variant::EvaluatorsOnly => VariantOutput {
+                paper: "none (maslens's addition)",
+                equation: "eq. 3-4",
+                output: "the Evaluators' confidence-weighted vote without a Judge hypothesis",
+            },
         }
     }
 }
@@ -46,14 +125,12 @@ impl Variant {
 impl std::str::FromStr for Variant {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "full" => Ok(Variant::Full),
-            "judge-only" | "i" | "I" => Ok(Variant::JudgeOnly),
-            "evaluators-only" | "ii" | "II" => Ok(Variant::EvaluatorsOnly),
-            other => Err(format!(
-                "unknown variant {other:?} (full, judge-only, evaluators-only)"
-            )),
-        }
+        Variant::all()
+            .into_iter()
+            .find(|v| v.names().contains(&s))
+            .ok_or_else(|| {
+                format!("unknown variant {s:?} (judge, verified, judge-ft, evaluators-only)")
+            })
     }
 }
 
@@ -75,7 +152,7 @@ impl Default for LocateConfig {
     fn default() -> Self {
         LocateConfig {
             protocol: Protocol::AllAtOnce,
-            variant: Variant::Full,
+            variant: Variant::Verified,
             settings: Settings::default(),
             prior_weight: 0.0,
             narrow_with_prior: false,
@@ -177,8 +254,9 @@ impl<'a> Locator<'a> {
     pub fn method(&self) -> String {
         let p = self.config.protocol.as_str();
         match self.config.variant {
-            Variant::JudgeOnly => format!("locate/{p}"),
-            Variant::Full => format!("locate/{p}+{}eval", self.evaluators.len()),
+            Variant::Judge => format!("locate/{p}"),
+            Variant::JudgeFt => format!("locate/{p}/judge-ft"),
+            Variant::Verified => format!("locate/{p}+{}eval", self.evaluators.len()),
             Variant::EvaluatorsOnly => {
                 format!("locate/evaluators-only+{}eval", self.evaluators.len())
             }
@@ -205,7 +283,7 @@ impl<'a> Locator<'a> {
         let mut stats = Totals::default();
         let mut templates = Vec::new();
 
-        let judge_result: Option<JudgeResult> = if self.config.variant == Variant::EvaluatorsOnly {
+        let judge_result: Option<JudgeResult> = if !self.config.variant.runs_judge() {
             None
         } else {
             templates.push(match self.config.protocol {
@@ -224,7 +302,7 @@ impl<'a> Locator<'a> {
 
         let mut evaluators = Vec::new();
         let mut eval_strategy = None;
-        if self.config.variant != Variant::JudgeOnly && !self.evaluators.is_empty() {
+        if self.config.variant.runs_evaluators() && !self.evaluators.is_empty() {
             // Views are built per model (token counts and windows depend on it); Evaluators that
             // share a model share the view and hence the prompt prefix.
             let mut views: Vec<(String, SharedView)> = Vec::new();
@@ -262,7 +340,7 @@ impl<'a> Locator<'a> {
 
         // Vote over Evaluator ballots (plus the optional prior voter).
         let mut vote_outcome = None;
-        if self.config.variant != Variant::JudgeOnly {
+        if self.config.variant.runs_evaluators() {
             let mut ballots: Vec<Ballot> = evaluators
                 .iter()
                 .filter_map(|e| {
@@ -341,7 +419,7 @@ impl<'a> Locator<'a> {
                 }
                 (_, Some(j)) if j.finding.location().is_some() => {
                     let f = &j.finding;
-                    let note = (self.config.variant == Variant::Full).then(|| {
+                    let note = (self.config.variant == Variant::Verified).then(|| {
                         "every Evaluator abstained: fell back to the Judge's hypothesis".to_string()
                     });
                     (
@@ -490,7 +568,7 @@ mod tests {
         let t = trace(4);
         let m = ScriptedModel::new("fixture").on("locate/judge_all_at_once", loc("A1", 1, 0.7));
         let cfg = LocateConfig {
-            variant: Variant::JudgeOnly,
+            variant: Variant::Judge,
             ..LocateConfig::default()
         };
         let v = Locator::new(&m, &Style::defaults(), cfg)
@@ -509,6 +587,49 @@ mod tests {
             .then(loc("A0", 2, 0.5))
             .then(loc("A1", 3, 0.9));
         let cfg = LocateConfig {
+    #[tokio::test]
+    async fn variants_are_named_as_in_the_paper_and_say_which_output_they_give() {
+        // Issue 17 item 6: the paper's Variant II is the vote on the Judge's hypothesis (it was
+        // read as "Evaluators only", so `ii` picked the hypothesis-free variant).
+        for (name, v) in [
+            ("verified", Variant::Verified),
+            ("full", Variant::Verified),
+            ("ii", Variant::Verified),
+            ("judge", Variant::Judge),
+            ("judge-only", Variant::Judge),
+            ("I", Variant::Judge),
+            ("judge-ft", Variant::JudgeFt),
+            ("agentlocate", Variant::JudgeFt),
+            ("iii", Variant::JudgeFt),
+            ("evaluators-only", Variant::EvaluatorsOnly),
+        ] {
+            assert_eq!(name.parse::<Variant>(), Ok(v), "{name}");
+        }
+        assert!("bogus".parse::<Variant>().is_err());
+        // Old serialized names are still read; new ones are written.
+        let old: Variant = serde_json::from_str("\"full\"").unwrap();
+        assert_eq!(old, Variant::Verified);
+        let old: Variant = serde_json::from_str("\"judge-only\"").unwrap();
+        assert_eq!(old, Variant::Judge);
+        assert_eq!(serde_json::to_string(&Variant::Verified).unwrap(), "\"verified\"");
+        assert_eq!(Variant::Verified.output().paper, "Variant II");
+        assert_eq!(Variant::Judge.output().equation, "eq. 1");
+        assert!(Variant::JudgeFt.output().paper.starts_with("AgentLocate"));
+        // judge-ft runs the Judge alone (the fine-tuned model's answer is the output).
+        let t = trace(4);
+        let m = ScriptedModel::new("fixture").on("locate/judge_all_at_once", loc("A1", 1, 0.7));
+        let cfg = LocateConfig {
+            variant: Variant::JudgeFt,
+            ..LocateConfig::default()
+        };
+        let locator = Locator::new(&m, &Style::defaults(), cfg);
+        assert_eq!(locator.method(), "locate/all-at-once/judge-ft");
+        let v = locator.locate(&t, None).await.unwrap();
+        assert_eq!((v.step, v.source.as_str(), m.n_calls()), (Some(1), "judge", 1));
+        assert_eq!(v.variant, Variant::JudgeFt);
+        assert!(v.evaluators.is_empty() && v.vote.is_none());
+    }
+
             variant: Variant::EvaluatorsOnly,
             ..LocateConfig::default()
         };

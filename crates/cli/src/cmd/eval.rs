@@ -72,10 +72,31 @@ pub struct LocateArgs {
     /// Base model name written into the trl command.
     #[arg(long, default_value = "HuggingFaceTB/SmolLM2-135M-Instruct")]
     pub base_model: String,
+    /// With `--variant judge-ft`: the `--export-refinement` directory the Judge (--model) was
+    /// fine-tuned on. The report records what it was trained on (config.finetune) and which of
+    /// the paper's outputs the run gives; evaluated traces that were in that data are reported
+    /// (exit 1). `DIR/evaluate.sh MODEL_SPEC` runs this evaluation.
+    #[arg(long, value_name = "DIR")]
+    pub finetuned_on: Option<PathBuf>,
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let EvalCommand::Locate(a) = args.command;
+    let judge_ft = a.method.variant == maslens_locate::Variant::JudgeFt;
+    if a.finetuned_on.is_some() && !judge_ft {
+        anyhow::bail!(
+            "--finetuned-on describes a fine-tuned Judge: use it with --variant judge-ft"
+        );
+    }
+    if let Some(dir) = &a.finetuned_on {
+        // Read before the run: a wrong directory should not cost a whole evaluation.
+        maslens_locate::refine::RefinementManifest::read(dir).map_err(anyhow::Error::msg)?;
+    }
+    if judge_ft && a.finetuned_on.is_none() && !global.quiet {
+        eprintln!(
+            "note: --variant judge-ft takes --model to be the fine-tuned Judge; without --finetuned-on DIR the report cannot say what it was fine-tuned on"
+        );
+    }
     let opts = EvalLocateOptions {
         dataset: a.dataset.clone(),
         locate: a.method.options(),
@@ -104,7 +125,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         }),
     };
     let bar = crate::progress::Bar::new(global.quiet || global.json);
-    let out = super::block_on(eval_locate(&opts, &bar))??;
+    let mut out = super::block_on(eval_locate(&opts, &bar))??;
+    if let Some(dir) = &a.finetuned_on {
+        maslens_core::refinement::attach_finetune(&mut out, dir)?;
+    }
     for p in &out.problems {
         eprintln!("warning: {p}");
     }

@@ -143,6 +143,17 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                         false => print_verdict(&v),
                     });
                     if let Some(h) = &hash {
+    if opts.method == Method::Llm && !global.quiet && !global.json {
+        // Which output this run gives (issue 17 item 6): the vote is not AgentLocate's output.
+        let o = cfg.variant.output();
+        eprintln!(
+            "output ({}): {}, {}: {}",
+            cfg.variant.as_str(),
+            o.paper,
+            o.equation,
+            o.output
+        );
+    }
                         diagnosis = Some(maslens_server::serve::pipeline::locate_to_diagnosis(
                             &v, &opts, t, h, started,
                         ));
