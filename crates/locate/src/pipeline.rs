@@ -564,30 +564,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn judge_only_and_evaluators_only_variants() {
-        let t = trace(4);
-        let m = ScriptedModel::new("fixture").on("locate/judge_all_at_once", loc("A1", 1, 0.7));
-        let cfg = LocateConfig {
-            variant: Variant::Judge,
-            ..LocateConfig::default()
-        };
-        let v = Locator::new(&m, &Style::defaults(), cfg)
-            .locate(&t, None)
-            .await
-            .unwrap();
-        assert_eq!(
-            (v.agent.as_deref(), v.step, v.source.as_str()),
-            (Some("A1"), Some(1), "judge")
-        );
-        assert_eq!(m.n_calls(), 1);
-        assert!(v.evaluators.is_empty() && v.vote.is_none());
-
-        let m = ScriptedModel::new("fixture")
-            .then(loc("A0", 2, 0.5))
-            .then(loc("A0", 2, 0.5))
-            .then(loc("A1", 3, 0.9));
-        let cfg = LocateConfig {
-    #[tokio::test]
     async fn variants_are_named_as_in_the_paper_and_say_which_output_they_give() {
         // Issue 17 item 6: the paper's Variant II is the vote on the Judge's hypothesis (it was
         // read as "Evaluators only", so `ii` picked the hypothesis-free variant).
@@ -611,7 +587,10 @@ mod tests {
         assert_eq!(old, Variant::Verified);
         let old: Variant = serde_json::from_str("\"judge-only\"").unwrap();
         assert_eq!(old, Variant::Judge);
-        assert_eq!(serde_json::to_string(&Variant::Verified).unwrap(), "\"verified\"");
+        assert_eq!(
+            serde_json::to_string(&Variant::Verified).unwrap(),
+            "\"verified\""
+        );
         assert_eq!(Variant::Verified.output().paper, "Variant II");
         assert_eq!(Variant::Judge.output().equation, "eq. 1");
         assert!(Variant::JudgeFt.output().paper.starts_with("AgentLocate"));
@@ -625,11 +604,38 @@ mod tests {
         let locator = Locator::new(&m, &Style::defaults(), cfg);
         assert_eq!(locator.method(), "locate/all-at-once/judge-ft");
         let v = locator.locate(&t, None).await.unwrap();
-        assert_eq!((v.step, v.source.as_str(), m.n_calls()), (Some(1), "judge", 1));
+        assert_eq!(
+            (v.step, v.source.as_str(), m.n_calls()),
+            (Some(1), "judge", 1)
+        );
         assert_eq!(v.variant, Variant::JudgeFt);
         assert!(v.evaluators.is_empty() && v.vote.is_none());
     }
 
+    #[tokio::test]
+    async fn judge_only_and_evaluators_only_variants() {
+        let t = trace(4);
+        let m = ScriptedModel::new("fixture").on("locate/judge_all_at_once", loc("A1", 1, 0.7));
+        let cfg = LocateConfig {
+            variant: Variant::Judge,
+            ..LocateConfig::default()
+        };
+        let v = Locator::new(&m, &Style::defaults(), cfg)
+            .locate(&t, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            (v.agent.as_deref(), v.step, v.source.as_str()),
+            (Some("A1"), Some(1), "judge")
+        );
+        assert_eq!(m.n_calls(), 1);
+        assert!(v.evaluators.is_empty() && v.vote.is_none());
+
+        let m = ScriptedModel::new("fixture")
+            .then(loc("A0", 2, 0.5))
+            .then(loc("A0", 2, 0.5))
+            .then(loc("A1", 3, 0.9));
+        let cfg = LocateConfig {
             variant: Variant::EvaluatorsOnly,
             ..LocateConfig::default()
         };

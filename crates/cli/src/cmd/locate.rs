@@ -88,6 +88,17 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     };
     let any_aegis = traces.iter().any(|t| t.source.format == "aegis");
     let cfg = opts.config(opts.wants_error_modes(any_aegis));
+    if opts.method == Method::Llm && !global.quiet && !global.json {
+        // Which output this run gives (issue 17 item 6): the vote is not AgentLocate's output.
+        let o = cfg.variant.output();
+        eprintln!(
+            "output ({}): {}, {}: {}",
+            cfg.variant.as_str(),
+            o.paper,
+            o.equation,
+            o.output
+        );
+    }
     let mut out = match &args.write_back {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
@@ -143,17 +154,6 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                         false => print_verdict(&v),
                     });
                     if let Some(h) = &hash {
-    if opts.method == Method::Llm && !global.quiet && !global.json {
-        // Which output this run gives (issue 17 item 6): the vote is not AgentLocate's output.
-        let o = cfg.variant.output();
-        eprintln!(
-            "output ({}): {}, {}: {}",
-            cfg.variant.as_str(),
-            o.paper,
-            o.equation,
-            o.output
-        );
-    }
                         diagnosis = Some(maslens_server::serve::pipeline::locate_to_diagnosis(
                             &v, &opts, t, h, started,
                         ));
