@@ -30,6 +30,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Default `max_tokens` when a request sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 512;
 
+/// Largest request body `serve-model` reads (2 MiB, axum's default, stated so that the 413
+/// answer can say it); a larger one is refused with an OpenAI-shaped 413 before it is parsed.
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
 /// A model that hands out its answer piece by piece while generating (blocking; the server runs
 /// it on a blocking thread).
 ///
@@ -105,6 +109,14 @@ pub fn router_with_streaming(
                 "no such route",
             )
         })
+        .method_not_allowed_fallback(|| async {
+            api_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method not allowed on this route (POST /v1/chat/completions, GET /v1/models)",
+            )
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
 
@@ -169,7 +181,32 @@ async fn list_models(State(state): State<Arc<AppState>>) -> Json<Value> {
     }))
 }
 
-async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    // axum's own rejection is plain text; OpenAI clients read `error.message` from JSON.
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return api_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                format!(
+                    "the request body is larger than this server's limit of {} bytes ({} MiB)",
+                    MAX_BODY_BYTES,
+                    MAX_BODY_BYTES / (1024 * 1024)
+                ),
+            )
+        }
+        Err(rejection) => {
+            return api_error(
+                rejection.status(),
+                "invalid_request_error",
+                format!("cannot read the request body: {}", rejection.body_text()),
+            )
+        }
+    };
     let value: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -469,11 +506,17 @@ pub fn parse_request(v: &Value) -> Result<ParsedRequest, String> {
         _ => None,
     };
     request.max_tokens = match max_tokens {
-        Some((key, x)) => x
-            .as_u64()
-            .filter(|n| *n >= 1)
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or(format!("`{key}` must be a positive integer"))?,
+        Some((key, x)) => match x.as_u64() {
+            Some(0) => return Err(format!("`{key}` must be at least 1, got 0")),
+            Some(n) => u32::try_from(n).map_err(|_| {
+                format!(
+                    "`{key}` {n} is too large: at most {} (an answer also ends where the model's \
+                     context window does; leave it out for the default of {DEFAULT_MAX_TOKENS})",
+                    u32::MAX
+                )
+            })?,
+            None => return Err(format!("`{key}` must be a positive integer, got {x}")),
+        },
         None => DEFAULT_MAX_TOKENS,
     };
     if let Some(seed) = obj.get("seed").filter(|s| !s.is_null()) {
@@ -600,7 +643,19 @@ mod tests {
             ),
             (
                 json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}),
-                "max_tokens",
+                "`max_tokens` must be at least 1, got 0",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5}),
+                "`max_tokens` must be a positive integer, got 1.5",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999999u64}),
+                "`max_tokens` 99999999999 is too large: at most 4294967295",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -3}),
+                "`max_completion_tokens` must be a positive integer, got -3",
             ),
             (
                 json!({"messages": [{"role": "user", "content": "x"}], "n": 2}),

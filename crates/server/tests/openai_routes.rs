@@ -284,3 +284,52 @@ async fn a_client_that_goes_away_cancels_generation_streamed_or_not() {
         );
     }
 }
+
+/// Issue 16 item 10: every error `serve-model` answers is OpenAI-shaped JSON (`error.message`),
+/// the 413 for a body over the limit included (it was axum's plain text), and a `max_tokens`
+/// that is too large says so (it was called "not a positive integer").
+#[tokio::test]
+async fn errors_are_openai_shaped_even_before_the_body_is_parsed() {
+    let (base, fixture, _stop) = start(ScriptedModel::new("fixture")).await;
+    let client = reqwest::Client::new();
+    let big = format!(
+        r#"{{"messages": [{{"role": "user", "content": "{}"}}]}}"#,
+        "a".repeat(maslens_server::MAX_BODY_BYTES)
+    );
+    let resp = client
+        .post(format!("{base}/chat/completions"))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 413);
+    let v: Value = resp.json().await.expect("a JSON body");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("larger than this server's limit of 2097152 bytes"),
+        "{v}"
+    );
+    let resp = client
+        .get(format!("{base}/chat/completions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
+    let v: Value = resp.json().await.expect("a JSON body");
+    assert!(v["error"]["message"].as_str().unwrap().contains("POST"), "{v}");
+    let resp = client
+        .post(format!("{base}/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999999u64}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let v: Value = resp.json().await.unwrap();
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(m.contains("99999999999 is too large") && !m.contains("positive"), "{m}");
+    assert_eq!(fixture.n_calls(), 0, "nothing reached the model");
+}
