@@ -320,16 +320,24 @@ async fn errors_are_openai_shaped_even_before_the_body_is_parsed() {
         .unwrap();
     assert_eq!(resp.status(), 405);
     let v: Value = resp.json().await.expect("a JSON body");
-    assert!(v["error"]["message"].as_str().unwrap().contains("POST"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("POST"),
+        "{v}"
+    );
     let resp = client
         .post(format!("{base}/chat/completions"))
-        .json(&json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999999u64}))
+        .json(
+            &json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999999u64}),
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 400);
     let v: Value = resp.json().await.unwrap();
     let m = v["error"]["message"].as_str().unwrap();
-    assert!(m.contains("99999999999 is too large") && !m.contains("positive"), "{m}");
+    assert!(
+        m.contains("99999999999 is too large") && !m.contains("positive"),
+        "{m}"
+    );
     assert_eq!(fixture.n_calls(), 0, "nothing reached the model");
 }
