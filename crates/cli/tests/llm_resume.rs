@@ -157,3 +157,73 @@ async fn killed_batch_run_resumes_without_repeating_completed_calls() {
     let cache = Cache::open(&cache_path).unwrap();
     assert_eq!(cache.len().unwrap(), N as u64);
 }
+
+/// Issue 16 item 11: two processes sharing one cache computed the same request twice. Now the
+/// second waits for the first's answer (a claim row with a lease in the cache): two `batch run`s
+/// of the same requests, started together on one cache, make each call once between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_one_cache_make_each_call_once() {
+    const M: usize = 6;
+    let server = FakeServer::start(Arc::new(|b: &serde_json::Value, _| {
+        Reply::Delay(
+            Duration::from_millis(400),
+            Box::new(Reply::Text(format!("answer to {}", last_user(b)))),
+        )
+    }))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let requests = dir.path().join("requests.jsonl");
+    let lines: Vec<String> = (0..M)
+        .map(|i| {
+            serde_json::to_string(&ChatRequest::new(vec![Message::user(format!(
+                "shared {i}"
+            ))]))
+            .unwrap()
+        })
+        .collect();
+    std::fs::write(&requests, lines.join("\n") + "\n").unwrap();
+    let cache_path = dir.path().join("cache.sqlite");
+    let spec = format!("openai:fixture@{}", server.base_url());
+    let run = || {
+        let mut cmd = maslens(dir.path());
+        cmd.args(["--json", "batch", "run"])
+            .arg(&requests)
+            .args(["--model", &spec, "--concurrency", "2", "--cache"])
+            .arg(&cache_path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    let (a, b) = (run(), run());
+    let (a, b) = tokio::task::spawn_blocking(move || {
+        (a.wait_with_output().unwrap(), b.wait_with_output().unwrap())
+    })
+    .await
+    .unwrap();
+    for out in [&a, &b] {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let counts = server.counts.all();
+    for i in 0..M {
+        let p = format!("shared {i}");
+        assert_eq!(
+            counts.get(&p).copied().unwrap_or((0, 0)).0,
+            1,
+            "{p} was computed by both processes"
+        );
+    }
+    let summary = |o: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let (sa, sb) = (summary(&a), summary(&b));
+    let writes = sa["summary"]["cache_writes"].as_u64().unwrap()
+        + sb["summary"]["cache_writes"].as_u64().unwrap();
+    let hits = sa["summary"]["cache_hits"].as_u64().unwrap()
+        + sb["summary"]["cache_hits"].as_u64().unwrap();
+    assert_eq!((writes, hits), (M as u64, M as u64), "{sa}\n{sb}");
+}

@@ -5,6 +5,12 @@
 //! The key is a SHA-256 over a canonical JSON of model id, messages and sampling parameters
 //! (temperature, top_p, max_tokens, seed, stop, json_schema, grammar). The accounting label
 //! `stage` and the server's base URL are not part of it.
+//!
+//! A request is computed once even when several processes share the cache: before calling the
+//! backend, a process claims the key with a row in `inflight` (an owner and a lease, renewed
+//! while the call runs); another process that misses the same key waits for the answer instead
+//! of computing it again, and takes the claim over only when the owner gave up (its call failed)
+//! or its lease ran out (it was killed).
 
 use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Usage};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -136,6 +142,24 @@ fn db_err(path: &Path) -> impl Fn(rusqlite::Error) -> LlmError + '_ {
     move |e| LlmError::Cache(format!("{}: {e}", path.display()))
 }
 
+/// What [`Cache::claim`] found.
+#[derive(Debug, Clone)]
+pub enum Claim {
+    /// The caller holds the claim: compute, then `put` (or `release` on failure).
+    Owned,
+    /// The answer is stored.
+    Answered(ChatResponse),
+    /// Another caller holds a live claim.
+    Busy { owner: String, expires_in: Duration },
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -179,6 +203,11 @@ impl Cache {
                 model TEXT NOT NULL,
                 request TEXT NOT NULL,
                 created_at INTEGER NOT NULL
+            );
+            CREATE TABLE IF NOT EXISTS inflight (
+                key TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                expires_ms INTEGER NOT NULL
             );",
         )
         .map_err(&err)?;
@@ -275,8 +304,88 @@ impl Cache {
         tx.prepare_cached("DELETE FROM pending WHERE key = ?1")
             .and_then(|mut st| st.execute([key]))
             .map_err(db_err(&self.path))?;
+        tx.prepare_cached("DELETE FROM inflight WHERE key = ?1")
+            .and_then(|mut st| st.execute([key]))
+            .map_err(db_err(&self.path))?;
         tx.commit().map_err(db_err(&self.path))?;
         self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Claim `key` for `owner` for `lease` (see the module docs): [`Claim::Answered`] when the
+    /// answer is stored by now, [`Claim::Owned`] when nobody else holds a live claim (an expired
+    /// one is taken over), else [`Claim::Busy`].
+    pub fn claim(&self, key: &str, owner: &str, lease: Duration) -> Result<Claim, LlmError> {
+        let err = db_err(&self.path);
+        let now = now_ms();
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let stored: Option<String> = tx
+            .prepare_cached("SELECT response FROM calls WHERE key = ?1")
+            .and_then(|mut st| st.query_row([key], |r| r.get(0)).optional())
+            .map_err(&err)?;
+        if let Some(text) = stored {
+            drop(tx);
+            let mut resp: ChatResponse = serde_json::from_str(&text).map_err(|e| {
+                LlmError::Cache(format!(
+                    "{}: entry {key}: unreadable response: {e}",
+                    self.path.display()
+                ))
+            })?;
+            resp.from_cache = true;
+            return Ok(Claim::Answered(resp));
+        }
+        let taken = tx
+            .prepare_cached(
+                "INSERT INTO inflight (key, owner, expires_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, expires_ms = excluded.expires_ms
+                 WHERE inflight.expires_ms < ?4 OR inflight.owner = excluded.owner",
+            )
+            .and_then(|mut st| {
+                st.execute(params![key, owner, now + lease.as_millis() as i64, now])
+            })
+            .map_err(&err)?;
+        let claim = if taken == 1 {
+            Claim::Owned
+        } else {
+            let (holder, expires): (String, i64) = tx
+                .query_row(
+                    "SELECT owner, expires_ms FROM inflight WHERE key = ?1",
+                    [key],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .map_err(&err)?;
+            Claim::Busy {
+                owner: holder,
+                expires_in: Duration::from_millis((expires - now).max(0) as u64),
+            }
+        };
+        tx.commit().map_err(&err)?;
+        Ok(claim)
+    }
+
+    /// Extend `owner`'s claim on `key` by `lease` from now; `false` when it no longer holds it.
+    pub fn renew(&self, key: &str, owner: &str, lease: Duration) -> Result<bool, LlmError> {
+        let n = self
+            .conn()
+            .execute(
+                "UPDATE inflight SET expires_ms = ?3 WHERE key = ?1 AND owner = ?2",
+                params![key, owner, now_ms() + lease.as_millis() as i64],
+            )
+            .map_err(db_err(&self.path))?;
+        Ok(n == 1)
+    }
+
+    /// Give up `owner`'s claim on `key` (its call failed or was dropped).
+    pub fn release(&self, key: &str, owner: &str) -> Result<(), LlmError> {
+        self.conn()
+            .execute(
+                "DELETE FROM inflight WHERE key = ?1 AND owner = ?2",
+                params![key, owner],
+            )
+            .map_err(db_err(&self.path))?;
         Ok(())
     }
 
@@ -440,6 +549,48 @@ pub struct CachedModel {
     cache: Arc<Cache>,
     policy: CachePolicy,
     inflight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// How long a claim on a key lives without renewal ([`Cache::claim`]).
+    lease: Duration,
+}
+
+/// Lease of a claim on a key: a process killed mid-call holds its keys at most this long.
+pub const CLAIM_LEASE: Duration = Duration::from_secs(20);
+
+/// How often a process waiting for another's answer looks again.
+const CLAIM_POLL: Duration = Duration::from_millis(200);
+
+/// A claim held while the backend call runs: renewed in the background, released when dropped
+/// unless the answer was stored (which removes it).
+struct HeldClaim {
+    cache: Arc<Cache>,
+    key: String,
+    owner: String,
+    renewer: tokio::task::JoinHandle<()>,
+    /// The answer was stored, which removed the claim.
+    stored: bool,
+}
+
+impl Drop for HeldClaim {
+    fn drop(&mut self) {
+        self.renewer.abort();
+        if self.stored {
+            return;
+        }
+        if let Err(e) = self.cache.release(&self.key, &self.owner) {
+            tracing::warn!("could not release the cache claim on {}: {e}", self.key);
+        }
+    }
+}
+
+/// A claim owner unique to this call: process id, time, and a counter.
+fn claim_owner() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        now_ms(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 impl CachedModel {
@@ -449,6 +600,77 @@ impl CachedModel {
             cache,
             policy,
             inflight: Mutex::new(HashMap::new()),
+            lease: CLAIM_LEASE,
+        }
+    }
+
+    /// Use another claim lease than [`CLAIM_LEASE`] (tests).
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_millis(50));
+        self
+    }
+
+    /// Wait until this call owns `key` (`None`) or another process stored the answer. An
+    /// unusable cache is not a reason to fail the call: it goes to the backend unclaimed.
+    async fn claim(&self, key: &str, owner: &str) -> Option<ChatResponse> {
+        loop {
+            let cache = self.cache.clone();
+            let (k, o, lease) = (key.to_string(), owner.to_string(), self.lease);
+            let claim = tokio::task::spawn_blocking(move || cache.claim(&k, &o, lease)).await;
+            match claim {
+                Ok(Ok(Claim::Owned)) => return None,
+                Ok(Ok(Claim::Answered(r))) => {
+                    self.cache.hits.fetch_add(1, Ordering::Relaxed);
+                    return Some(r);
+                }
+                Ok(Ok(Claim::Busy { owner, expires_in })) => {
+                    tracing::debug!(
+                        "cache key {key} is being computed by {owner} (lease {expires_in:?} left): waiting"
+                    );
+                    tokio::time::sleep(CLAIM_POLL.min(expires_in + Duration::from_millis(10)))
+                        .await;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!("cannot claim cache key {key}, calling the backend: {e}");
+                    return None;
+                }
+                Err(e) => {
+                    tracing::warn!("cache claim task failed, calling the backend: {e}");
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Hold the claim: renewed every third of the lease until dropped.
+    fn hold(&self, key: &str, owner: &str) -> HeldClaim {
+        let (cache, k, o, lease) = (
+            self.cache.clone(),
+            key.to_string(),
+            owner.to_string(),
+            self.lease,
+        );
+        let renewer = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                let (c, k2, o2) = (cache.clone(), k.clone(), o.clone());
+                match tokio::task::spawn_blocking(move || c.renew(&k2, &o2, lease)).await {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => {
+                        tracing::warn!("lost the cache claim on {k}: its lease ran out");
+                        return;
+                    }
+                    Ok(Err(e)) => tracing::warn!("cannot renew the cache claim on {k}: {e}"),
+                    Err(_) => return,
+                }
+            }
+        });
+        HeldClaim {
+            cache: self.cache.clone(),
+            key: key.to_string(),
+            owner: owner.to_string(),
+            renewer,
+            stored: false,
         }
     }
 
@@ -511,6 +733,13 @@ impl crate::wrap::ModelWrapper for CachedModel {
             self.land(&key);
             return Ok(hit);
         }
+        // Another process may be computing it: wait for its answer rather than compute it twice.
+        let owner = claim_owner();
+        if let Some(hit) = self.claim(&key, &owner).await {
+            self.land(&key);
+            return Ok(hit);
+        }
+        let mut held = self.hold(&key, &owner);
         let result = self.inner.complete(request).await;
         if let Ok(resp) = &result {
             let cache = self.cache.clone();
@@ -520,10 +749,12 @@ impl crate::wrap::ModelWrapper for CachedModel {
                 .await
                 .map_err(|e| LlmError::Cache(format!("cache write task failed: {e}")))
                 .and_then(|r| r);
-            if let Err(e) = stored {
-                tracing::error!("could not store a response in the cache: {e}");
+            match stored {
+                Ok(()) => held.stored = true,
+                Err(e) => tracing::error!("could not store a response in the cache: {e}"),
             }
         }
+        drop(held);
         self.land(&key);
         result
     }
@@ -677,6 +908,93 @@ mod tests {
         }
         assert_eq!(slow.0.load(Ordering::SeqCst), 2);
         assert_eq!(cache.len().unwrap(), 2);
+    }
+
+    /// Issue 16 item 11: two processes sharing one cache computed the same request twice (the
+    /// single-flight lock is per process). Two cache handles on one file stand for the two
+    /// processes here (`llm_batch.rs` runs two `maslens batch run`); each has its own backend.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_processes_on_one_cache_compute_a_request_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite");
+        let (slow_a, slow_b) = (
+            Arc::new(Slow(AtomicU64::new(0))),
+            Arc::new(Slow(AtomicU64::new(0))),
+        );
+        let a = Arc::new(CachedModel::new(
+            slow_a.clone(),
+            Arc::new(Cache::open(&path).unwrap()),
+            CachePolicy::ReadWrite,
+        ));
+        let b = Arc::new(CachedModel::new(
+            slow_b.clone(),
+            Arc::new(Cache::open(&path).unwrap()),
+            CachePolicy::ReadWrite,
+        ));
+        let q = ChatRequest::new(vec![Message::user("shared")]);
+        let (ra, rb) = tokio::join!(
+            {
+                let (a, q) = (a.clone(), q.clone());
+                async move { a.complete(&q).await.unwrap() }
+            },
+            {
+                let (b, q) = (b.clone(), q.clone());
+                async move { b.complete(&q).await.unwrap() }
+            }
+        );
+        assert_eq!((ra.text.as_str(), rb.text.as_str()), ("shared", "shared"));
+        let calls = slow_a.0.load(Ordering::SeqCst) + slow_b.0.load(Ordering::SeqCst);
+        assert_eq!(calls, 1, "the second process waited for the first's answer");
+        assert!(ra.from_cache != rb.from_cache, "one computed, one read it");
+        let c = Cache::open(&path).unwrap();
+        let left: i64 = c
+            .conn()
+            .query_row("SELECT COUNT(*) FROM inflight", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 0, "no claim left behind");
+    }
+
+    /// A claim whose owner died (no renewal) is taken over when its lease runs out; a failed call
+    /// gives its claim up at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_owners_claim_expires_and_a_failed_call_releases_its_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite");
+        let cache = Arc::new(Cache::open(&path).unwrap());
+        let q = ChatRequest::new(vec![Message::user("q")]);
+        let key = cache_key("fixture", &q);
+        assert!(matches!(
+            cache
+                .claim(&key, "dead-process", Duration::from_millis(600))
+                .unwrap(),
+            Claim::Owned
+        ));
+        let fixture = Arc::new(ScriptedModel::new("fixture").then("fresh"));
+        let m = CachedModel::new(fixture.clone(), cache.clone(), CachePolicy::ReadWrite)
+            .with_lease(Duration::from_millis(600));
+        let started = std::time::Instant::now();
+        assert_eq!(m.complete(&q).await.unwrap().text, "fresh");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(400) && waited < Duration::from_secs(5),
+            "waited {waited:?} for the dead owner's lease"
+        );
+        assert_eq!(fixture.n_calls(), 1);
+
+        // A failing backend: its claim is gone right after, so nobody waits for it.
+        let failing = CachedModel::new(
+            Arc::new(ScriptedModel::new("fixture")),
+            cache.clone(),
+            CachePolicy::ReadWrite,
+        );
+        let q2 = ChatRequest::new(vec![Message::user("q2")]);
+        assert!(failing.complete(&q2).await.is_err());
+        assert!(matches!(
+            cache
+                .claim(&cache_key("fixture", &q2), "next", Duration::from_secs(5))
+                .unwrap(),
+            Claim::Owned
+        ));
     }
 
     #[test]
