@@ -485,3 +485,46 @@ fn e2e_streaming_pieces_concatenate_to_the_answer() {
     assert!(!short.text.contains(&stop), "{:?}", short.text);
     assert_eq!(short.finish_reason, "stop");
 }
+
+/// Issue 16 item 11: a request of 40,000 short messages took 47 s of CPU before it was refused
+/// for not fitting the context (llama.cpp's special-token pass is quadratic in the number of
+/// control tokens in one text). Now the prompt is tokenized piece by piece, linear, into the same
+/// tokens, and tokenizing stops once the context is exceeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_many_messages_tokenize_in_linear_time_into_the_same_tokens() {
+    let model = open_local_model("smollm2-135m", &opts(2048)).unwrap();
+    // Pieces give exactly the tokens of the whole prompt (BOS, whitespace around control
+    // tokens, control-token text in contents), on a prompt long enough to be cut.
+    let messages: Vec<Message> = (0..400)
+        .map(|i| match i % 3 {
+            0 => Message::user(format!(" turn {i}\n  with <|im_end|> inside ")),
+            1 => Message::assistant(format!("answer {i}: é ü 中文 ")),
+            _ => Message::system(""),
+        })
+        .collect();
+    let prompt = model.format_prompt(&messages).unwrap();
+    let whole = model.tokenize(&prompt, true);
+    let pieces = model.prompt_tokens(&messages).unwrap();
+    assert!(whole.len() > 4000, "{}", whole.len());
+    assert_eq!(pieces, whole);
+
+    let many: Vec<Message> = (0..40_000)
+        .map(|i| Message::user(format!("m{i}")))
+        .collect();
+    let started = std::time::Instant::now();
+    let err = model
+        .complete(&ChatRequest::new(many).max_tokens(2))
+        .await
+        .unwrap_err()
+        .to_string();
+    let took = started.elapsed();
+    assert!(
+        err.contains("40000 messages") && err.contains("does not fit the context"),
+        "{err}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "refusing 40,000 messages took {took:?}"
+    );
+    eprintln!("40,000 messages refused in {took:?}");
+}

@@ -13,6 +13,7 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token_type::LlamaTokenAttr;
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -22,6 +23,13 @@ use std::time::Instant;
 
 /// Default cap on the context window when the caller sets none.
 const DEFAULT_MAX_CONTEXT: u32 = 8192;
+
+/// Template control tokens per piece when a long prompt is tokenized piece by piece
+/// ([`Inner::tokenize_prompt`]); prompts with fewer than twice as many are tokenized whole.
+const CUT_EVERY: usize = 64;
+
+/// Largest prompt text handed to llama.cpp (256 MiB; a context of a million tokens is ~4 MiB).
+const MAX_PROMPT_BYTES: usize = 256 << 20;
 
 fn backend() -> Result<&'static LlamaBackend, LlmError> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
@@ -180,6 +188,9 @@ struct Inner {
     template: Option<LlamaChatTemplate>,
     /// Texts of the model's control tokens (`<|im_start|>`, ...), defused in message contents.
     control_texts: Vec<String>,
+    /// The control tokens the chat template writes around messages after which a templated
+    /// prompt may be cut for tokenizing ([`Inner::tokenize_prompt`]).
+    cut_texts: Vec<String>,
     /// Context window of one slot.
     n_ctx: u32,
     batch_size: u32,
@@ -253,11 +264,12 @@ impl Inner {
             .collect();
         control_texts.sort();
         control_texts.dedup();
-        Ok(Inner {
+        let mut inner = Inner {
             id: format!("local:{}", spec.spec),
             model,
             template,
             control_texts,
+            cut_texts: Vec::new(),
             n_ctx,
             batch_size,
             prefix_reuse: opts.prefix_reuse,
@@ -267,7 +279,90 @@ impl Inner {
                 tick: 0,
             }),
             counters: Counters::default(),
-        })
+        };
+        inner.cut_texts = inner.find_cut_texts();
+        Ok(inner)
+    }
+
+    /// The control tokens the template writes around messages (found in a probe conversation)
+    /// after which llama.cpp strips no whitespace and that no longer control token contains: a
+    /// prompt cut right after one tokenizes into the same tokens piece by piece.
+    fn find_cut_texts(&self) -> Vec<String> {
+        let probe = [
+            Message::system("s"),
+            Message::user("u"),
+            Message::assistant("a"),
+            Message::user("v"),
+        ];
+        let Ok(prompt) = self.format_prompt(&probe) else {
+            return Vec::new();
+        };
+        let vocab = self.model.vocab();
+        self.control_texts
+            .iter()
+            .filter(|t| prompt.contains(t.as_str()))
+            .filter(|t| {
+                !self
+                    .control_texts
+                    .iter()
+                    .any(|o| o.len() > t.len() && o.contains(t.as_str()))
+            })
+            .filter(|t| {
+                let ids = vocab.tokenize(t.as_bytes(), false, true);
+                ids.len() == 1 && !vocab.attr(ids[0]).contains(LlamaTokenAttr::RStrip)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Tokenize a templated prompt (control-token texts become control tokens), in time linear
+    /// in its length; `Err(n)`: more than `limit` tokens (`n` counted so far, the rest not
+    /// tokenized).
+    ///
+    /// llama.cpp's special-token pass costs time quadratic in the number of special tokens in
+    /// one text (every match walks its fragment list from the start), so 40,000 short messages
+    /// took 47 s of CPU before the context check refused them. A special token is a fragment
+    /// boundary for llama.cpp anyway: cut after every [`CUT_EVERY`]-th template control token
+    /// ([`Inner::find_cut_texts`]) and tokenize the pieces, the first with BOS as a whole
+    /// prompt gets it. The tokens are the same (tested on the real model); a vocabulary that
+    /// appends EOS or SEP when tokenizing is tokenized whole.
+    fn tokenize_prompt(&self, prompt: &str, limit: usize) -> Result<Vec<LlamaToken>, usize> {
+        let vocab = self.model.vocab();
+        let mut cuts: Vec<usize> = self
+            .cut_texts
+            .iter()
+            .flat_map(|t| prompt.match_indices(t.as_str()).map(|(i, m)| i + m.len()))
+            .collect();
+        if cuts.len() < 2 * CUT_EVERY || vocab.should_add_eos() || vocab.should_add_sep() {
+            let tokens = self.tokenize(prompt, true);
+            return Ok(tokens);
+        }
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut ends: Vec<usize> = cuts
+            .iter()
+            .skip(CUT_EVERY - 1)
+            .step_by(CUT_EVERY)
+            .copied()
+            .collect();
+        if ends.last() != Some(&prompt.len()) {
+            ends.push(prompt.len());
+        }
+        let mut tokens = Vec::with_capacity(limit.min(prompt.len() / 2) + 8);
+        let mut start = 0;
+        for end in ends {
+            vocab.tokenize_into(
+                &prompt.as_bytes()[start..end],
+                &mut tokens,
+                start == 0,
+                true,
+            );
+            if tokens.len() > limit {
+                return Err(tokens.len());
+            }
+            start = end;
+        }
+        Ok(tokens)
     }
 
     /// Counters since the model was opened: calls and tokens (`cached_tokens`: prompt tokens
@@ -295,6 +390,14 @@ impl Inner {
 
     /// The prompt text the chat template makes of these messages.
     pub fn format_prompt(&self, messages: &[Message]) -> Result<String, LlmError> {
+        // llama.cpp takes lengths as 32-bit integers (and llama-cpp-2 panics past them): refuse
+        // what no context window could hold long before that.
+        let bytes: usize = messages.iter().map(|m| m.content.len() + 16).sum();
+        if bytes > MAX_PROMPT_BYTES {
+            return Err(LlmError::InvalidRequest(format!(
+                "the messages hold {bytes} bytes, more than the {MAX_PROMPT_BYTES} any context window could take"
+            )));
+        }
         let Some(template) = &self.template else {
             let parts: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
             return Ok(parts.join("\n\n"));
@@ -355,7 +458,17 @@ impl Inner {
     ) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
         let prompt = self.format_prompt(&request.messages)?;
-        let tokens = self.tokenize(&prompt, true);
+        let tokens = self
+            .tokenize_prompt(&prompt, self.n_ctx as usize)
+            .map_err(|counted| {
+                LlmError::Local(format!(
+                    "prompt of more than {counted} tokens ({} messages) does not fit the context of {} tokens of {} \
+                     (leave room for the answer: shorten the input or raise the context size)",
+                    request.messages.len(),
+                    self.n_ctx,
+                    self.id
+                ))
+            })?;
         if tokens.is_empty() {
             return Err(LlmError::Local(
                 "the prompt is empty after tokenization".into(),
@@ -902,6 +1015,18 @@ impl LocalModel {
         cancelled: &dyn Fn() -> bool,
     ) -> Result<ChatResponse, LlmError> {
         self.inner.generate_with(request, on_text, cancelled)
+    }
+
+    /// Token ids of the prompt these messages make: templated, then tokenized as a request's
+    /// prompt is (piece by piece when it holds many messages; the same ids as [`Self::tokenize`]
+    /// of [`Self::format_prompt`] with `special`, in linear time).
+    pub fn prompt_tokens(&self, messages: &[Message]) -> Result<Vec<i32>, LlmError> {
+        let prompt = self.inner.format_prompt(messages)?;
+        let tokens = self
+            .inner
+            .tokenize_prompt(&prompt, usize::MAX)
+            .map_err(|n| LlmError::Local(format!("more than {n} tokens")))?;
+        Ok(tokens.into_iter().map(|t| t.0).collect())
     }
 
     /// Token ids of a text; with `special`, control-token texts become control tokens (as for
