@@ -199,22 +199,50 @@ async fn eval_locate_aegis_pair_level_and_split() {
     assert_eq!(r["cases"], r["split"]["test"]);
 }
 
+/// A reason that quotes the first words of step `n` as the prompt shows it (so it passes the
+/// rationale check), or a plain one when the step is not shown.
+fn quoting(u: &str, n: usize) -> String {
+    let head = format!("Step {n} | agent:");
+    let words: Vec<&str> = u
+        .find(&head)
+        .and_then(|i| u[i..].split_once('\n'))
+        .map(|(_, rest)| {
+            rest.split(|c: char| !c.is_alphanumeric())
+                .filter(|w| w.len() >= 4)
+                .take(5)
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "the fixture says \\\"{}\\\" is where the answer went astray",
+        words.join(" ")
+    )
+}
+
 /// Fixture replies keyed on the instructions in the last user message.
 fn fixture_handler() -> Handler {
     Arc::new(|body: &Value, _| {
         let u = last_user(body);
         let text = if u.contains("Your task: read the whole trace") {
-            r#"{"reason":"fixture judge","agent":"WrongName","step":1,"confidence":0.7}"#
-                .to_string()
+            format!(
+                r#"{{"reason":"{}","agent":"WrongName","step":1,"confidence":0.7}}"#,
+                quoting(&u, 1)
+            )
         } else if u.contains("Your task: decide whether the action at step") {
             let decisive = u.contains("ends at step 2 ");
             format!(r#"{{"reason":"fixture step","decisive":{decisive},"confidence":0.6}}"#)
         } else if u.contains("Your task: decide which part contains") {
             r#"{"reason":"fixture half","part":"first","confidence":0.5}"#.to_string()
         } else if u.contains("Be concise") {
-            r#"{"reason":"fixture concise","agent":"x","step":2,"confidence":0.9}"#.to_string()
+            format!(
+                r#"{{"reason":"{}","agent":"x","step":2,"confidence":0.9}}"#,
+                quoting(&u, 2)
+            )
         } else if u.contains("independent evaluator") {
-            r#"{"reason":"fixture evaluator","agent":"x","step":1,"confidence":0.3}"#.to_string()
+            format!(
+                r#"{{"reason":"{}","agent":"x","step":1,"confidence":0.3}}"#,
+                quoting(&u, 1)
+            )
         } else {
             "not json".to_string()
         };

@@ -61,6 +61,13 @@ pub fn parse_answer<T: DeserializeOwned>(
     from_value_with(first, &validator).map_err(|problem| format!("{problem}{cut}"))
 }
 
+/// Tokens a repair call leaves free beyond its prompt and answer (chat-template tokens that the
+/// count of the messages' text does not see).
+const REPAIR_MARGIN: usize = 64;
+
+/// Fewest answer tokens a repair call is sent with; with less room in the window it is not sent.
+const MIN_REPAIR_ANSWER: u32 = 96;
+
 /// The repair request's instructions (`prompts/llm/repair.v1.j2`).
 pub const REPAIR: crate::prompt::Template = crate::prompt_template!("llm/repair.v1");
 
@@ -69,47 +76,110 @@ pub const REPAIR: crate::prompt::Template = crate::prompt_template!("llm/repair.
 /// (network, budget, replay miss) are returned as `Err`; answers that do not fit are never one.
 pub async fn complete_as<T: DeserializeOwned>(
     model: &dyn ChatModel,
+    request: ChatRequest,
+    schema: &Value,
+) -> Result<StructuredOutput<T>, LlmError> {
+    complete_as_checked(model, request, schema, &|_: &T| None).await
+}
+
+/// [`complete_as`] with a check of the answer's meaning after its form: `check` returns the
+/// problem of an answer that fits the schema but says nothing usable (a reason that only
+/// restates the verdict, a step outside the trace), and that problem is sent in the one repair
+/// call as a schema problem would be. The repair's answer is kept when it fits the schema, even
+/// if the check still fails (the caller can run `check` again to learn so); when it does not
+/// fit, the first answer (which fit the schema) is kept. Only an answer that never fit the
+/// schema is an abstention.
+pub async fn complete_as_checked<T: DeserializeOwned>(
+    model: &dyn ChatModel,
     mut request: ChatRequest,
     schema: &Value,
+    check: &(dyn Fn(&T) -> Option<String> + Send + Sync),
 ) -> Result<StructuredOutput<T>, LlmError> {
     request.json_schema = Some(schema.clone());
     let first = model.complete(&request).await?;
     let mut usage = first.usage;
-    let problem = match parse_answer(&first.text, &first.finish_reason, schema) {
-        Ok(value) => {
-            return Ok(StructuredOutput {
-                value: Some(value),
-                raw: first.text,
-                abstain_reason: None,
-                repaired: false,
-                usage,
-                calls: 1,
-            })
-        }
-        Err(problem) => problem,
+    let (problem, kept) = match parse_answer::<T>(&first.text, &first.finish_reason, schema) {
+        Ok(value) => match check(&value) {
+            None => {
+                return Ok(StructuredOutput {
+                    value: Some(value),
+                    raw: first.text,
+                    abstain_reason: None,
+                    repaired: false,
+                    usage,
+                    calls: 1,
+                })
+            }
+            Some(problem) => (problem, Some(value)),
+        },
+        Err(problem) => (problem, None),
     };
-    let mut repair = request.clone();
-    repair.stage = format!("{}/repair", request.stage);
-    repair.template = REPAIR.name.to_string();
-    repair.messages.push(Message::assistant(first.text.clone()));
     let text = REPAIR
         .render(serde_json::json!({"problem": problem, "schema": schema.to_string()}))
         .map_err(|e| LlmError::Other(e.to_string()))?;
-    repair.messages.push(Message::user(text));
+    let build = |with_answer: bool| {
+        let mut repair = request.clone();
+        repair.stage = format!("{}/repair", request.stage);
+        repair.template = REPAIR.name.to_string();
+        if with_answer {
+            repair.messages.push(Message::assistant(first.text.clone()));
+        }
+        repair.messages.push(Message::user(text.clone()));
+        repair
+    };
+    let mut repair = build(true);
+    if let Some(ctx) = model.context_size() {
+        // The repair must fit the window with room for its answer: without the first answer
+        // (the problem says what was wrong with it) when that is what it takes, with fewer
+        // answer tokens when even that is short, and not at all when too little room is left.
+        let room = |r: &ChatRequest| {
+            let prompt: usize = r
+                .messages
+                .iter()
+                .map(|m| model.count_tokens(&m.content))
+                .sum();
+            ctx.saturating_sub(prompt + REPAIR_MARGIN)
+        };
+        if room(&repair) < repair.max_tokens as usize {
+            let mut lean = build(false);
+            let left = room(&lean);
+            if left < MIN_REPAIR_ANSWER as usize {
+                let abstain_reason = kept.is_none().then(|| {
+                    format!(
+                        "invalid, and no room in the context window for a repair call: {problem}"
+                    )
+                });
+                let raw = first.text;
+                return Ok(StructuredOutput {
+                    value: kept,
+                    raw,
+                    abstain_reason,
+                    repaired: false,
+                    usage,
+                    calls: 1,
+                });
+            }
+            lean.max_tokens = lean.max_tokens.min(left as u32);
+            repair = lean;
+        }
+    }
     let second = model.complete(&repair).await?;
     usage += second.usage;
-    let (value, abstain_reason) = match parse_answer(&second.text, &second.finish_reason, schema) {
-        Ok(value) => (Some(value), None),
-        Err(problem2) => (
-            None,
-            Some(format!(
-                "invalid after one repair: {problem2} (first answer: {problem})"
-            )),
-        ),
-    };
+    let (value, raw, abstain_reason) =
+        match parse_answer(&second.text, &second.finish_reason, schema) {
+            Ok(value) => (Some(value), second.text, None),
+            Err(_) if kept.is_some() => (kept, first.text, None),
+            Err(problem2) => (
+                None,
+                second.text,
+                Some(format!(
+                    "invalid after one repair: {problem2} (first answer: {problem})"
+                )),
+            ),
+        };
     Ok(StructuredOutput {
         value,
-        raw: second.text,
+        raw,
         abstain_reason,
         repaired: true,
         usage,
@@ -337,5 +407,121 @@ mod tests {
         let why = out.abstain_reason.unwrap();
         assert!(why.contains("missing field `flag`"), "{why}");
         assert!(why.contains("no JSON object found"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_check_that_fails_gets_the_repair_call_and_keeps_a_valid_answer() {
+        let schema = json!({"type": "object", "required": ["step"]});
+        let tautology =
+            |s: &Step| (s.reason.trim().is_empty()).then(|| "the reason says nothing".to_string());
+        // first answer fails the check, the repair passes it
+        let m = ScriptedModel::new("fixture")
+            .then("{\"step\": 2}")
+            .then("{\"step\": 3, \"reason\": \"the total is wrong\"}");
+        let out = complete_as_checked::<Step>(
+            &m,
+            ChatRequest::new(vec![Message::user("q")]),
+            &schema,
+            &tautology,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.value.as_ref().and_then(|s| s.step), Some(3));
+        assert!(out.repaired);
+        let repair = m.calls.lock().unwrap()[1]
+            .messages
+            .last()
+            .unwrap()
+            .content
+            .clone();
+        assert!(repair.contains("the reason says nothing"), "{repair}");
+        // the repair fails the check again: kept (the caller sees it by checking again)
+        let m = ScriptedModel::new("fixture")
+            .then("{\"step\": 2}")
+            .then("{\"step\": 4}");
+        let out = complete_as_checked::<Step>(
+            &m,
+            ChatRequest::new(vec![Message::user("q")]),
+            &schema,
+            &tautology,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.value.as_ref().and_then(|s| s.step), Some(4));
+        assert!(out.abstain_reason.is_none());
+        // the repair does not fit the schema: the first answer (which did) is kept
+        let m = ScriptedModel::new("fixture")
+            .then("{\"step\": 2}")
+            .then("nope");
+        let out = complete_as_checked::<Step>(
+            &m,
+            ChatRequest::new(vec![Message::user("q")]),
+            &schema,
+            &tautology,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.value.as_ref().and_then(|s| s.step), Some(2));
+        assert_eq!((out.calls, out.repaired), (2, true));
+        // a passing answer needs one call
+        let m = ScriptedModel::new("fixture").then("{\"step\": 1, \"reason\": \"x y\"}");
+        let out = complete_as_checked::<Step>(
+            &m,
+            ChatRequest::new(vec![Message::user("q")]),
+            &schema,
+            &tautology,
+        )
+        .await
+        .unwrap();
+        assert_eq!((out.calls, out.repaired), (1, false));
+    }
+
+    /// A scripted model with a context window.
+    struct Window(ScriptedModel, usize);
+    impl crate::wrap::ModelWrapper for Window {
+        fn inner(&self) -> &dyn ChatModel {
+            &self.0
+        }
+        fn context_size(&self) -> Option<usize> {
+            Some(self.1)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_repair_call_fits_the_context_window_or_is_not_sent() {
+        let schema = json!({"type": "object", "required": ["step"]});
+        let mut req = ChatRequest::new(vec![Message::user("q".repeat(1600))]);
+        req.max_tokens = 100;
+        let script = |ctx| {
+            Window(
+                ScriptedModel::new("fixture")
+                    .then("x".repeat(800))
+                    .then("{\"step\": 1}"),
+                ctx,
+            )
+        };
+        // room enough: the repair shows the model its answer
+        let m = script(5000);
+        let out = complete_as::<Step>(&m, req.clone(), &schema).await.unwrap();
+        assert_eq!(out.value.and_then(|s| s.step), Some(1));
+        let calls = m.0.calls.lock().unwrap().clone();
+        assert_eq!(calls[1].messages.len(), 3, "prompt, first answer, repair");
+        // the first answer does not fit beside the repair: left out
+        let m = script(800);
+        let out = complete_as::<Step>(&m, req.clone(), &schema).await.unwrap();
+        assert_eq!(out.value.and_then(|s| s.step), Some(1));
+        let calls = m.0.calls.lock().unwrap().clone();
+        assert_eq!(calls[1].messages.len(), 2, "prompt and repair");
+        assert_eq!(calls[1].messages[1].role, crate::Role::User);
+        assert!(calls[1].max_tokens <= 100);
+        // not even that leaves room for an answer: no repair call
+        let m = script(600);
+        let out = complete_as::<Step>(&m, req, &schema).await.unwrap();
+        assert!(out.value.is_none());
+        assert!(out
+            .abstain_reason
+            .unwrap()
+            .contains("no room in the context window"));
+        assert_eq!((m.0.n_calls(), out.calls), (1, 1));
     }
 }

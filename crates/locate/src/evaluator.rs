@@ -178,6 +178,7 @@ pub async fn evaluate(
         settings,
         &stage,
         &mut stats,
+        &crate::judge::location_check(trace, 0..=crate::judge::last_index(trace)),
     )
     .await?;
     Ok(EvaluatorResult {
@@ -199,7 +200,7 @@ mod tests {
         let t = trace(5);
         let s = Settings::default();
         let m = ScriptedModel::new("fixture")
-            .then(r#"{"reason":"earlier","agent":"A1","step":1,"confidence":0.9}"#);
+            .then(r#"{"reason":"the message gives no total for the task","agent":"A1","step":1,"confidence":0.9}"#);
         let view = SharedView::build(&m, &t, &s, None, None).unwrap();
         let r = evaluate(&m, &t, &view, Style::Evidence, Some(("A1", 3)), true, &s)
             .await
@@ -217,7 +218,7 @@ mod tests {
         let t = trace(3);
         let s = Settings::default();
         let m = ScriptedModel::new("fixture")
-            .then(r#"{"reason":"r","agent":"A0","step":0,"confidence":0.2}"#);
+            .then(r#"{"reason":"the message gives no total for the task","agent":"A0","step":0,"confidence":0.2}"#);
         let view = SharedView::build(&m, &t, &s, None, None).unwrap();
         evaluate(&m, &t, &view, Style::Concise, None, false, &s)
             .await

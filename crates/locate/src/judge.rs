@@ -24,7 +24,7 @@ use crate::render::{self, Strategy, MIN_STEP_CHARS};
 use crate::{finding_from_answer, prompts, Finding, LocateError, LocationAnswer};
 use maslens_llm::prompt::{untrusted, Rendered};
 use maslens_llm::structured::StructuredOutput;
-use maslens_llm::typed::complete_as;
+use maslens_llm::typed::complete_as_checked;
 use maslens_llm::{ChatModel, Totals};
 use maslens_trace::Trace;
 use serde::de::DeserializeOwned;
@@ -190,6 +190,25 @@ struct BinaryAnswer {
     confidence: f64,
 }
 
+/// The check of every answer that carries a location: [`crate::location_problem`] over the
+/// steps in `range`.
+pub(crate) fn location_check(
+    trace: &Trace,
+    range: std::ops::RangeInclusive<usize>,
+) -> impl Fn(&LocationAnswer) -> Option<String> + Send + Sync + '_ {
+    move |a: &LocationAnswer| crate::location_problem(trace, range.clone(), a)
+}
+
+/// Index of a trace's last step (the whole trace as a range of step indices).
+pub(crate) fn last_index(trace: &Trace) -> usize {
+    trace.steps.last().map(|s| s.index).unwrap_or(0)
+}
+
+/// No check beyond the schema (answers without a location).
+pub(crate) fn no_check<T>(_: &T) -> Option<String> {
+    None
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn call<T: DeserializeOwned>(
     model: &dyn ChatModel,
@@ -200,9 +219,10 @@ pub(crate) async fn call<T: DeserializeOwned>(
     settings: &Settings,
     stage: &str,
     stats: &mut Totals,
+    check: &(dyn Fn(&T) -> Option<String> + Send + Sync),
 ) -> Result<StructuredOutput<T>, LocateError> {
     let req = prompts::request(context, instructions, settings.max_answer_tokens, stage)?;
-    let out = complete_as(model, req, schema)
+    let out = complete_as_checked(model, req, schema, check)
         .await
         .map_err(|source| LocateError::Llm {
             trace: trace.id.clone(),
@@ -287,6 +307,7 @@ async fn all_at_once(
             settings,
             "judge/all-at-once",
             &mut stats,
+            &location_check(trace, 0..=last_index(trace)),
         )
         .await?;
         let finding = finding_from_answer(trace, out.value.as_ref(), out.abstain_reason.as_deref());
@@ -338,6 +359,7 @@ async fn all_at_once(
             settings,
             "judge/all-at-once/window",
             &mut stats,
+            &|a: &WindowAnswer| crate::location_problem(trace, lo..=hi, &a.location),
         )
         .await?;
         let answer = out.value.as_ref();
@@ -577,6 +599,7 @@ async fn step_by_step(
             settings,
             "judge/step-by-step",
             &mut stats,
+            &no_check,
         )
         .await?;
         let decisive = out.value.as_ref().and_then(|v| v.decisive);
@@ -677,6 +700,7 @@ async fn binary_search(
             settings,
             "judge/binary-search",
             &mut stats,
+            &no_check,
         )
         .await?;
         let part = out.value.as_ref().and_then(|v| v.part.clone());
@@ -726,7 +750,7 @@ mod tests {
         let t = trace(6);
         // Fixture answer naming the wrong agent for step 3 (acted by A1).
         let m = ScriptedModel::new("fixture")
-            .then(r#"{"reason":"bad plan","agent":"A0","step":3,"confidence":0.8}"#);
+            .then(r#"{"reason":"the message gives no total for the task","agent":"A0","step":3,"confidence":0.8}"#);
         let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
             .await
             .unwrap();
@@ -742,8 +766,8 @@ mod tests {
     #[tokio::test]
     async fn all_at_once_out_of_range_step_abstains() {
         let t = trace(3);
-        let m = ScriptedModel::new("fixture")
-            .then(r#"{"reason":"r","agent":"A0","step":9,"confidence":0.8}"#);
+        let out = r#"{"reason":"the message gives no total for the task","agent":"A0","step":9,"confidence":0.8}"#;
+        let m = ScriptedModel::new("fixture").then(out).then(out);
         let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
             .await
             .unwrap();
@@ -753,6 +777,61 @@ mod tests {
             .abstain_reason
             .unwrap()
             .contains("step 9 is not in the trace"));
+        // the step was sent back once, naming the steps shown
+        let calls = m.calls.lock().unwrap();
+        assert_eq!(calls.len(), 2);
+        let repair = &calls[1].messages.last().unwrap().content;
+        assert!(
+            repair.contains("step 9 is not one of the steps shown (0 to 2)"),
+            "{repair}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tautological_reason_is_sent_back_once() {
+        let t = trace(4);
+        let m = ScriptedModel::new("fixture")
+            .on(
+                "locate/judge_all_at_once",
+                r#"{"reason":"The decisive failure step is step 2.","agent":"A0","step":2,"confidence":0.8}"#,
+            )
+            .on(
+                "llm/repair",
+                r#"{"reason":"\"message 2\" gives no total, so the task is not answered","agent":"A0","step":2,"confidence":0.8}"#,
+            );
+        let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
+            .await
+            .unwrap();
+        assert_eq!(r.finding.location(), Some(("A0", 2)));
+        assert!(r.finding.rationale.starts_with("\"message 2\""));
+        assert_eq!(r.finding.rationale_problem, None);
+        assert_eq!((r.stats.calls, r.stats.repairs), (2, 1));
+        let repair = m.calls.lock().unwrap()[1]
+            .messages
+            .last()
+            .unwrap()
+            .content
+            .clone();
+        assert!(repair.contains("only restates the verdict"), "{repair}");
+        // still a tautology after the repair: the location is kept, the rationale flagged
+        let m = ScriptedModel::new("fixture")
+            .on(
+                "locate/judge_all_at_once",
+                r#"{"reason":"A0 made the mistake at step 2.","agent":"A0","step":2,"confidence":0.8}"#,
+            )
+            .on(
+                "llm/repair",
+                r#"{"reason":"Step 2 is the decisive failure.","agent":"A0","step":2,"confidence":0.8}"#,
+            );
+        let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
+            .await
+            .unwrap();
+        assert_eq!(r.finding.location(), Some(("A0", 2)));
+        assert!(r
+            .finding
+            .rationale_problem
+            .as_deref()
+            .is_some_and(|p| p.contains("only restates the verdict")));
     }
 
     #[tokio::test]
@@ -760,7 +839,7 @@ mod tests {
         let mut t = trace(3);
         t.ground_truth = Some("42".into());
         let m = ScriptedModel::new("fixture")
-            .then(r#"{"reason":"r","agent":"A0","step":0,"confidence":0.5}"#);
+            .then(r#"{"reason":"the message gives no total for the task","agent":"A0","step":0,"confidence":0.5}"#);
         let s = Settings {
             with_ground_truth: true,
             ..Settings::default()
@@ -911,7 +990,7 @@ mod tests {
         // Context large enough for truncated steps: one call, strategy truncate.
         let m = ContextFixture::new(
             ScriptedModel::new("fixture")
-                .then(r#"{"reason":"r","agent":"A1","step":5,"confidence":0.6}"#),
+                .then(r#"{"reason":"the message gives no total for the task","agent":"A1","step":5,"confidence":0.6}"#),
             9000,
         );
         let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
@@ -929,8 +1008,8 @@ mod tests {
         let t = crate::test_support::long_trace(40, 3000);
         let m = ContextFixture::new(
             ScriptedModel::new("fixture")
-                .on_with("locate/judge_window", "Window 1 of", r#"{"reason":"ok","in_window":false,"agent":"A0","step":0,"confidence":0.3,"summary":"setup"}"#)
-                .on_with("locate/judge_window", "Window 2 of", r#"{"reason":"bad","in_window":true,"agent":"A1","step":10,"confidence":0.6,"summary":"error"}"#),
+                .on_with("locate/judge_window", "Window 1 of", r#"{"reason":"the message gives no total for the task","in_window":false,"agent":"A0","step":0,"confidence":0.3,"summary":"setup"}"#)
+                .on_with("locate/judge_window", "Window 2 of", r#"{"reason":"the message gives no total for the task","in_window":true,"agent":"A1","step":10,"confidence":0.6,"summary":"error"}"#),
             2200,
         );
         let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())
@@ -959,7 +1038,7 @@ mod tests {
         prior[3] = 0.05;
         let m = ContextFixture::new(
             ScriptedModel::new("fixture")
-                .then(r#"{"reason":"r","agent":"A1","step":17,"confidence":0.7}"#),
+                .then(r#"{"reason":"the message gives no total for the task","agent":"A1","step":17,"confidence":0.7}"#),
             2200,
         );
         let r = judge_guided(
@@ -1003,7 +1082,7 @@ mod tests {
     async fn prior_is_ignored_when_the_trace_fits() {
         let t = trace(6);
         let m = ScriptedModel::new("fixture")
-            .then(r#"{"reason":"r","agent":"A1","step":3,"confidence":0.8}"#);
+            .then(r#"{"reason":"the message gives no total for the task","agent":"A1","step":3,"confidence":0.8}"#);
         let prior = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0];
         let r = judge_guided(
             &m,
@@ -1120,13 +1199,15 @@ mod tests {
         // 120 steps in a 2,200-token window: many windows, each answering with a long summary.
         let t = crate::test_support::long_trace(120, 3000);
         let long = "s".repeat(3000);
+        let answer = format!(
+            r#"{{"reason":"the message gives no total for the task","in_window":false,"agent":"A0","step":0,"confidence":0.1,"summary":"{long}"}}"#
+        );
+        // Step 0 lies outside every window but the first: each such answer gets one repair
+        // call (which must fit the window too) and, answered alike, the window abstains.
         let m = ContextFixture::new(
-            ScriptedModel::new("fixture").on(
-                "locate/judge_window",
-                format!(
-                    r#"{{"reason":"r","in_window":false,"agent":"A0","step":0,"confidence":0.1,"summary":"{long}"}}"#
-                ),
-            ),
+            ScriptedModel::new("fixture")
+                .on("locate/judge_window", answer.clone())
+                .on("llm/repair", answer),
             2200,
         );
         let r = judge(&m, &t, Protocol::AllAtOnce, &Settings::default())

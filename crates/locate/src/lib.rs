@@ -67,6 +67,10 @@ pub struct Finding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abstain_reason: Option<String>,
 }
+    /// Why the rationale does not explain the location ([`rationale_problem`]), when it still
+    /// did not after the one repair call: the location is kept, the rationale is not trusted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rationale_problem: Option<String>,
 
 impl Finding {
     /// An abstention with its reason.
@@ -155,6 +159,8 @@ pub fn finding_from_answer(
     match normalize(trace, v.agent.as_deref(), v.step) {
         Ok((agent, step, named_agent, agent_mismatch)) => Finding {
             agent: Some(agent),
+            rationale_problem: step_position(trace, step)
+                .and_then(|pos| rationale_problem(trace, pos, &rationale)),
             step: Some(step),
             rationale,
             confidence,
@@ -173,6 +179,101 @@ pub fn finding_from_answer(
 }
 
 #[cfg(test)]
+/// Words that name a verdict rather than explain it: the criterion's vocabulary, words that
+/// say only that something was wrong, and function words. A reason made of these, step
+/// numbers and agent names ("The decisive failure step is step 1") restates the verdict.
+const VERDICT_WORDS: &str = "\
+    the and for with that this these those was were are has have had not but its from into \
+    than then they them their there which when what who would should could will did does done \
+    being been also only any all some more most very just such other about after before \
+    because since while where here step steps agent agents decisive failure failures fail \
+    fails failed failing mistake mistakes mistaken error errors erroneous wrong wrongly \
+    incorrect incorrectly responsible earliest first made make makes making caused cause \
+    causes causing led lead leads leading system action actions number point critical key root \
+    occurred occur occurs happened happens happen problem problems issue issues fault faulty \
+    bad correct correctly ideal judge proposed proposal hypothesis evaluator confidence reason \
+    likely therefore thus hence clearly indeed trace one can may might must his her our your \
+    you she him out via per due isn wasn didn doesn don won yes true false none null";
+
+/// Lower-case words of `text` (letters and digits), at least three characters, not only digits.
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
+        .map(str::to_lowercase)
+}
+
+/// Why `reason` does not explain the location at position `pos` of `trace`, or `None` when it
+/// does. Two checks, cheap and language-light:
+/// 1. **Tautology**: fewer than three distinct words are left once step numbers, agent names and
+///    verdict vocabulary ([`VERDICT_WORDS`]) are taken out, so the reason only restates the
+///    verdict ("The decisive failure step is step 1", "Orchestrator made the mistake at step 1").
+/// 2. **Nothing from the step**: no word of four or more letters that is left is in the text of
+///    the chosen step (nor in its speaker label), so the reason neither quotes nor refers to
+///    what the step says.
+///
+/// The answer parser sends the problem in its one repair call (`typed::complete_as_checked`).
+pub fn rationale_problem(trace: &Trace, pos: usize, reason: &str) -> Option<String> {
+    let step = trace.steps.get(pos)?;
+    let names: std::collections::HashSet<String> = trace
+        .agents
+        .iter()
+        .map(|a| a.name.as_str())
+        .chain(trace.steps.iter().map(|s| s.agent.as_str()))
+        .chain(trace.steps.iter().map(|s| s.speaker.as_str()))
+        .flat_map(words)
+        .collect();
+    let mut content: Vec<String> = words(reason)
+        .filter(|w| !VERDICT_WORDS.split_whitespace().any(|v| v == w) && !names.contains(w))
+        .collect();
+    content.sort();
+    content.dedup();
+    let index = step.index;
+    if content.len() < 3 {
+        let mut quoted: String = reason.trim().chars().take(80).collect();
+        if reason.trim().chars().count() > 80 {
+            quoted.push_str("...");
+        }
+        return Some(format!(
+            "the reason only restates the verdict ({quoted:?}): say what the agent did wrong at \
+             step {index}, quoting the words of step {index} that are wrong"
+        ));
+    }
+    let said: std::collections::HashSet<String> =
+        words(&step.content).chain(words(&step.speaker)).collect();
+    if !content
+        .iter()
+        .any(|w| w.chars().count() >= 4 && said.contains(w))
+    {
+        return Some(format!(
+            "the reason does not quote or refer to anything step {index} says: quote the words of \
+             step {index} that are wrong and say what is wrong with them"
+        ));
+    }
+    None
+}
+
+/// The check of a location answer before it is accepted (sent in the one repair call when it
+/// fails): a step inside `range` (the steps the model was shown) and a reason that explains it
+/// ([`rationale_problem`]).
+pub fn location_problem(
+    trace: &Trace,
+    range: std::ops::RangeInclusive<usize>,
+    answer: &LocationAnswer,
+) -> Option<String> {
+    let step = answer.step?;
+    let (lo, hi) = (*range.start(), *range.end());
+    let pos = usize::try_from(step)
+        .ok()
+        .filter(|s| range.contains(s))
+        .and_then(|s| step_position(trace, s));
+    match pos {
+        None => Some(format!(
+            "step {step} is not one of the steps shown ({lo} to {hi}): answer with one of them"
+        )),
+        Some(pos) => rationale_problem(trace, pos, &answer.reason),
+    }
+}
+
 mod tests {
     use super::*;
 
@@ -205,6 +306,71 @@ mod tests {
     }
 
     #[test]
+    #[test]
+    fn rationale_check_rejects_tautologies_and_reasons_unrelated_to_the_step() {
+        let t = maslens_trace::TraceBuilder::new("t")
+            .step(
+                "human",
+                "How many studio albums did the band release before 2000?",
+            )
+            .step(
+                "Orchestrator",
+                "Ask WebSurfer to find the band's discography.",
+            )
+            .step(
+                "WebSurfer",
+                "I clicked on the Wikipedia page and found 12 albums listed.",
+            )
+            .build();
+        let problem = |pos, r: &str| rationale_problem(&t, pos, r);
+        // the issue's example, and other ways of saying only "this step, this agent"
+        for r in [
+            "The decisive failure step is step 1",
+            "Orchestrator made the mistake at step 1.",
+            "Step 1 is where the error occurred, because it was wrong.",
+            "",
+        ] {
+            let p = problem(1, r).unwrap_or_default();
+            assert!(p.contains("only restates the verdict"), "{r:?}: {p}");
+        }
+        // says something, but nothing step 2 says
+        let p = problem(
+            2,
+            "The budget spreadsheet totals were summed twice by accident",
+        )
+        .unwrap();
+        assert!(
+            p.contains("does not quote or refer to anything step 2 says"),
+            "{p}"
+        );
+        // quotes the step and says what is wrong
+        assert_eq!(
+            problem(
+                2,
+                "WebSurfer \"found 12 albums listed\" but counted compilations, not studio albums"
+            ),
+            None
+        );
+        let a = LocationAnswer {
+            reason: "asks for the discography instead of studio albums only".into(),
+            step: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(location_problem(&t, 0..=2, &a), None);
+        let out = LocationAnswer {
+            step: Some(7),
+            ..a.clone()
+        };
+        assert!(location_problem(&t, 0..=2, &out)
+            .unwrap()
+            .contains("step 7 is not one of the steps shown (0 to 2)"));
+        assert!(
+            location_problem(&t, 1..=1, &LocationAnswer { step: Some(2), ..a })
+                .unwrap()
+                .contains("(1 to 1)")
+        );
+    }
+
     fn reads_a_location_answer_as_the_untyped_code_did() {
         let t = trace();
         let schema = judge::location_schema(&[]);

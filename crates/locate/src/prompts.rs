@@ -15,13 +15,13 @@ use serde_json::json;
 pub const SYSTEM: Template = prompt_template!("locate/system.v1");
 pub const CONTEXT: Template = prompt_template!("locate/context.v1");
 pub const CRITERION: Template = prompt_template!("locate/criterion.v1");
-pub const JUDGE_ALL_AT_ONCE: Template = prompt_template!("locate/judge_all_at_once.v1");
+pub const JUDGE_ALL_AT_ONCE: Template = prompt_template!("locate/judge_all_at_once.v2");
 pub const JUDGE_STEP: Template = prompt_template!("locate/judge_step.v1");
 pub const JUDGE_BINARY: Template = prompt_template!("locate/judge_binary.v1");
-pub const JUDGE_WINDOW: Template = prompt_template!("locate/judge_window.v1");
-pub const EVALUATOR_BASE: Template = prompt_template!("locate/evaluator_base.v1");
-pub const EVALUATOR_CONCISE: Template = prompt_template!("locate/evaluator_concise.v1");
-pub const EVALUATOR_EVIDENCE: Template = prompt_template!("locate/evaluator_evidence.v1");
+pub const JUDGE_WINDOW: Template = prompt_template!("locate/judge_window.v2");
+pub const EVALUATOR_BASE: Template = prompt_template!("locate/evaluator_base.v2");
+pub const EVALUATOR_CONCISE: Template = prompt_template!("locate/evaluator_concise.v2");
+pub const EVALUATOR_EVIDENCE: Template = prompt_template!("locate/evaluator_evidence.v2");
 
 /// Every instruction template (used to reserve room for the longest one).
 pub const INSTRUCTIONS: [Template; 7] = [
