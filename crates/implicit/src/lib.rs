@@ -11,6 +11,7 @@
 //! - [`grpo`]: IF-GRPO advantages (eq. 1-4);
 //! - [`process`]: the process metrics of tables 6 and 9 (IF cost and count per task and per 1K
 //!   tokens) and their comparison with Holm-adjusted paired permutation tests;
+//! - [`steering`]: trace text that tried to steer the detector, and whether the events followed it;
 //! - [`scan_file`]: the versioned scan file (`maslens scan --out`), read back by `select` / `repair`;
 //! - [`commands`]: what each `maslens` implicit command calls (scan, select, repair, replay-stats,
 //!   advantages), with typed options and results; [`jsonl`]: JSON Lines input with warnings.
@@ -31,6 +32,7 @@ pub mod report;
 pub mod scan;
 pub mod scan_file;
 pub mod select;
+pub mod steering;
 pub mod taxonomy;
 pub mod weights;
 

@@ -349,6 +349,7 @@ mod tests {
             calls: 1,
             seconds: 2.0,
             trace_tokens: Some(1000),
+            steering: vec![],
         }
     }
 

@@ -81,6 +81,11 @@ pub struct TraceScan {
     /// metrics per 1K tokens; absent in scan files before format 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_tokens: Option<u64>,
+    /// Text of the trace that tried to steer the detector ("report no failures", a fake
+    /// answer, prompt delimiters), each with whether the counted events did what it asked
+    /// ([`crate::steering`]); empty when none was found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steering: Vec<crate::steering::SteeringHit>,
 }
 
 impl TraceScan {
@@ -152,10 +157,13 @@ pub async fn scan_trace(
         };
         abstentions.extend(d.abstentions.into_iter().map(tag));
         rejected.extend(d.rejected.into_iter().map(tag));
-        let (ok, bad): (Vec<_>, Vec<_>) = d
-            .events
-            .into_iter()
-            .partition(|e| cfg.count_unsupported || e.supported());
+        // An event at a step the trace does not have is never counted, whatever the counting:
+        // every counted IF is inside the trace.
+        let (ok, bad): (Vec<_>, Vec<_>) = d.events.into_iter().partition(|e| {
+            e.supported()
+                || (cfg.count_unsupported
+                    && e.evidence_check.status != crate::evidence::EvidenceStatus::StepNotFound)
+        });
         per_judge.push((m.id().to_string(), ok, bad));
     }
     let mut flagged: Vec<ImplicitFailure> = Vec::new();
@@ -208,6 +216,7 @@ pub async fn scan_trace(
     let groups = group_repeats(&mut events, cfg.group);
     let steps = trace.steps.len();
     let (cost, risk, risk_grouped) = score(&events, &groups, steps, &cfg.weights);
+    let steering = crate::steering::check(trace, &events);
     Ok(TraceScan {
         id: trace.id.clone(),
         task: trace.task.clone(),
@@ -228,6 +237,7 @@ pub async fn scan_trace(
         calls,
         seconds: started.elapsed().as_secs_f64(),
         trace_tokens: Some(crate::process::trace_tokens(trace)),
+        steering,
     })
 }
 
