@@ -45,7 +45,11 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
     ]),
     ("advantages", &["maslens advantages examples/inputs/grpo-groups.jsonl -o advantages.jsonl"]),
     ("credit", &["maslens credit runs/ --limit 2 --html credit.html"]),
-    ("optimize", &["maslens optimize examples/debate-smoke.toml --simulation -o opt/"]),
+    ("optimize", &[
+        "maslens optimize examples/debate-smoke.toml --simulation -o opt/",
+        "maslens optimize examples/debate-smoke.toml --simulation --sweep tau=0.3,0.5,0.7 --sweep m=3,5 -o sweep/",
+        "maslens optimize examples/debate-smoke.toml --simulation --sweep round=1,2   # one round at a time",
+    ]),
     ("completions", &["maslens completions bash > ~/.local/share/bash-completion/completions/maslens"]),
     ("config show", &[
         "maslens config show                        # what LLM-backed commands use now, and why",

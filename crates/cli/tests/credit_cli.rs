@@ -273,3 +273,92 @@ async fn credit_on_debate_and_whowhen_traces() {
     assert!(stderr(&o).contains("bad.json"), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("window 1"));
 }
+
+/// Issue 17 item 5: `--sweep` runs one experiment per setting on the same split, and
+/// `only_round` (the one-round-at-a-time ablation) lets Phase B rewrite only that round's
+/// aggregator.
+#[test]
+fn optimize_sweep_runs_every_setting_and_only_round_restricts_phase_b() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sweep");
+    let o = maslens(
+        dir.path(),
+        &[
+            "optimize",
+            "--simulation",
+            "--seeds",
+            "1",
+            "--sim-questions",
+            "120",
+            "--opt-size",
+            "40",
+            "--blocks",
+            "aggregators-only",
+            "--buffer-m",
+            "1",
+            "--tau",
+            "0.9",
+            "--no-black-box",
+            "--no-curves",
+            "--no-final-critic",
+            "--sweep",
+            "round=1,2",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sweep: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let labels: Vec<&str> = sweep
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["setting"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["only_round=1", "only_round=2"]);
+    let md = std::fs::read_to_string(out.join("sweep.md")).unwrap();
+    assert!(
+        md.contains("| only_round=1 |") && md.contains("| only_round=2 |"),
+        "{md}"
+    );
+    let mut rewritten = Vec::new();
+    for r in [1, 2] {
+        let report: Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(format!("only_round={r}/report.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(report["config"]["optimizer"]["only_round"], r);
+        let targets: Vec<String> = report["seeds"][0]["bcd"]["iterations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|it| it["rewrites"].as_array().unwrap().clone())
+            .map(|w| w["target"].as_str().unwrap().to_string())
+            .filter(|t| t.starts_with("aggregator:"))
+            .collect();
+        for t in &targets {
+            assert_eq!(
+                t,
+                &format!("aggregator:round {r}"),
+                "only round {r} may change"
+            );
+        }
+        rewritten.push(targets.len());
+    }
+    assert!(
+        rewritten.iter().any(|n| *n > 0),
+        "some aggregator was rewritten: {rewritten:?}"
+    );
+    // A round the debate does not have is refused before anything runs.
+    let o = maslens(
+        dir.path(),
+        &["optimize", "--simulation", "--only-round", "9"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--only-round 9"), "{}", stderr(&o));
+}

@@ -166,6 +166,10 @@ pub struct OptimizerConfig {
     pub max_tokens: Option<u64>,
     #[serde(default)]
     pub blocks: Blocks,
+    /// The one-round-at-a-time ablation (section 5.4): Phase B may rewrite only this round's
+    /// aggregator (1-based); absent = every round the round selection picks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only_round: Option<usize>,
     #[serde(default)]
     pub critic_rounds: CriticRounds,
     /// Roll out again for Phase B with the new role prompts (true) or reuse Phase A's rollouts.
@@ -256,6 +260,7 @@ impl Default for OptimizerConfig {
             max_calls: None,
             max_tokens: None,
             blocks: Blocks::Both,
+            only_round: None,
             critic_rounds: CriticRounds::All,
             rerollout_phase_b: true,
             select_best: true,
@@ -390,6 +395,14 @@ impl DebateConfig {
         }
         if !(0.0..=1.0).contains(&o.ema_beta) || o.ema_beta == 0.0 {
             return Err(invalid("optimizer.ema_beta", "must be in (0, 1]"));
+        }
+        if let Some(r) = o.only_round {
+            if r == 0 || r > self.rounds {
+                return Err(invalid(
+                    "optimizer.only_round",
+                    &format!("must be a round from 1 to {}", self.rounds),
+                ));
+            }
         }
         if self.concurrency == 0 {
             self.concurrency = 1;

@@ -298,7 +298,9 @@ impl Optimizer {
                     }
                 }
                 let agg_table = credit_table(&roles, rounds, &crit, o.lambda);
-                let selected = select_rounds(&ema, &agg_table.round_credit, o.round_selection);
+                let mut selected = select_rounds(&ema, &agg_table.round_credit, o.round_selection);
+                // The one-round-at-a-time ablation: only that round's aggregator may change.
+                selected.retain(|&t| o.only_round.is_none_or(|r| r == t + 1));
                 rec.informative_failures = ema.failures.clone();
                 rec.ema_alpha = ema.alpha.clone();
                 for &t in &selected {

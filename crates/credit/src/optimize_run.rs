@@ -23,6 +23,8 @@ pub struct Overrides {
     pub buffer_m: Option<usize>,
     pub max_calls: Option<u64>,
     pub max_tokens: Option<u64>,
+    /// The one-round-at-a-time ablation: Phase B rewrites only this round (1-based).
+    pub only_round: Option<usize>,
 }
 
 impl Overrides {
@@ -44,8 +46,177 @@ impl Overrides {
         o.buffer_m = self.buffer_m.unwrap_or(o.buffer_m);
         o.max_calls = self.max_calls.or(o.max_calls);
         o.max_tokens = self.max_tokens.or(o.max_tokens);
+        o.only_round = self.only_round.or(o.only_round);
+        if let Some(r) = o.only_round {
+            if r == 0 || r > cfg.rounds {
+                return Err(CreditError::Other(format!(
+                    "--only-round {r}: the debate has rounds 1 to {}",
+                    cfg.rounds
+                )));
+            }
+        }
         Ok(())
     }
+}
+
+/// A setting the `--sweep` grid varies (section 5.4: the tau / m sensitivity study and the
+/// one-round-at-a-time ablation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepKey {
+    /// EMA threshold tau.
+    Tau,
+    /// EMA buffer m.
+    BufferM,
+    /// Phase B rewrites only this round (1-based).
+    OnlyRound,
+    /// Fusion weight lambda.
+    Lambda,
+}
+
+impl SweepKey {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepKey::Tau => "tau",
+            SweepKey::BufferM => "buffer_m",
+            SweepKey::OnlyRound => "only_round",
+            SweepKey::Lambda => "lambda",
+        }
+    }
+}
+
+/// One axis of a sweep: `KEY=V1,V2,...` (`tau`, `buffer_m` or `m`, `only_round` or `round`,
+/// `lambda`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepAxis {
+    pub key: SweepKey,
+    pub values: Vec<f64>,
+}
+
+impl std::str::FromStr for SweepAxis {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (k, vs) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?}: expected KEY=V1,V2,... (e.g. tau=0.3,0.5,0.7)"))?;
+        let key = match k.trim() {
+            "tau" => SweepKey::Tau,
+            "buffer_m" | "m" => SweepKey::BufferM,
+            "only_round" | "round" => SweepKey::OnlyRound,
+            "lambda" => SweepKey::Lambda,
+            other => return Err(format!(
+                "{other:?}: sweepable settings are tau, buffer_m (m), only_round (round), lambda"
+            )),
+        };
+        let values = vs
+            .split(',')
+            .map(|v| {
+                let x: f64 = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{k}: {v:?} is not a number"))?;
+                let whole = matches!(key, SweepKey::BufferM | SweepKey::OnlyRound);
+                if !x.is_finite() || (whole && (x < 0.0 || x.fract() != 0.0)) {
+                    return Err(format!("{k}: {v:?} is not a valid value"));
+                }
+                Ok(x)
+            })
+            .collect::<Result<Vec<f64>, String>>()?;
+        if values.is_empty() {
+            return Err(format!("{k}: no values"));
+        }
+        Ok(SweepAxis { key, values })
+    }
+}
+
+/// One point of a sweep grid: a value per axis.
+pub type Setting = Vec<(SweepKey, f64)>;
+
+/// Every combination of the axes' values (the first axis varies slowest); one empty setting
+/// when there are no axes.
+pub fn sweep_grid(axes: &[SweepAxis]) -> Vec<Setting> {
+    let mut grid: Vec<Setting> = vec![Vec::new()];
+    for a in axes {
+        grid = grid
+            .into_iter()
+            .flat_map(|g| {
+                a.values.iter().map(move |&v| {
+                    let mut g = g.clone();
+                    g.push((a.key, v));
+                    g
+                })
+            })
+            .collect();
+    }
+    grid
+}
+
+/// `tau=0.3,buffer_m=5` (also the setting's output folder name).
+pub fn setting_label(setting: &[(SweepKey, f64)]) -> String {
+    setting
+        .iter()
+        .map(|(k, v)| format!("{}={v}", k.as_str()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Apply a sweep setting to a configuration (the same checks as the overrides).
+pub fn apply_setting(
+    cfg: &mut DebateConfig,
+    setting: &[(SweepKey, f64)],
+) -> Result<(), CreditError> {
+    let mut o = Overrides::default();
+    for &(k, v) in setting {
+        match k {
+            SweepKey::Tau => o.tau = Some(v),
+            SweepKey::BufferM => o.buffer_m = Some(v as usize),
+            SweepKey::OnlyRound => o.only_round = Some(v as usize),
+            SweepKey::Lambda => o.lambda = Some(v),
+        }
+    }
+    o.apply(cfg)
+}
+
+/// The sweep's table: one row per setting with each method's mean held-out accuracy (over
+/// seeds) and the optimizer's mean calls.
+pub fn sweep_markdown(rows: &[(String, &Experiment)]) -> String {
+    let mut methods: Vec<String> = Vec::new();
+    for (_, x) in rows {
+        for m in &x.summary {
+            if !methods.contains(&m.method) {
+                methods.push(m.method.clone());
+            }
+        }
+    }
+    let mut out = String::from("# Sweep: held-out accuracy per setting\n\n| setting |");
+    for m in &methods {
+        out.push_str(&format!(" {m} |"));
+    }
+    out.push_str(" optimizer calls (ours) |\n|---|");
+    out.push_str(&"---|".repeat(methods.len() + 1));
+    out.push('\n');
+    for (label, x) in rows {
+        out.push_str(&format!(
+            "| {} |",
+            if label.is_empty() { "(config)" } else { label }
+        ));
+        for m in &methods {
+            match x.summary.iter().find(|s| &s.method == m) {
+                Some(s) => {
+                    out.push_str(&format!(" {:.1}% ± {:.1} |", s.mean * 100.0, s.std * 100.0))
+                }
+                None => out.push_str(" n/a |"),
+            }
+        }
+        let calls = x
+            .summary
+            .iter()
+            .find(|s| s.method == "ours")
+            .and_then(|s| s.calls)
+            .map(|c| format!("{c:.0}"))
+            .unwrap_or_else(|| "n/a".into());
+        out.push_str(&format!(" {calls} |\n"));
+    }
+    out
 }
 
 /// A dataset spec (`mmlu:PATH`, `aqua:PATH`, `jsonl:PATH` or a bare path) with a relative path
@@ -186,6 +357,36 @@ mod tests {
             ..Overrides::default()
         };
         assert!(bad.apply(&mut cfg).is_err());
+    }
+
+    #[test]
+    fn sweep_axes_parse_and_make_the_grid() {
+        let a: SweepAxis = "tau=0.3,0.7".parse().unwrap();
+        let b: SweepAxis = "round=1,2".parse().unwrap();
+        assert_eq!((a.key, a.values.clone()), (SweepKey::Tau, vec![0.3, 0.7]));
+        let grid = sweep_grid(&[a, b]);
+        let labels: Vec<String> = grid.iter().map(|g| setting_label(g)).collect();
+        assert_eq!(
+            labels,
+            [
+                "tau=0.3,only_round=1",
+                "tau=0.3,only_round=2",
+                "tau=0.7,only_round=1",
+                "tau=0.7,only_round=2"
+            ]
+        );
+        assert_eq!(sweep_grid(&[]), vec![Vec::new()]);
+        for bad in ["tau", "gamma=1", "m=2.5", "round=x", "tau="] {
+            assert!(bad.parse::<SweepAxis>().is_err(), "{bad}");
+        }
+        let mut cfg = crate::simulation::config(2, 0, 0).unwrap();
+        apply_setting(&mut cfg, &grid[3]).unwrap();
+        assert_eq!(
+            (cfg.optimizer.tau, cfg.optimizer.only_round),
+            (0.7, Some(2))
+        );
+        // A round the debate does not have is refused.
+        assert!(apply_setting(&mut cfg, &[(SweepKey::OnlyRound, 3.0)]).is_err());
     }
 
     #[test]

@@ -12,7 +12,8 @@ use maslens_credit::data::{load_spec, split, Mcq};
 use maslens_credit::debate::ModelSet;
 use maslens_credit::experiment::{run_experiment, Experiment, ExperimentOptions};
 use maslens_credit::optimize_run::{
-    dataset_spec, summary_json, write_outputs, Overrides, SplitSpec,
+    apply_setting, dataset_spec, setting_label, summary_json, sweep_grid, sweep_markdown,
+    write_outputs, Overrides, SplitSpec, SweepAxis,
 };
 use maslens_credit::simulation::{self, SimulatedMas};
 use std::io::Write;
@@ -65,6 +66,16 @@ pub struct Args {
     /// EMA buffer m (informative failures needed).
     #[arg(long)]
     pub buffer_m: Option<usize>,
+    /// The one-round-at-a-time ablation: Phase B may rewrite only this round's aggregator
+    /// (1-based).
+    #[arg(long, value_name = "ROUND")]
+    pub only_round: Option<usize>,
+    /// Run a grid of settings, one experiment each, on the same split and models: `KEY=V1,V2,...`
+    /// with KEY tau, buffer_m (m), only_round (round) or lambda; repeat for more axes (their
+    /// product). With --out, each setting writes OUT/<setting>/ and the table goes to
+    /// OUT/sweep.md and OUT/sweep.json.
+    #[arg(long, value_name = "KEY=V1,V2,...", value_parser = |s: &str| s.parse::<SweepAxis>())]
+    pub sweep: Vec<SweepAxis>,
     /// LLM call budget of the optimizer (the black box gets what the optimizer used).
     #[arg(long)]
     pub optimizer_calls: Option<u64>,
@@ -113,6 +124,7 @@ fn overrides(a: &Args) -> Overrides {
         buffer_m: a.buffer_m,
         max_calls: a.optimizer_calls,
         max_tokens: a.optimizer_tokens,
+        only_round: a.only_round,
     }
 }
 
@@ -123,6 +135,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         (None, false) => bail!("a debate configuration file is required (or --simulation)"),
     };
     overrides(&args).apply(&mut cfg)?;
+    if !args.sweep.is_empty() && args.db.is_some() {
+        bail!("--db stores one experiment: run the settings of --sweep one by one to store them");
+    }
     let data = cfg.data.clone();
     let sp = SplitSpec::resolve(
         data.as_ref(),
@@ -155,6 +170,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             sp.opt_size
         );
     }
+    // One experiment per sweep setting (one, the configuration's, without --sweep).
+    let grid = sweep_grid(&args.sweep);
+    let mut configs = Vec::new();
+    for setting in &grid {
+        let mut c = cfg.clone();
+        apply_setting(&mut c, setting)
+            .with_context(|| format!("--sweep setting {}", setting_label(setting)))?;
+        configs.push((setting_label(setting), Arc::new(c)));
+    }
     let cfg = Arc::new(cfg);
     let options = ExperimentOptions {
         seeds: if args.seeds.is_empty() {
@@ -166,7 +190,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         curves: !args.no_curves,
         final_critic: !args.no_final_critic,
     };
-    let x: Experiment = block_on(async {
+    let runs: Vec<(String, Experiment)> = block_on(async {
         let models = if args.simulation {
             ModelSet::single(Arc::new(SimulatedMas::new(&questions)))
         } else {
@@ -183,8 +207,46 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             set
         };
         let (opt, test) = (&split.optimization, &split.test);
-        anyhow::Ok(run_experiment(&models, cfg.clone(), opt, test, &dataset, options).await?)
+        let mut runs = Vec::new();
+        for (label, c) in &configs {
+            if !label.is_empty() && !global.quiet {
+                eprintln!("sweep: {label}");
+            }
+            let x =
+                run_experiment(&models, c.clone(), opt, test, &dataset, options.clone()).await?;
+            runs.push((label.clone(), x));
+        }
+        anyhow::Ok(runs)
     })??;
+    if !args.sweep.is_empty() {
+        let table = sweep_markdown(&runs.iter().map(|(l, x)| (l.clone(), x)).collect::<Vec<_>>());
+        let json = serde_json::Value::Array(
+            runs.iter()
+                .map(|(label, x)| {
+                    let out = args.out.as_ref().map(|d| d.join(label));
+                    serde_json::json!({"setting": label, "result": summary_json(x, out.as_deref())})
+                })
+                .collect(),
+        );
+        if let Some(dir) = &args.out {
+            for ((label, x), (_, c)) in runs.iter().zip(&configs) {
+                let d = dir.join(label);
+                write_outputs(&d, x, c).with_context(|| format!("writing {}", d.display()))?;
+            }
+            std::fs::write(dir.join("sweep.md"), &table)?;
+            std::fs::write(dir.join("sweep.json"), serde_json::to_string_pretty(&json)?)?;
+        }
+        let mut out = std::io::stdout().lock();
+        if global.json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
+        } else {
+            writeln!(out, "{table}")?;
+        }
+        return Ok(ExitCode::from(EXIT_OK));
+    }
+    let Some((_, x)) = runs.into_iter().next() else {
+        bail!("no experiment ran");
+    };
     if let Some(dir) = &args.out {
         write_outputs(dir, &x, &cfg).with_context(|| format!("writing {}", dir.display()))?;
     }
