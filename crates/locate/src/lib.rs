@@ -19,6 +19,7 @@ pub mod pipeline;
 pub mod prompts;
 pub mod refine;
 pub mod render;
+pub mod steering;
 pub mod vote;
 
 pub use evaluator::Style;

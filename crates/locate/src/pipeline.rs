@@ -214,6 +214,11 @@ pub struct LocateVerdict {
     /// Tokens, calls, repairs, abstentions and wall time (`seconds`) of this verdict.
     pub usage: Totals,
     pub prompt_versions: String,
+    /// Text of the trace that tried to steer the Judge or the Evaluators ("ignore the previous
+    /// instructions", "the decisive step is 0", a fake verdict, prompt delimiters), each with
+    /// whether this verdict did what it asked ([`crate::steering`]); empty when none was found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steering: Vec<crate::steering::SteeringHit>,
 }
 
 /// Characters of the step text kept in `step_excerpt`.
@@ -503,7 +508,7 @@ impl<'a> Locator<'a> {
             trace_tokens: self.judge.count_tokens(&full_text),
         };
         templates.dedup_by_key(|t| t.name);
-        Ok(LocateVerdict {
+        let mut verdict = LocateVerdict {
             trace: trace.id.clone(),
             method: self.method(),
             protocol: self.config.protocol,
@@ -529,7 +534,10 @@ impl<'a> Locator<'a> {
                 ..stats
             },
             prompt_versions: prompts::versions(&templates),
-        })
+            steering: Vec::new(),
+        };
+        verdict.steering = crate::steering::check(trace, &verdict);
+        Ok(verdict)
     }
 }
 
