@@ -86,6 +86,10 @@ pub fn evaluate_script(m: &RefinementManifest, dir: &Path) -> String {
         "--max-answer-tokens {}",
         m.settings.max_answer_tokens
     ));
+    if let Some(n) = m.context_size {
+        // The window the training prompts were cut to (the served model may not report one).
+        flags.push(format!("--context-size {n}"));
+    }
     flags.push("--model \"$MODEL\"".into());
     flags.push(format!(
         "--out {}",
@@ -217,6 +221,7 @@ pub async fn export_refinement(
         targets: targets.into(),
         protocol: cfg.protocol,
         judge_model: locator.judge.id().to_string(),
+        context_size: locator.judge.context_size(),
         base_model: export.base_model.clone(),
         adapter_dir: format!("{d}/lora-round{}", export.round),
         dataset: source.dataset.clone(),
@@ -329,4 +334,70 @@ pub fn attach_finetune(out: &mut EvalLocateOutput, dir: &Path) -> Result<(), Cor
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maslens_locate::{Protocol, Settings};
+
+    fn manifest(split: Option<f64>, context_size: Option<usize>) -> RefinementManifest {
+        RefinementManifest {
+            format_version: EXPORT_FORMAT_VERSION,
+            maslens_version: "0".into(),
+            round: 2,
+            targets: "gold".into(),
+            protocol: Protocol::BinarySearch,
+            judge_model: "local:m".into(),
+            context_size,
+            base_model: "org/base".into(),
+            adapter_dir: "/r/lora-round2".into(),
+            dataset: "aegis:/no/such/file.jsonl".into(),
+            split,
+            seed: 3,
+            subset: Some("it's".into()),
+            settings: Settings {
+                with_ground_truth: true,
+                error_modes: vec!["FM-1.1".into()],
+                max_answer_tokens: 200,
+            },
+            instances: 1,
+            examples: 3,
+            longest_example_tokens: 900,
+            max_length: 1024,
+            traces: vec!["a".into()],
+        }
+    }
+
+    #[test]
+    fn evaluate_script_repeats_how_the_data_was_made() {
+        let s = evaluate_script(&manifest(Some(0.6), Some(2048)), Path::new("/r"));
+        for want in [
+            "'aegis:/no/such/file.jsonl'",
+            "--split 0.6",
+            "--seed 3",
+            r"--subset 'it'\''s'",
+            "--protocol binary-search",
+            "--variant judge-ft",
+            "--finetuned-on '/r'",
+            "--with-ground-truth",
+            "--error-modes aegis",
+            "--max-answer-tokens 200",
+            "--context-size 2048",
+            "--out '/r/eval-round2'",
+            "Variant III",
+        ] {
+            assert!(s.contains(want), "missing {want} in\n{s}");
+        }
+        let s = evaluate_script(&manifest(None, None), Path::new("/r"));
+        assert!(
+            !s.contains("  --split ") && !s.contains("--context-size"),
+            "{s}"
+        );
+        assert!(s.contains("in-sample"), "{s}");
+        let serve = serve_script(&manifest(None, None));
+        assert!(
+            serve.contains("vllm serve 'org/base'") && serve.contains("judge-ft='/r/lora-round2'")
+        );
+    }
 }

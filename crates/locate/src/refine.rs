@@ -595,6 +595,10 @@ pub struct RefinementManifest {
     pub protocol: Protocol,
     /// The model that produced the data (the Judge before fine-tuning; its tokenizer counted).
     pub judge_model: String,
+    /// Its context window, when known: the prompts were cut to fit it, and `evaluate.sh` passes
+    /// it on (`--context-size`) so the fine-tuned Judge's prompts are cut the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_size: Option<usize>,
     /// The base model named in the training command.
     pub base_model: String,
     /// Where the training command writes the adapter.
