@@ -1,7 +1,8 @@
 //! Trace input shared by every trace-reading command (`import`, `validate`, `show`, `stats`,
 //! `locate`, `scan`, `repair`, `credit`, `prior`):
-//! files, directories or `-` (stdin, one record per line), `--format`, `--strict`, a progress
-//! spinner on stderr when it is a terminal, and stdout lines that survive a closed pipe.
+//! files, directories or `-` (stdin: one record per line, or one pretty-printed document),
+//! `--format`, `--strict`, a progress spinner on stderr when it is a terminal, and stdout lines
+//! that survive a closed pipe. A named input that does not exist stops the command (exit 2).
 
 use crate::Global;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -13,7 +14,8 @@ use std::path::PathBuf;
 /// Input options shared by the trace-reading commands.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Inputs {
-    /// Input files or directories (recursed, sorted by name); `-` reads stdin (one record per line).
+    /// Input files or directories (recursed, sorted by name); `-` reads stdin (one record per line,
+    /// or one JSON document over several lines).
     #[arg(required_unless_present = "db", value_name = "PATH")]
     pub inputs: Vec<PathBuf>,
     /// Input format: auto, whowhen, aegis, chat, native. `auto` detects it from the content.
@@ -89,6 +91,15 @@ pub fn for_each_trace(
     mut on_trace: impl FnMut(Imported) -> anyhow::Result<()>,
     mut on_error: impl FnMut(&ImportError),
 ) -> anyhow::Result<ReadCounts> {
+    // A named input that does not exist is a mistake in the command line, not a bad record:
+    // nothing runs (exit 2), as for any other argument that cannot be used.
+    for p in inputs.inputs.iter().filter(|p| p.as_os_str() != "-") {
+        if let Err(e) = std::fs::metadata(p) {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                anyhow::bail!("{}: no such file or directory", p.display());
+            }
+        }
+    }
     let pb = progress(global, what);
     let mut counts = ReadCounts::default();
     let mut handle = |item: Result<Imported, ImportError>| -> anyhow::Result<()> {

@@ -53,6 +53,25 @@ pub fn text(s: &str) -> Cow<'_, str> {
     escape(s, &['\n', '\t'])
 }
 
+/// JSON text for a terminal: serde_json leaves C1 controls, DEL and the bidi controls raw inside
+/// strings (it escapes only C0); write them as `\u00XX` escapes, which keep the JSON valid and
+/// equal.
+pub fn json(s: &str) -> Cow<'_, str> {
+    let risky = |c: char| is_unsafe(c) && !matches!(c, '\n' | '\t' | '\r');
+    if !s.chars().any(risky) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if risky(c) {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 const PALETTE: &[&str] = &[
     "36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94",
 ];
@@ -283,6 +302,18 @@ mod tests {
         assert_eq!(w, ["aaa bbb", "ccc", "", "ddd"]);
         let w = wrap("abcdefghij", 4);
         assert_eq!(w, ["abcd", "efgh", "ij"]);
+    }
+
+    #[test]
+    fn json_for_a_terminal_escapes_what_serde_json_leaves_raw() {
+        let v = serde_json::json!({"c1": "a\u{9b}31m\u{7f}b\u{202e}", "c0": "\x1b[2J\x07"});
+        let raw = serde_json::to_string(&v).unwrap();
+        assert!(raw.contains('\u{9b}'), "serde_json writes C1 raw: {raw}");
+        let safe = json(&raw);
+        assert!(!safe.chars().any(is_unsafe), "{safe}");
+        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(back, v, "the same JSON value");
+        assert!(matches!(json("{\"a\": 1}\n"), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -453,3 +453,42 @@ fn duplicate_trace_ids_are_named_at_the_second_copy() {
     assert_eq!(summary["duplicate_ids"], 1);
     assert_eq!(summary["traces"], 3, "every record is still written");
 }
+
+/// Issue 16 item 10: a named input that does not exist stops the command with exit 2 ("could
+/// not run"), for `validate` as for every trace reader (it was a skipped record and exit 1); a
+/// pretty-printed JSON document on stdin is one trace (it was one error per line), with a
+/// byte-order mark in front too.
+#[test]
+fn a_missing_input_is_exit_2_and_a_pretty_document_on_stdin_is_one_trace() {
+    use std::io::Write;
+    for cmd in ["validate", "stats", "show", "import"] {
+        let o = maslens(&[cmd, "/nonexistent/traces.jsonl"]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("/nonexistent/traces.jsonl: no such file or directory"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
+    let first = std::fs::read_to_string(examples("native.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    let pretty = serde_json::to_vec_pretty(&first).unwrap();
+    for input in [pretty.clone(), [&b"\xEF\xBB\xBF"[..], &pretty].concat()] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_maslens"))
+            .args(["--json", "validate", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&input).unwrap();
+        let o = child.wait_with_output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            (v["traces"].as_u64(), v["skipped"].as_u64()),
+            (Some(1), Some(0)),
+            "{v}\n{}",
+            stderr(&o)
+        );
+    }
+}

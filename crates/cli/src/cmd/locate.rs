@@ -37,34 +37,47 @@ fn print_verdict(v: &LocateVerdict) {
                 ),
                 _ => String::new(),
             };
+            // Everything from the trace or the model is escaped: a trace cannot move the
+            // cursor, clear the screen or forge a line of this output.
             crate::outln!(
                 "{}: {} at step {} (confidence {:.2}{agree})",
-                v.trace,
-                a,
+                crate::term::inline(&v.trace),
+                crate::term::inline(a),
                 s,
                 v.confidence
             );
             if let Some(m) = &v.error_mode {
-                crate::outln!("  error mode: {m}");
+                crate::outln!("  error mode: {}", crate::term::inline(m));
             }
             if let Some(e) = &v.step_excerpt {
-                crate::outln!("  step {s}: {}", e.replace('\n', " "));
+                crate::outln!("  step {s}: {}", crate::term::inline(&e.replace('\n', " ")));
             }
             if !v.rationale.is_empty() {
-                crate::outln!("  why: {}", v.rationale.replace('\n', " "));
+                crate::outln!(
+                    "  why: {}",
+                    crate::term::inline(&v.rationale.replace('\n', " "))
+                );
             }
         }
         _ => crate::outln!(
             "{}: no location ({})",
-            v.trace,
-            v.abstain_reason.clone().unwrap_or_default()
+            crate::term::inline(&v.trace),
+            crate::term::inline(&v.abstain_reason.clone().unwrap_or_default())
         ),
     }
     if v.long_trace.strategy != maslens_locate::render::Strategy::Full {
         crate::outln!("  long trace: {}", v.long_trace.strategy.describe());
     }
     if let Some(n) = &v.note {
-        crate::outln!("  note: {n}");
+        crate::outln!("  note: {}", crate::term::inline(n));
+    }
+    print_steering(&v.steering);
+}
+
+/// The trace's attempts to steer the Judge or the Evaluators (issue 16), one line each.
+fn print_steering(hits: &[maslens_locate::steering::SteeringHit]) {
+    for h in hits {
+        crate::outln!("  steering: {}", crate::term::inline(&h.describe()));
     }
 }
 
@@ -139,6 +152,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             };
         let pb = crate::progress::bar(traces.len(), quiet || json);
         let mut problems = problems;
+        let mut steered_traces = 0usize;
         for t in traces.iter_mut() {
             pb.set_message(t.id.clone());
             let started = std::time::Instant::now();
@@ -147,10 +161,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 None => None,
             };
             let mut diagnosis = None;
+            let mut steered = false;
             let printed = match pipeline {
                 Some(p) => p.verdict(t).await.map_err(|e| e.to_string()).map(|v| {
+                    steered = !v.steering.is_empty();
                     pb.suspend(|| match json {
-                        true => crate::outln!("{}", serde_json::to_string(&v).unwrap_or_default()),
+                        true => crate::outln!(
+                            "{}",
+                            crate::term::json(&serde_json::to_string(&v).unwrap_or_default())
+                        ),
                         false => print_verdict(&v),
                     });
                     if let Some(h) = &hash {
@@ -171,7 +190,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                         }
                         let p = &l.prediction;
                         match (json, &p.agent, p.step) {
-                            (true, _, _) => crate::outln!("{}", l.verdict.unwrap_or_default()),
+                            (true, _, _) => crate::outln!(
+                                "{}",
+                                crate::term::json(&l.verdict.unwrap_or_default().to_string())
+                            ),
                             (false, Some(a), Some(s)) => crate::outln!(
                                 "{}: {} (prior)",
                                 crate::term::inline(&t.id),
@@ -183,6 +205,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                         }
                     }),
             };
+            // A trace that tried to steer the judge is a problem to look at (exit 1), whatever
+            // the verdict: the verdict says whether it followed.
+            if steered {
+                problems += 1;
+                steered_traces += 1;
+            }
             if let Err(e) = printed {
                 pb.suspend(|| eprintln!("error: {e}"));
                 problems += 1;
@@ -198,6 +226,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         pb.finish_and_clear();
         if let Some(p) = pipeline {
             crate::llm_args::finish(&p.models.judge, quiet);
+        }
+        if steered_traces > 0 && !quiet {
+            eprintln!(
+                "{steered_traces} trace(s) tried to steer the judge: their verdicts list it under \
+                 `steering` (and whether the answer followed it); check them by hand"
+            );
         }
         anyhow::Ok(problems)
     })??;

@@ -1,5 +1,6 @@
 //! `maslens scan`: implicit failures (MASIF) over traces: detection, absorption, risk, and a
-//! corpus report (prevalence and intensity by outcome, types, absorption).
+//! corpus report (prevalence and intensity by outcome, types, absorption). A trace whose text
+//! tried to steer the detector is named on stderr (`steering: ...`) and makes the run exit 1.
 
 use crate::cmd::{block_on, EXIT_ERROR};
 use crate::inputs::{read_all, Inputs};
@@ -154,6 +155,23 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         anyhow::Ok(file)
     })??;
     file.errors.splice(0..0, read_errors);
+    // Traces that tried to steer the detector: named on stderr, and the run exits 1.
+    let steered = file
+        .traces
+        .iter()
+        .filter(|s| !s.steering.is_empty())
+        .count();
+    if !global.quiet {
+        for s in file.traces.iter().filter(|s| !s.steering.is_empty()) {
+            for h in &s.steering {
+                eprintln!(
+                    "steering: {}: {}",
+                    crate::term::inline(&s.id),
+                    crate::term::inline(&h.describe())
+                );
+            }
+        }
+    }
     let md = markdown(&file.report, &file.traces);
     if let Some(p) = &args.out {
         file.write(p)?;
@@ -161,10 +179,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     if let Some(p) = &args.markdown {
         write_output(Some(p), &md)?;
     }
+    // Stdout may be a terminal: trace text quoted in the report (evidence, descriptions) is
+    // shown with its control characters escaped.
     if global.json {
-        write_output(None, &file.to_json())?;
+        write_output(None, &crate::term::json(&file.to_json()))?;
     } else if args.markdown.is_none() {
-        write_output(None, &md)?;
+        write_output(None, &crate::term::text(&md))?;
     }
     // Nothing scanned is "could not run" (2), unless a budget stopped it: a budget stop is 1,
     // like every other early stop, and a rerun resumes from the cache.
@@ -172,6 +192,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_ERROR));
     }
     Ok(exit_code(
-        file.errors.len() + usize::from(budget_stop.load(std::sync::atomic::Ordering::Relaxed)),
+        file.errors.len()
+            + steered
+            + usize::from(budget_stop.load(std::sync::atomic::Ordering::Relaxed)),
     ))
 }

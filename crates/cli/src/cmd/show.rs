@@ -85,7 +85,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             shown += 1;
             if global.json {
                 let v = serde_json::json!({"trace": imp.trace, "diagnostics": imp.diagnostics});
-                crate::outln!("{}", serde_json::to_string_pretty(&v)?);
+                // serde_json leaves C1 controls raw: escape them for the terminal.
+                crate::outln!("{}", crate::term::json(&serde_json::to_string_pretty(&v)?));
             } else {
                 if shown > 1 {
                     crate::outln!();
