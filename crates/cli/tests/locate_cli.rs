@@ -306,7 +306,7 @@ async fn locate_prints_verdicts_and_writes_back_labels() {
     .await;
     let s = String::from_utf8_lossy(&o.stdout);
     assert!(
-        s.contains("at step 1") && s.contains("why: fixture judge"),
+        s.contains("at step 1") && s.contains("why: the fixture says \""),
         "{s}"
     );
 }
