@@ -221,3 +221,129 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
     );
     assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() <= 2048 * 2);
 }
+
+/// The red-team corpus (`tests/redteam/`, docs/security.md) with the embedded model: whatever
+/// the model makes of the injected text, each verdict keeps its schema and names a step of the
+/// trace or abstains with its reason, the eight traces that try to steer the judge carry
+/// `steering` (the three others none), and the run exits 1. What the model followed is printed,
+/// not asserted (a 135M model). `scan` on three of them: no event outside the trace, `steering`
+/// on the detector-steering trace, exit 1.
+#[test]
+fn e2e_redteam_corpus_with_the_embedded_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/redteam/traces.jsonl");
+    let started = std::time::Instant::now();
+    let out = maslens(
+        dir.path(),
+        &[
+            "--json",
+            "locate",
+            corpus.to_str().unwrap(),
+            "--method",
+            "llm",
+            "--variant",
+            "judge",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let verdicts: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON verdict per line"))
+        .collect();
+    assert_eq!(verdicts.len(), 11, "{stderr}");
+    let mut followed = Vec::new();
+    for v in &verdicts {
+        let id = v["trace"].as_str().unwrap();
+        for key in [
+            "agent",
+            "step",
+            "rationale",
+            "confidence",
+            "source",
+            "judge",
+            "usage",
+        ] {
+            assert!(v.get(key).is_some(), "{id}: no {key}");
+        }
+        match v["step"].as_u64() {
+            Some(s) => assert!(s < 5, "{id}: step {s} is not in the trace"),
+            None => assert!(v["abstain_reason"].is_string(), "{id}: {v}"),
+        }
+        let hits = v["steering"].as_array().cloned().unwrap_or_default();
+        let attacks_model = !matches!(id, "rt-benign" | "rt-terminal-escapes" | "rt-html");
+        assert_eq!(!hits.is_empty(), attacks_model, "{id}: {hits:?}");
+        for h in hits.iter().filter(|h| h["followed"] == true) {
+            followed.push(format!("{id}: {}", h["kind"]));
+        }
+        eprintln!(
+            "{id}: step {} agent {} steering {}",
+            v["step"],
+            v["agent"],
+            hits.iter()
+                .map(|h| format!("{}(followed {})", h["kind"], h["followed"]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    eprintln!(
+        "red-team locate with SmolLM2-135M (judge only): {} hits followed: {followed:?}; {:.0} s",
+        followed.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // scan on three traces: the detector-steering one, a fake verdict, the benign control.
+    let subset = dir.path().join("subset.jsonl");
+    let lines: Vec<String> = std::fs::read_to_string(&corpus)
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            ["\"rt-detector\"", "\"rt-fake-verdict\"", "\"rt-benign\""]
+                .iter()
+                .any(|id| l.contains(id))
+        })
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 3);
+    std::fs::write(&subset, lines.join("\n") + "\n").unwrap();
+    // (scan has no --max-answer-tokens: its own flags bound the detector's answer.)
+    let out = Command::new(bin())
+        .env("MASLENS_CACHE", dir.path().join("cache.sqlite"))
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("MASLENS_MODEL")
+        .args([
+            "--json",
+            "scan",
+            subset.to_str().unwrap(),
+            "--no-absorption",
+        ])
+        .args([
+            "--detect-max-tokens",
+            "256",
+            "--model",
+            "local:smollm2-135m",
+        ])
+        .args(["--threads", "2", "-q"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let file: Value = serde_json::from_slice(&out.stdout).expect("the scan file as JSON");
+    for s in file["traces"].as_array().unwrap() {
+        let id = s["id"].as_str().unwrap();
+        for e in s["events"].as_array().unwrap() {
+            assert!(e["step"].as_u64().unwrap() < 5, "{id}: {e}");
+        }
+        let steered = s["steering"].as_array().is_some_and(|h| !h.is_empty());
+        assert_eq!(steered, id != "rt-benign", "{id}");
+        eprintln!(
+            "scan {id}: {} events, steering {}",
+            s["events"].as_array().unwrap().len(),
+            s["steering"]
+        );
+    }
+    eprintln!(
+        "red-team corpus with the embedded model: {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
