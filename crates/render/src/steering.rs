@@ -21,8 +21,8 @@
 //!   (`<|im_start|>`, `[INST]`, `<<SYS>>`) and a line that opens a system message (`System:`).
 //!
 //! The patterns aim at text addressed to an evaluating model; an agent that merely writes "the
-//! answer is 42" or "reply with TERMINATE" is not flagged. `bench/` has no figure for this yet;
-//! docs/security.md says what the detector found on the shipped data sets.
+//! answer is 42" or "reply with TERMINATE" is not flagged. What the detector finds on the
+//! shipped data sets and what it misses: docs/security.md.
 
 use maslens_trace::Trace;
 use regex::Regex;
