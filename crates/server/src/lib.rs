@@ -13,6 +13,7 @@
 //! answer in one chunk.
 
 pub mod serve;
+pub mod tools;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -225,9 +226,20 @@ async fn chat_completions(
     };
     let n = state.requests.fetch_add(1, Ordering::Relaxed);
     let id = format!("chatcmpl-maslens-{n}");
-    if let Some(streamer) = state.streamer.clone() {
+    // An answer that may be a tool call is generated whole, then sent (streamed as one chunk):
+    // whether it is a call is known only at its end.
+    let tools = parsed.tools.clone();
+    let answer = |response: &ChatResponse| -> Response {
+        let calls = tools.as_ref().and_then(|t| t.calls_in(&response.text, &id));
         if parsed.stream {
-            return token_stream(streamer, state.name.clone(), id, parsed.request);
+            sse_response(&state.name, &id, response, calls)
+        } else {
+            Json(completion_json_with(&state.name, &id, response, calls)).into_response()
+        }
+    };
+    if let Some(streamer) = state.streamer.clone() {
+        if parsed.stream && tools.is_none() {
+            return token_stream(streamer, state.name.clone(), id.clone(), parsed.request);
         }
         // Not streamed: generate on a blocking thread that stops when this handler is dropped.
         let cancel = Arc::new(AtomicBool::new(false));
@@ -240,14 +252,13 @@ async fn chat_completions(
         })
         .await;
         return match result {
-            Ok(Ok(response)) => Json(completion_json(&state.name, &id, &response)).into_response(),
+            Ok(Ok(response)) => answer(&response),
             Ok(Err(err)) => model_error(err),
             Err(e) => model_error(LlmError::Local(format!("the inference thread failed: {e}"))),
         };
     }
     match state.model.complete(&parsed.request).await {
-        Ok(response) if parsed.stream => sse_response(&state.name, &id, &response),
-        Ok(response) => Json(completion_json(&state.name, &id, &response)).into_response(),
+        Ok(response) => answer(&response),
         Err(err) => model_error(err),
     }
 }
@@ -280,6 +291,31 @@ fn usage_json(r: &ChatResponse) -> Value {
 
 /// The non-streaming `chat.completion` object.
 pub fn completion_json(model: &str, id: &str, r: &ChatResponse) -> Value {
+    completion_json_with(model, id, r, None)
+}
+
+/// [`completion_json`], answering with `tool_calls` (content null, `finish_reason`
+/// `tool_calls`) when the answer made calls.
+pub fn completion_json_with(
+    model: &str,
+    id: &str,
+    r: &ChatResponse,
+    calls: Option<Vec<Value>>,
+) -> Value {
+    if let Some(calls) = calls {
+        return json!({
+            "id": id,
+            "object": "chat.completion",
+            "created": now_secs(),
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": null, "tool_calls": calls},
+                "finish_reason": "tool_calls",
+            }],
+            "usage": usage_json(r),
+        });
+    }
     json!({
         "id": id,
         "object": "chat.completion",
@@ -318,23 +354,37 @@ const SSE_HEADERS: [(header::HeaderName, &str); 2] = [
     (header::CACHE_CONTROL, "no-cache"),
 ];
 
-/// The whole answer as one SSE chunk (models without a [`StreamingModel`]).
-fn sse_response(model: &str, id: &str, r: &ChatResponse) -> Response {
+/// The whole answer as one SSE chunk (models without a [`StreamingModel`], and answers that
+/// may be tool calls), with its `tool_calls` when it made calls.
+fn sse_response(model: &str, id: &str, r: &ChatResponse, calls: Option<Vec<Value>>) -> Response {
     let created = now_secs();
-    let mut body = sse_chunk(
-        model,
-        id,
-        created,
-        json!({"role": "assistant", "content": r.text}),
-        Value::Null,
-        None,
-    );
+    let (delta, finish) = match calls {
+        Some(calls) => {
+            let indexed: Vec<Value> = calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut c)| {
+                    c["index"] = json!(i);
+                    c
+                })
+                .collect();
+            (
+                json!({"role": "assistant", "content": null, "tool_calls": indexed}),
+                json!("tool_calls"),
+            )
+        }
+        None => (
+            json!({"role": "assistant", "content": r.text}),
+            json!(r.finish_reason),
+        ),
+    };
+    let mut body = sse_chunk(model, id, created, delta, Value::Null, None);
     body.push_str(&sse_chunk(
         model,
         id,
         created,
         json!({}),
-        json!(r.finish_reason),
+        finish,
         Some(usage_json(r)),
     ));
     body.push_str("data: [DONE]\n\n");
@@ -422,13 +472,16 @@ impl futures_core::Stream for ChannelStream {
 pub struct ParsedRequest {
     pub request: ChatRequest,
     pub stream: bool,
+    /// `tools` / `tool_choice` ([`tools`]): the answer may be a tool call.
+    pub tools: Option<tools::Tools>,
 }
 
 /// Turn an OpenAI chat-completions body into a [`ChatRequest`]; the error says which field is wrong.
 ///
 /// Departures from OpenAI: `temperature` defaults to 0 (greedy, deterministic) rather than 1;
 /// `max_tokens` defaults to [`DEFAULT_MAX_TOKENS`]; a non-standard `grammar` field (GBNF, as
-/// llama.cpp's server takes it) is honoured.
+/// llama.cpp's server takes it) is honoured. `tools`, `tool_choice`, `tool` messages and
+/// assistant `tool_calls` are read as [`tools`] says.
 pub fn parse_request(v: &Value) -> Result<ParsedRequest, String> {
     let obj = v.as_object().ok_or("the body must be a JSON object")?;
     let messages_v = obj.get("messages").ok_or("missing field `messages`")?;
@@ -446,8 +499,10 @@ pub fn parse_request(v: &Value) -> Result<ParsedRequest, String> {
             "system" | "developer" => Role::System,
             "user" => Role::User,
             "assistant" => Role::Assistant,
-            other => return Err(format!("messages[{i}].role {other:?} is not supported (system, developer, user, assistant)")),
+            "tool" => Role::User,
+            other => return Err(format!("messages[{i}].role {other:?} is not supported (system, developer, user, assistant, tool)")),
         };
+        let is_tool = m.get("role").and_then(Value::as_str) == Some("tool");
         let content = match m.get("content") {
             None | Some(Value::Null) => String::new(),
             Some(Value::String(s)) => s.clone(),
@@ -474,7 +529,26 @@ pub fn parse_request(v: &Value) -> Result<ParsedRequest, String> {
                 ))
             }
         };
+        if is_tool {
+            messages.push(tools::tool_result_message(m, content));
+            continue;
+        }
+        let content = match m.get("tool_calls") {
+            Some(calls) if !calls.is_null() && role == Role::Assistant => {
+                let call_text = tools::calls_as_text(calls, i)?;
+                if content.is_empty() {
+                    call_text
+                } else {
+                    format!("{content}\n{call_text}")
+                }
+            }
+            _ => content,
+        };
         messages.push(Message { role, content });
+    }
+    let tools = tools::parse_tools(obj)?;
+    if let Some(t) = &tools {
+        tools::add_instructions(&mut messages, t);
     }
     let mut request = ChatRequest::new(messages);
     request.seed = None;
@@ -576,8 +650,21 @@ pub fn parse_request(v: &Value) -> Result<ParsedRequest, String> {
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err("`stream` must be a boolean".into()),
     };
+    if let Some(schema) = tools.as_ref().and_then(tools::Tools::call_schema) {
+        if request.json_schema.is_some() || request.grammar.is_some() {
+            return Err(
+                "`tool_choice` forces a tool call, which cannot be combined with `response_format` or `grammar`"
+                    .into(),
+            );
+        }
+        request.json_schema = Some(schema);
+    }
     request.stage = "serve".into();
-    Ok(ParsedRequest { request, stream })
+    Ok(ParsedRequest {
+        request,
+        stream,
+        tools,
+    })
 }
 
 #[cfg(test)]
@@ -624,14 +711,75 @@ mod tests {
     }
 
     #[test]
+    fn tool_requests_render_history_and_constrain_forced_calls() {
+        let body = json!({
+            "messages": [
+                {"role": "system", "content": "You triage."},
+                {"role": "user", "content": "2+3?"},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                  "function": {"name": "transfer_to_math", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "{\"assistant\": \"Math\"}"},
+            ],
+            "tools": [{"type": "function", "function": {"name": "transfer_to_math", "parameters":
+                {"type": "object", "properties": {}, "additionalProperties": false}}}],
+            "tool_choice": "required",
+        });
+        let p = parse_request(&body).unwrap();
+        let m = &p.request.messages;
+        assert_eq!(m.len(), 4);
+        assert!(m[0]
+            .content
+            .starts_with("You triage.\n\nYou can call these functions:"));
+        assert_eq!(m[2].role, Role::Assistant);
+        assert_eq!(
+            m[2].content,
+            r#"{"name": "transfer_to_math", "arguments": {}}"#
+        );
+        assert_eq!(m[3].role, Role::User);
+        assert!(m[3].content.starts_with("Result of call c1:"));
+        let schema = p.request.json_schema.unwrap();
+        assert_eq!(schema["properties"]["name"]["const"], "transfer_to_math");
+        // A forced call's answer comes back as tool_calls.
+        let r = ChatResponse {
+            text: r#"{"name": "transfer_to_math", "arguments": {}}"#.into(),
+            finish_reason: "stop".into(),
+            usage: Default::default(),
+            latency_ms: 0,
+            from_cache: false,
+        };
+        let calls = p.tools.as_ref().unwrap().calls_in(&r.text, "chatcmpl-1");
+        let j = completion_json_with("m", "chatcmpl-1", &r, calls);
+        assert_eq!(j["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(j["choices"][0]["message"]["content"], Value::Null);
+        assert_eq!(
+            j["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+            "transfer_to_math"
+        );
+        // Without tools nothing changes: no schema, no calls.
+        let plain =
+            parse_request(&json!({"messages": [{"role": "user", "content": "hi"}]})).unwrap();
+        assert!(plain.tools.is_none() && plain.request.json_schema.is_none());
+    }
+
+    #[test]
     fn bad_fields_are_named() {
         let cases = [
             (json!([]), "JSON object"),
             (json!({}), "messages"),
             (json!({"messages": []}), "empty"),
             (
-                json!({"messages": [{"role": "tool", "content": "x"}]}),
+                json!({"messages": [{"role": "function", "content": "x"}]}),
                 "messages[0].role",
+            ),
+            (
+                json!({"messages": [{"role": "assistant", "tool_calls": [{"id": "c"}]}]}),
+                "messages[0].tool_calls[0].function",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+                       "tools": [{"type": "function", "function": {"name": "f"}}],
+                       "response_format": {"type": "json_object"}}),
+                "cannot be combined",
             ),
             (
                 json!({"messages": [{"role": "user", "content": 3}]}),
