@@ -173,6 +173,16 @@ pub async fn eval_locate(
     opts: &EvalLocateOptions,
     progress: &dyn Progress,
 ) -> Result<EvalLocateOutput, CoreError> {
+    eval_locate_with(opts, None, progress).await
+}
+
+/// [`eval_locate`] with models the caller already opened (the Python package keeps a model
+/// open across calls); `None` opens `opts.model` with `opts.llm` when the run needs a model.
+pub async fn eval_locate_with(
+    opts: &EvalLocateOptions,
+    opened: Option<Models>,
+    progress: &dyn Progress,
+) -> Result<EvalLocateOutput, CoreError> {
     let (path, format) = parse_dataset(&opts.dataset);
     let ds = load_dataset(&path, format, opts.subset.as_deref());
     let mut problems = ds.problems();
@@ -206,10 +216,10 @@ pub async fn eval_locate(
 
     let needs_llm = opts.predictions.is_none() && opts.locate.method == Method::Llm
         || opts.export_refinement.is_some();
-    let models = if needs_llm {
-        Some(Models::open(&opts.model, &opts.llm, &opts.locate).await?)
-    } else {
-        None
+    let models = match (needs_llm, opened) {
+        (false, _) => None,
+        (true, Some(m)) => Some(m),
+        (true, None) => Some(Models::open(&opts.model, &opts.llm, &opts.locate).await?),
     };
     let table;
     let prior_localizer;
