@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
 # Create (or reuse) the Python venv that runs the OpenTelemetry producers in tests/otel/.
 #
-#   scripts/pyenv.sh             # OpenTelemetry SDK + OTLP/HTTP exporters + OpenInference + AutoGen/LangGraph
+#   scripts/pyenv.sh             # OpenTelemetry SDK + OTLP/HTTP exporters + OpenInference + AutoGen/LangGraph,
+#                                # and the Python package's build and test tools + OpenAI Agents SDK
+#                                # (python/requirements/otel.txt and package.txt)
 #   scripts/pyenv.sh --phoenix   # additionally arize-phoenix (python/requirements/phoenix.txt)
+#   scripts/pyenv.sh --openai2   # a separate venv with AG2 (classic API) and CrewAI
+#                                # (python/requirements/openai2.txt): they need openai<3, the OpenAI
+#                                # Agents SDK openai>=3
 #
 # Prints the venv path on stdout (everything else goes to stderr), so:
 #   VENV=$(scripts/pyenv.sh) && "$VENV/bin/python" tests/otel/genai_run.py --endpoint ...
 #
-# Venv: $MASLENS_VENV, else $MASLENS_HOME/venv, else ~/.cache/maslens/venv. Interpreter: $PYTHON or python3
+# Venv: $MASLENS_VENV, else $MASLENS_HOME/venv, else ~/.cache/maslens/venv (--openai2: $MASLENS_OPENAI2_VENV,
+# else $MASLENS_HOME/venv-openai2). Interpreter: $PYTHON or python3
 # (>= 3.11). Idempotent: a stamp file in the venv records the sha256 of each requirements file installed,
 # and an unchanged file is not installed again. Packages come from PyPI (pip honours PIP_INDEX_URL,
 # PIP_FIND_LINKS etc. from the environment).
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 
 phoenix=0
+openai2=0
 for arg in "$@"; do
   case "$arg" in
     --phoenix|phoenix) phoenix=1 ;;
+    --openai2|openai2) openai2=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "pyenv.sh: unknown argument: $arg" >&2; usage; exit 2 ;;
   esac
@@ -26,14 +34,22 @@ done
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 reqdir="$root/python/requirements"
-venv="${MASLENS_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv}"
+if [ "$openai2" = 1 ]; then
+  venv="${MASLENS_OPENAI2_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv-openai2}"
+else
+  venv="${MASLENS_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv}"
+fi
 python="${PYTHON:-python3}"
 stamp="$venv/.maslens-requirements.sha256"
 
-# Once phoenix is in the venv it stays part of every resolve, so a changed otel.txt cannot break it.
-if [ -f "$stamp" ] && grep -q '  phoenix.txt$' "$stamp"; then phoenix=1; fi
-reqs=("$reqdir/otel.txt")
-[ "$phoenix" = 1 ] && reqs+=("$reqdir/phoenix.txt")
+if [ "$openai2" = 1 ]; then
+  reqs=("$reqdir/openai2.txt")
+else
+  # Once phoenix is in the venv it stays part of every resolve, so a changed otel.txt cannot break it.
+  if [ -f "$stamp" ] && grep -q '  phoenix.txt$' "$stamp"; then phoenix=1; fi
+  reqs=("$reqdir/otel.txt" "$reqdir/package.txt")
+  [ "$phoenix" = 1 ] && reqs+=("$reqdir/phoenix.txt")
+fi
 for r in "${reqs[@]}"; do
   [ -f "$r" ] || { echo "pyenv.sh: missing $r" >&2; exit 2; }
 done

@@ -39,3 +39,6 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   phase tests cargo test --workspace --no-fail-fast
 fi
+# The Python package: the wheel (maturin, dev profile), installed in the venvs, then pytest
+# (python/tests; the real model via `target/debug/maslens serve-model`, built above).
+phase python-package ./scripts/python-test.sh

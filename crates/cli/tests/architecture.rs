@@ -29,6 +29,7 @@ const CREDIT: &str = "maslens-credit";
 const PRIOR: &str = "maslens-prior";
 const CORE: &str = "maslens-core";
 const SERVER: &str = "maslens-server";
+const PYTHON: &str = "maslens-python";
 const CLI: &str = "maslens";
 
 /// The dependency map. A crate listed here that does not exist (yet) is fine; a workspace crate
@@ -53,6 +54,13 @@ const MAP: &[(&str, May)] = &[
         SERVER,
         May::Only(&[
             TRACE, OTLP, STORE, LLM, RENDER, EVAL, LOCATE, IMPLICIT, CREDIT, PRIOR, CORE,
+        ]),
+    ),
+    // The Python package's native module: a front end like the CLI, but never the server.
+    (
+        PYTHON,
+        May::Only(&[
+            TRACE, LLM, RENDER, EVAL, LOCATE, IMPLICIT, CREDIT, PRIOR, CORE,
         ]),
     ),
     (CLI, May::Anything),

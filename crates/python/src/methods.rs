@@ -1,0 +1,360 @@
+//! The methods, as the CLI runs them: `locate`, `scan`, `credit`, `advantages`, `eval_locate`.
+//! Each takes traces and opened models, an options dict and an optional progress callback, and
+//! returns JSON text that `python/maslens` turns into typed results.
+
+use crate::model::{model_error, Model};
+use crate::options::{from_dict, CreditOpts, EvalOpts, LocateOpts, ScanOpts};
+use crate::trace::Trace;
+use crate::{guarded, report_progress, InternalError, Interrupt, OptionsError};
+use maslens_core::eval_locate::{eval_locate_with, EvalLocateOptions, RefineExport};
+use maslens_core::locate::{LlmLocalizer, Method, Models, PriorLocalizer, PriorSource};
+use maslens_eval::metrics::Scorer;
+use maslens_eval::run::{Localizer, Progress};
+use maslens_llm::ChatModel;
+use maslens_locate::LocateError;
+use maslens_trace::Trace as RsTrace;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn owned(traces: &[Bound<'_, Trace>]) -> Vec<Arc<RsTrace>> {
+    traces.iter().map(|t| t.get().inner.clone()).collect()
+}
+
+fn to_text(v: &Value) -> PyResult<String> {
+    serde_json::to_string(v).map_err(|e| InternalError::new_err(e.to_string()))
+}
+
+fn load_prior(spec: Option<&str>, problems: &mut Vec<String>) -> PyResult<Option<PriorSource>> {
+    match spec {
+        Some(spec) => {
+            let (p, skipped) = PriorSource::load(spec)
+                .map_err(|e| OptionsError::new_err(format!("prior: {e}")))?;
+            problems.extend(skipped);
+            Ok(Some(p))
+        }
+        None => Ok(None),
+    }
+}
+
+fn need_model<'a, 'py>(
+    model: &'a Option<Bound<'py, Model>>,
+    what: &str,
+) -> PyResult<&'a Bound<'py, Model>> {
+    model
+        .as_ref()
+        .ok_or_else(|| OptionsError::new_err(format!("{what} needs a model")))
+}
+
+/// Failure localization over `traces`: one entry per trace in `results` (`{"trace", "verdict"}`
+/// or `{"trace", "error"}`), `problems` (records skipped in a prior file), and `stopped` (why
+/// the run stopped early: a budget), as JSON.
+#[pyfunction]
+#[pyo3(signature = (traces, model = None, evaluator_models = Vec::new(), options = None, progress = None))]
+pub fn locate(
+    py: Python<'_>,
+    traces: Vec<Bound<'_, Trace>>,
+    model: Option<Bound<'_, Model>>,
+    evaluator_models: Vec<Bound<'_, Model>>,
+    options: Option<&Bound<'_, PyDict>>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<String> {
+    guarded(|| {
+        let lopts: LocateOpts = from_dict("locate", options)?;
+        let opts = lopts.options(
+            evaluator_models
+                .iter()
+                .map(|m| m.get().stack().model.id().to_string())
+                .collect(),
+        );
+        let traces = owned(&traces);
+        let mut problems = Vec::new();
+        let prior = load_prior(opts.prior_spec(), &mut problems)?;
+        let any_aegis = traces.iter().any(|t| t.source.format == "aegis");
+        let cfg = opts.config(opts.wants_error_modes(any_aegis));
+        let models = if opts.method == Method::Llm {
+            let judge = need_model(&model, "locate(method=\"llm\")")?.get().stack();
+            let n = evaluator_models.len();
+            if n > 1 && n != opts.evaluators.len() {
+                return Err(OptionsError::new_err(format!(
+                    "evaluator_models: give one model (all Evaluators) or one per style ({} styles), not {n}",
+                    opts.evaluators.len()
+                )));
+            }
+            Some(Models {
+                judge,
+                evaluators: evaluator_models.iter().map(|m| m.get().stack()).collect(),
+            })
+        } else {
+            None
+        };
+        let interrupt = Interrupt::default();
+        let total = traces.len();
+        let (results, stopped) = crate::run(py, &interrupt, async {
+            let mut results = Vec::with_capacity(total);
+            let mut stopped = None;
+            match &models {
+                Some(models) => {
+                    let llm = LlmLocalizer {
+                        models,
+                        config: cfg.clone(),
+                        styles: opts.evaluators.clone(),
+                        prior,
+                    };
+                    for (i, t) in traces.iter().enumerate() {
+                        if interrupt.is_set() {
+                            break;
+                        }
+                        match llm.verdict(t).await {
+                            Ok(v) => results.push(json!({"trace": t.id, "verdict": v})),
+                            Err(
+                                e @ LocateError::Llm {
+                                    source: maslens_llm::LlmError::Budget(_),
+                                    ..
+                                },
+                            ) => {
+                                results.push(json!({"trace": t.id, "error": e.to_string()}));
+                                stopped = Some(e.to_string());
+                                break;
+                            }
+                            Err(e) => results.push(json!({"trace": t.id, "error": e.to_string()})),
+                        }
+                        report_progress(&progress, &interrupt, i + 1, total, &t.id);
+                    }
+                }
+                None => {
+                    let Some(p) = prior else {
+                        return (results, Some("the prior did not load".to_string()));
+                    };
+                    let localizer = PriorLocalizer(p);
+                    for (i, t) in traces.iter().enumerate() {
+                        if interrupt.is_set() {
+                            break;
+                        }
+                        match localizer.localize(t).await {
+                            Ok(l) => results.push(json!({"trace": t.id, "verdict": l.verdict})),
+                            Err(e) => results.push(json!({"trace": t.id, "error": e.to_string()})),
+                        }
+                        // The prior answers in microseconds: report every 64 traces.
+                        if (i + 1) % 64 == 0 || i + 1 == total {
+                            report_progress(&progress, &interrupt, i + 1, total, &t.id);
+                        }
+                    }
+                }
+            }
+            (results, stopped)
+        })?;
+        to_text(&json!({"results": results, "problems": problems, "stopped": stopped}))
+    })
+}
+
+/// Implicit failures (MASIF) over `traces`: the scan file as JSON (`maslens scan --out`).
+/// `models[0]` detects and classifies absorption; further models are extra judges.
+#[pyfunction]
+#[pyo3(signature = (traces, models, options = None, progress = None))]
+pub fn scan(
+    py: Python<'_>,
+    traces: Vec<Bound<'_, Trace>>,
+    models: Vec<Bound<'_, Model>>,
+    options: Option<&Bound<'_, PyDict>>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<String> {
+    guarded(|| {
+        let sopts: ScanOpts = from_dict("scan", options)?;
+        let opts = sopts.options().map_err(OptionsError::new_err)?;
+        if models.is_empty() {
+            return Err(OptionsError::new_err("scan needs a model"));
+        }
+        let stacks: Vec<_> = models.iter().map(|m| m.get().stack()).collect();
+        let traces: Vec<RsTrace> = owned(&traces).iter().map(|t| (**t).clone()).collect();
+        let interrupt = Interrupt::default();
+        let file = crate::run(py, &interrupt, async {
+            let models: Vec<&dyn ChatModel> = stacks.iter().map(|s| s.model.as_ref()).collect();
+            maslens_implicit::scan_traces(&models, &traces, &opts, |p| {
+                use maslens_implicit::commands::ScanProgress;
+                match p {
+                    ScanProgress::Scanned { done, total, scan } => {
+                        report_progress(&progress, &interrupt, done, total, &scan.id)
+                    }
+                    ScanProgress::Failed { .. } | ScanProgress::BudgetExhausted { .. } => {}
+                }
+            })
+            .await
+        })?
+        .map_err(|e| match e {
+            maslens_implicit::ImplicitError::Llm(e) => model_error(&e),
+            e => OptionsError::new_err(e.to_string()),
+        })?;
+        Ok(file.to_json())
+    })
+}
+
+/// Structural (role) and temporal (segment) credit over `traces`: the credit file as JSON
+/// (`maslens credit --out`).
+#[pyfunction]
+#[pyo3(signature = (traces, model, options = None, concurrency = 8, progress = None))]
+pub fn credit(
+    py: Python<'_>,
+    traces: Vec<Bound<'_, Trace>>,
+    model: Bound<'_, Model>,
+    options: Option<&Bound<'_, PyDict>>,
+    concurrency: usize,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<String> {
+    guarded(|| {
+        let copts: CreditOpts = from_dict("credit", options)?;
+        let opts = copts.options().map_err(OptionsError::new_err)?;
+        let m = model.get().stack().model;
+        let traces: Vec<RsTrace> = owned(&traces).iter().map(|t| (**t).clone()).collect();
+        let interrupt = Interrupt::default();
+        let run = crate::run(py, &interrupt, async {
+            maslens_credit::credit_run::credit_traces_with_progress(
+                m,
+                &traces,
+                &opts,
+                concurrency,
+                |done, total, id| report_progress(&progress, &interrupt, done, total, id),
+            )
+            .await
+        })?;
+        serde_json::to_string(&run).map_err(|e| InternalError::new_err(e.to_string()))
+    })
+}
+
+/// IF-GRPO advantages of JSONL text (`{"group","id","success","if_cost"}` per line), as
+/// `{"advantages": [...], "warnings": [...]}` JSON; `name` names the input in warnings.
+#[pyfunction]
+#[pyo3(signature = (jsonl, name = "<records>"))]
+pub fn advantages(jsonl: &str, name: &str) -> PyResult<String> {
+    guarded(|| {
+        let out = maslens_implicit::advantages_from_jsonl(name, jsonl.as_bytes())
+            .map_err(|e| OptionsError::new_err(e.to_string()))?;
+        to_text(&json!({"advantages": out.value, "warnings": out.warnings}))
+    })
+}
+
+/// Progress of `eval_locate` to a Python callback.
+struct PyProgress<'a> {
+    callback: &'a Option<Py<PyAny>>,
+    interrupt: &'a Interrupt,
+    total: std::sync::atomic::AtomicUsize,
+    done: std::sync::atomic::AtomicUsize,
+    current: std::sync::Mutex<String>,
+}
+
+impl Progress for PyProgress<'_> {
+    fn start(&self, cases: usize) {
+        use std::sync::atomic::Ordering;
+        self.total.store(cases, Ordering::Relaxed);
+        self.done.store(0, Ordering::Relaxed);
+    }
+    fn case(&self, id: &str) {
+        if let Ok(mut c) = self.current.lock() {
+            *c = id.to_string();
+        }
+    }
+    fn case_done(&self) {
+        use std::sync::atomic::Ordering;
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = self.current.lock().map(|c| c.clone()).unwrap_or_default();
+        report_progress(
+            self.callback,
+            self.interrupt,
+            done,
+            self.total.load(Ordering::Relaxed),
+            &id,
+        );
+    }
+}
+
+/// `maslens eval locate` over a dataset spec (`whowhen:DIR`, `aegis:FILE`, a path): the report
+/// (`report.json`) and the problems met, as JSON; with `out` in the options, the report files
+/// are written there too.
+#[pyfunction]
+#[pyo3(signature = (dataset, model = None, evaluator_models = Vec::new(), options = None, eval_options = None, progress = None))]
+pub fn eval_locate(
+    py: Python<'_>,
+    dataset: String,
+    model: Option<Bound<'_, Model>>,
+    evaluator_models: Vec<Bound<'_, Model>>,
+    options: Option<&Bound<'_, PyDict>>,
+    eval_options: Option<&Bound<'_, PyDict>>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<String> {
+    guarded(|| {
+        let lopts: LocateOpts = from_dict("locate", options)?;
+        let e: EvalOpts = from_dict("eval", eval_options)?;
+        let locate = lopts.options(
+            evaluator_models
+                .iter()
+                .map(|m| m.get().stack().model.id().to_string())
+                .collect(),
+        );
+        let needs_model = (e.predictions.is_none() && locate.method == Method::Llm)
+            || e.export_refinement.is_some();
+        let opened = match (&model, needs_model) {
+            (Some(m), true) => Some(Models {
+                judge: m.get().stack(),
+                evaluators: evaluator_models.iter().map(|m| m.get().stack()).collect(),
+            }),
+            (None, true) => {
+                return Err(OptionsError::new_err(
+                    "eval_locate with the LLM pipeline (or export_refinement) needs a model",
+                ))
+            }
+            (_, false) => None,
+        };
+        let opts = EvalLocateOptions {
+            dataset,
+            locate,
+            model: opened
+                .as_ref()
+                .map(|m| m.judge.model.id().to_string())
+                .unwrap_or_default(),
+            llm: Default::default(),
+            scorer: if e.compat_substring {
+                Scorer::CompatSubstring
+            } else {
+                Scorer::Exact
+            },
+            split: e.split,
+            seed: e.seed,
+            predictions: e.predictions.map(PathBuf::from),
+            limit: e.limit,
+            subset: e.subset,
+            tolerances: e.tolerances,
+            export_refinement: e.export_refinement.map(|dir| RefineExport {
+                dir: PathBuf::from(dir),
+                targets: e.refine_targets,
+                round: e.round,
+                base_model: e.base_model,
+            }),
+        };
+        let interrupt = Interrupt::default();
+        let p = PyProgress {
+            callback: &progress,
+            interrupt: &interrupt,
+            total: Default::default(),
+            done: Default::default(),
+            current: Default::default(),
+        };
+        let out =
+            crate::run(py, &interrupt, eval_locate_with(&opts, opened, &p))?.map_err(|err| {
+                match err {
+                    maslens_core::CoreError::Llm(l) => model_error(&l),
+                    other => OptionsError::new_err(other.to_string()),
+                }
+            })?;
+        if let Some(dir) = &e.out {
+            maslens_eval::run::write_run(&out.run, std::path::Path::new(dir)).map_err(|err| {
+                pyo3::exceptions::PyOSError::new_err(format!("writing reports to {dir}: {err}"))
+            })?;
+        }
+        let report = serde_json::to_value(&out.run.report)
+            .map_err(|e| InternalError::new_err(e.to_string()))?;
+        let markdown = maslens_eval::markdown::render(&out.run.report);
+        to_text(&json!({"report": report, "problems": out.problems, "markdown": markdown}))
+    })
+}

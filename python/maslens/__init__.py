@@ -1,0 +1,95 @@
+"""maslens: why did my multi-agent system fail, what went wrong quietly, which agent or round to
+fix (docs/python.md).
+
+    import maslens
+    traces = maslens.read("runs/")                       # any format maslens reads
+    verdicts = maslens.locate(traces, method="prior")    # who and when, no model
+    verdicts.to_pandas()
+    model = maslens.Model("openai:qwen@http://127.0.0.1:8080/v1")
+    scan = maslens.scan(traces, model=model)             # implicit failures, risk
+    credit = maslens.credit(traces, model=model)         # role x round credit
+
+Traces from frameworks: :mod:`maslens.adapters` (AG2/AutoGen, AutoGen AgentChat, LangGraph,
+OpenAI Agents SDK, CrewAI, OpenAI-style messages). Running systems: :func:`maslens.otel.instrument`
+sends OpenTelemetry spans to ``maslens serve``.
+"""
+
+from ._api import (
+    LlmOptions,
+    Model,
+    advantages,
+    advantages_async,
+    credit,
+    credit_async,
+    eval_locate,
+    eval_locate_async,
+    locate,
+    locate_async,
+    read,
+    scan,
+    scan_async,
+)
+from ._native import (
+    BudgetExceeded,
+    InternalError,
+    MaslensError,
+    ModelError,
+    OptionsError,
+    Trace,
+    TraceError,
+    has_local_model,
+)
+from ._native import version as _native_version
+from ._results import (
+    Advantage,
+    Advantages,
+    CreditResult,
+    EvalReport,
+    ImplicitFailure,
+    Results,
+    ScanResult,
+    TraceCredit,
+    TraceList,
+    TraceScan,
+    Verdict,
+    Verdicts,
+)
+
+__version__: str = _native_version()
+
+__all__ = [
+    "Advantage",
+    "Advantages",
+    "BudgetExceeded",
+    "CreditResult",
+    "EvalReport",
+    "ImplicitFailure",
+    "InternalError",
+    "LlmOptions",
+    "MaslensError",
+    "Model",
+    "ModelError",
+    "OptionsError",
+    "Results",
+    "ScanResult",
+    "Trace",
+    "TraceCredit",
+    "TraceError",
+    "TraceList",
+    "TraceScan",
+    "Verdict",
+    "Verdicts",
+    "__version__",
+    "advantages",
+    "advantages_async",
+    "credit",
+    "credit_async",
+    "eval_locate",
+    "eval_locate_async",
+    "has_local_model",
+    "locate",
+    "locate_async",
+    "read",
+    "scan",
+    "scan_async",
+]

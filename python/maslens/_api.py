@@ -1,0 +1,440 @@
+"""The methods, with the CLI's options as keyword arguments (docs/python.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import warnings
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Union, Unpack
+
+from . import _native
+from ._native import OptionsError, Trace, TraceError
+from ._progress import ProgressArg, progress_callback
+from ._results import (
+    Advantage,
+    Advantages,
+    CreditResult,
+    EvalReport,
+    ScanResult,
+    TraceList,
+    Verdict,
+    Verdicts,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+PathLike = Union[str, "os.PathLike[str]"]
+#: What methods take as traces: a trace, traces, a path (file or directory) or paths, or dicts
+#: in any format maslens reads.
+Traces = Union[Trace, PathLike, Mapping[str, Any], Iterable[Union[Trace, PathLike, Mapping[str, Any]]]]
+
+
+class LlmOptions(TypedDict, total=False):
+    """How a model is opened: the CLI's LLM flags (``maslens locate --help``). Unset options come
+    from the environment (``MASLENS_MODEL``, ``MASLENS_CACHE``, the provider's key variable), the
+    config file (``maslens config show``), then the defaults."""
+
+    base_url: str
+    api_key: str
+    api_key_env: str
+    #: ``read-write`` (default), ``off``, ``replay`` (answer only from the cache) or
+    #: ``export:FILE`` (write uncached requests to a batch file).
+    cache: str
+    cache_path: PathLike
+    max_calls: int
+    max_tokens_total: int
+    max_cost: float
+    concurrency: int
+    request_timeout: float
+    max_retries: int
+    prices: PathLike
+    config: PathLike
+    usage_log: PathLike
+    threads: int
+    context_size: int
+
+
+_LLM_KEYS = frozenset(LlmOptions.__annotations__)
+
+
+def _check_llm(function: str, options: Mapping[str, Any]) -> None:
+    """Keyword arguments that are neither the function's own nor LLM options are typos: refuse
+    them as Python does (``**llm`` would otherwise swallow them)."""
+    unknown = sorted(set(options) - _LLM_KEYS)
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+
+
+def _clean(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in options.items() if v is not None}
+
+
+class Model:
+    """A model opened once and used across calls: the embedded default, any OpenAI-compatible
+    server (``openai:NAME@http://host:port/v1``, ``maslens serve-model`` included), OpenAI,
+    Anthropic, Gemini, Ollama, vLLM (docs/llm.md). The cache, budgets and usage totals belong to
+    the model and add up over every call that uses it."""
+
+    def __init__(self, spec: str | None = None, **options: Unpack[LlmOptions]) -> None:
+        _check_llm("Model", options)
+        self._native = _native.Model(spec, _clean(options))
+
+    @property
+    def id(self) -> str:
+        """``provider:MODEL``."""
+        return self._native.id
+
+    def usage(self) -> dict[str, Any]:
+        """Calls, cache hits, tokens and cost so far, in total and per stage."""
+        return self._native.usage()
+
+    def exported(self) -> int:
+        """Requests written to the batch file (``cache="export:FILE"``)."""
+        return self._native.exported()
+
+    def __repr__(self) -> str:
+        return f"Model({self.id!r})"
+
+
+ModelArg = Union[Model, str, None]
+
+
+def _model(model: ModelArg, options: Mapping[str, Any]) -> _native.Model:
+    if isinstance(model, Model):
+        if options:
+            raise OptionsError(
+                f"LLM options ({', '.join(sorted(options))}) go to Model(...) when you pass an opened Model"
+            )
+        return model._native
+    if model is not None and not isinstance(model, str):
+        raise OptionsError(f"model: expected a model spec (str) or a maslens.Model, not {type(model).__name__}")
+    return _native.Model(model, _clean(options))
+
+
+def read(paths: PathLike | Sequence[PathLike], *, format: str = "auto", strict: bool = False) -> TraceList:
+    """Every trace under ``paths`` (files or directories; Who&When, Aegis-Bench, chat
+    transcripts, native JSON/JSONL, auto-detected per file unless ``format`` says).
+
+    A record that cannot be read is skipped with a warning and listed in ``.errors`` (file,
+    record, path, message); ``strict=True`` raises :class:`TraceError` for the first one instead.
+    """
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    traces, errors = _native.read([os.fspath(p) for p in items], format)
+    if errors:
+        if strict:
+            e = errors[0]
+            err = TraceError(e["text"])
+            err.file, err.record, err.path, err.message = e["file"], e["record"], e["path"], e["message"]
+            raise err
+        for e in errors:
+            warnings.warn(f"skipped: {e['text']}", stacklevel=2)
+    return TraceList(traces, errors)
+
+
+def _traces(traces: Traces) -> list[Trace]:
+    if isinstance(traces, Trace):
+        return [traces]
+    if isinstance(traces, (str, os.PathLike)):
+        return list(read(traces))
+    if isinstance(traces, Mapping):
+        return [Trace.from_dict(dict(traces))]
+    out: list[Trace] = []
+    for i, t in enumerate(traces):
+        if isinstance(t, Trace):
+            out.append(t)
+        elif isinstance(t, (str, os.PathLike)):
+            out.extend(read(t))
+        elif isinstance(t, Mapping):
+            out.append(Trace.from_dict(dict(t), name=f"traces[{i}]"))
+        else:
+            raise TraceError(f"traces[{i}]: expected a Trace, a path or a dict, not {type(t).__name__}")
+    return out
+
+
+Method = Literal["llm", "prior"]
+Protocol = Literal["all-at-once", "step-by-step", "binary-search"]
+#: AgentLocate's outputs (section 5): ``verified`` (Variant II, the Evaluators' vote; old name
+#: ``full``), ``judge`` (Variant I, the Judge's hypothesis; old name ``judge-only``), ``judge-ft``
+#: (eq. 6, the Judge with a fine-tuned model), ``evaluators-only`` (maslens's addition).
+Variant = Literal["verified", "judge", "judge-ft", "evaluators-only", "full", "judge-only"]
+Style = Literal["base", "concise", "evidence"]
+ErrorModes = Literal["auto", "aegis", "none"]
+
+
+def _locate_options(
+    method: Method,
+    protocol: Protocol,
+    variant: Variant,
+    evaluators: Sequence[Style],
+    with_ground_truth: bool,
+    error_modes: ErrorModes,
+    max_answer_tokens: int,
+    prior: PathLike | None,
+    prior_weight: float,
+    prior_narrowing: bool,
+) -> dict[str, Any]:
+    return _clean(
+        {
+            "method": method,
+            "protocol": protocol,
+            "variant": variant,
+            "evaluators": list(evaluators),
+            "with_ground_truth": with_ground_truth,
+            "error_modes": error_modes,
+            "max_answer_tokens": max_answer_tokens,
+            "prior": prior,
+            "prior_weight": prior_weight,
+            "prior_narrowing": prior_narrowing,
+        }
+    )
+
+
+def _evaluator_models(specs: Sequence[Model | str], options: Mapping[str, Any]) -> list[_native.Model]:
+    return [s._native if isinstance(s, Model) else _native.Model(s, _clean(options)) for s in specs]
+
+
+def locate(
+    traces: Traces,
+    *,
+    method: Method = "llm",
+    model: ModelArg = None,
+    protocol: Protocol = "all-at-once",
+    variant: Variant = "verified",
+    evaluators: Sequence[Style] = ("base", "concise", "evidence"),
+    evaluator_models: Sequence[Model | str] = (),
+    with_ground_truth: bool = False,
+    error_modes: ErrorModes = "auto",
+    max_answer_tokens: int = 384,
+    prior: PathLike | None = None,
+    prior_weight: float = 1.0,
+    prior_narrowing: bool = False,
+    progress: ProgressArg = None,
+    **llm: Unpack[LlmOptions],
+) -> Verdicts:
+    """Which agent and which step decided each run's failure (``maslens locate``).
+
+    ``method="llm"``: AgentLocate, a Judge (``protocol``) re-checked by Evaluators (``evaluators``
+    styles, ``evaluator_models``) and a confidence-weighted vote (``variant`` picks the output);
+    ``method="prior"``: the learned localizer, no model. ``prior="builtin"`` (or a probabilities
+    file) lets the prior vote in the LLM pipeline; ``prior_narrowing`` lets it pick the steps a
+    long trace shows in full. ``model`` is a :class:`Model` or a spec opened with ``llm``
+    options for this call.
+    """
+    _check_llm("locate", llm)
+    ts = _traces(traces)
+    opts = _locate_options(
+        method, protocol, variant, evaluators, with_ground_truth, error_modes,
+        max_answer_tokens, prior, prior_weight, prior_narrowing,
+    )
+    if method == "llm":
+        m: _native.Model | None = _model(model, llm)
+        evs = _evaluator_models(evaluator_models, llm)
+    else:
+        m, evs = None, []
+    with progress_callback(progress, "locate", len(ts)) as cb:
+        out = json.loads(_native.locate(ts, m, evs, opts, cb))
+    steps = {t.id: t for t in ts}
+    verdicts = Verdicts(
+        (Verdict._from(e, _actors(steps.get(str(e.get("trace"))))) for e in out["results"]),
+        problems=out["problems"],
+        stopped=out["stopped"],
+    )
+    for p in verdicts.problems:
+        warnings.warn(p, stacklevel=2)
+    if verdicts.stopped:
+        warnings.warn(f"stopped early: {verdicts.stopped}; rerun to resume from the cache", stacklevel=2)
+    return verdicts
+
+
+def _actors(trace: Trace | None) -> dict[int, str] | None:
+    if trace is None:
+        return None
+    return {int(s["index"]): str(s["agent"]) for s in trace.steps}
+
+
+def scan(
+    traces: Traces,
+    *,
+    model: ModelArg = None,
+    judges: Sequence[Model | str] = (),
+    min_judges: int | None = None,
+    absorption: bool = True,
+    count_unsupported: bool = False,
+    counting: Literal["maslens", "paper"] = "maslens",
+    window_tokens: int | None = None,
+    overlap: int = 2,
+    detect_max_tokens: int = 1024,
+    max_events: int = 10,
+    absorb_max_tokens: int = 256,
+    seed: int = 0,
+    weights: PathLike | None = None,
+    progress: ProgressArg = None,
+    **llm: Unpack[LlmOptions],
+) -> ScanResult:
+    """Implicit failures (MASIF) in successful and failed runs alike (``maslens scan``): error
+    types, evidence, how each was absorbed, severity-weighted cost and risk per trace, and the
+    corpus report. ``judges`` adds models for multi-judge mode (``min_judges`` of them must agree)."""
+    _check_llm("scan", llm)
+    ts = _traces(traces)
+    models = [_model(model, llm), *_evaluator_models(judges, llm)]
+    opts = _clean(
+        {
+            "weights": weights,
+            "min_judges": min_judges,
+            "absorption": absorption,
+            "count_unsupported": count_unsupported,
+            "counting": counting,
+            "window_tokens": window_tokens,
+            "overlap": overlap,
+            "detect_max_tokens": detect_max_tokens,
+            "max_events": max_events,
+            "absorb_max_tokens": absorb_max_tokens,
+            "seed": seed,
+        }
+    )
+    with progress_callback(progress, "scan", len(ts)) as cb:
+        file = json.loads(_native.scan(ts, models, opts, cb))
+    result = ScanResult._from(file)
+    for e in result.errors:
+        warnings.warn(e, stacklevel=2)
+    return result
+
+
+def credit(
+    traces: Traces,
+    *,
+    model: ModelArg = None,
+    segment: Literal["auto", "rounds", "phases", "windows"] = "auto",
+    window: int = 5,
+    lambda_: float = 0.5,
+    critic_max_tokens: int = 128,
+    max_step_chars: int = 1500,
+    progress: ProgressArg = None,
+    **llm: Unpack[LlmOptions],
+) -> CreditResult:
+    """Structural credit per role and temporal credit per round (or phase, or window of steps),
+    scored by LLM critics (``maslens credit``). ``lambda_`` weighs the two critic scores
+    (c = lambda*q + (1-lambda)*p)."""
+    _check_llm("credit", llm)
+    ts = _traces(traces)
+    m = _model(model, llm)
+    opts = {
+        "segment": segment,
+        "window": window,
+        "lambda": lambda_,
+        "critic_max_tokens": critic_max_tokens,
+        "max_step_chars": max_step_chars,
+    }
+    with progress_callback(progress, "credit", len(ts)) as cb:
+        run = json.loads(_native.credit(ts, m, opts, m.concurrency, cb))
+    result = CreditResult._from(run)
+    for e in result.errors:
+        warnings.warn(e, stacklevel=2)
+    return result
+
+
+def advantages(records: Iterable[Mapping[str, Any]]) -> Advantages:
+    """IF-GRPO advantages (MASIF eq. 1-4) of trajectories ``{"group", "id", "success",
+    "if_cost"}`` (``maslens advantages``): successes ranked by implicit-failure cost inside their
+    group, failures below every success. A record that cannot be used is left out with a
+    warning naming it (``.warnings``)."""
+    lines = []
+    for i, r in enumerate(records):
+        try:
+            lines.append(json.dumps(dict(r), allow_nan=True))
+        except (TypeError, ValueError) as e:
+            raise TraceError(f"records[{i}]: not a JSON-like dict: {e}") from e
+    out = json.loads(_native.advantages("\n".join(lines)))
+    result = Advantages((Advantage(**a) for a in out["advantages"]), warnings=out["warnings"])
+    for w in result.warnings:
+        warnings.warn(w, stacklevel=2)
+    return result
+
+
+def eval_locate(
+    dataset: str,
+    *,
+    method: Method = "llm",
+    model: ModelArg = None,
+    protocol: Protocol = "all-at-once",
+    variant: Variant = "verified",
+    evaluators: Sequence[Style] = ("base", "concise", "evidence"),
+    evaluator_models: Sequence[Model | str] = (),
+    with_ground_truth: bool = False,
+    error_modes: ErrorModes = "auto",
+    max_answer_tokens: int = 384,
+    prior: PathLike | None = None,
+    prior_weight: float = 1.0,
+    prior_narrowing: bool = False,
+    compat_substring: bool = False,
+    split: float | None = None,
+    seed: int = 0,
+    predictions: PathLike | None = None,
+    limit: int | None = None,
+    subset: str | None = None,
+    tolerances: Sequence[int] = (0, 1, 2, 3, 5, 10, 20),
+    out: PathLike | None = None,
+    export_refinement: PathLike | None = None,
+    refine_targets: Literal["verified", "gold"] = "verified",
+    round: int = 1,
+    base_model: str = "HuggingFaceTB/SmolLM2-135M-Instruct",
+    progress: ProgressArg = None,
+    **llm: Unpack[LlmOptions],
+) -> EvalReport:
+    """Benchmark failure localization on labelled traces (``maslens eval locate``): ``dataset``
+    is ``whowhen:DIR``, ``aegis:FILE`` or a path. Exact agent and step accuracy with bootstrap
+    intervals, the trivial baselines on the same cases, per-case rows; ``out`` writes
+    report.json, report.md, report.html and verdicts.jsonl there."""
+    _check_llm("eval_locate", llm)
+    opts = _locate_options(
+        method, protocol, variant, evaluators, with_ground_truth, error_modes,
+        max_answer_tokens, prior, prior_weight, prior_narrowing,
+    )
+    eopts = _clean(
+        {
+            "compat_substring": compat_substring,
+            "split": split,
+            "seed": seed,
+            "predictions": predictions,
+            "limit": limit,
+            "subset": subset,
+            "tolerances": list(tolerances),
+            "out": out,
+            "export_refinement": export_refinement,
+            "refine_targets": refine_targets,
+            "round": round,
+            "base_model": base_model,
+        }
+    )
+    needs_model = (predictions is None and method == "llm") or export_refinement is not None
+    m = _model(model, llm) if needs_model else None
+    evs = _evaluator_models(evaluator_models, llm) if needs_model else []
+    with progress_callback(progress, "eval locate") as cb:
+        res = json.loads(_native.eval_locate(dataset, m, evs, opts, eopts, cb))
+    report = EvalReport(report=res["report"], problems=res["problems"], markdown=res["markdown"])
+    for p in report.problems:
+        warnings.warn(p, stacklevel=2)
+    return report
+
+
+def _in_thread(f: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """The async variant of ``f``: the same call on a worker thread (``asyncio.to_thread``),
+    so the event loop goes on while models answer (the native code releases the GIL)."""
+
+    @functools.wraps(f)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(f, *args, **kwargs)
+
+    run.__doc__ = f"Async :func:`{f.__name__}` (same arguments; runs on a worker thread)."
+    return run
+
+
+locate_async = _in_thread(locate)
+scan_async = _in_thread(scan)
+credit_async = _in_thread(credit)
+eval_locate_async = _in_thread(eval_locate)
+advantages_async = _in_thread(advantages)

@@ -1,0 +1,31 @@
+"""Every Python block of docs/python.md (and README.md) runs, in order, in one interpreter started from the
+checkout's root (as a reader would paste them), with the default model pointed at a real
+`maslens serve-model`."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ServeModel
+
+
+@pytest.mark.parametrize(("page", "least"), [("docs/python.md", 3), ("README.md", 1)])
+def test_python_blocks_run(root: Path, serve_model: ServeModel, tmp_path: Path, page: str, least: int) -> None:
+    text = (root / page).read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= least, f"the examples of {page}"
+    script = tmp_path / "docs_python.py"
+    script.write_text("\n".join(blocks))
+    env = {
+        **os.environ,
+        "MASLENS_MODEL": serve_model.spec,
+        "MASLENS_CACHE": str(tmp_path / "cache.sqlite"),
+    }
+    r = subprocess.run([sys.executable, str(script)], cwd=root, env=env, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -1,0 +1,73 @@
+"""Adapters on real AG2 (classic API) group chats and CrewAI crews against `maslens serve-model`.
+
+Both need openai<3, so they run in their own venv (`scripts/pyenv.sh --openai2`); in the main venv
+these tests are skipped, and scripts/python-test.sh runs them in the other one."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+import maslens
+from maslens import adapters
+from conftest import ServeModel
+
+TASK = "Is 91 a prime number? Answer briefly."
+
+
+def test_ag2_group_chat(serve_model: ServeModel) -> None:
+    autogen = pytest.importorskip("autogen")
+    if not hasattr(autogen, "GroupChat"):
+        pytest.skip("AG2 classic API (autogen.GroupChat) not installed")
+    from autogen import ConversableAgent, GroupChat, GroupChatManager
+
+    llm_config: dict[str, Any] = {
+        "config_list": [{"model": "smollm2-135m", "base_url": serve_model.base_url, "api_key": "unused", "price": [0, 0]}],
+        "cache_seed": None,
+        "max_tokens": 40,
+        "temperature": 0,
+    }
+    solver = ConversableAgent("Solver", system_message="You are Solver. Answer in one sentence.", llm_config=llm_config, human_input_mode="NEVER")
+    checker = ConversableAgent("Checker", system_message="You are Checker. Say if the answer is right.", llm_config=llm_config, human_input_mode="NEVER")
+    user = ConversableAgent("user", llm_config=False, human_input_mode="NEVER", default_auto_reply="Thanks.")
+    chat = GroupChat(agents=[user, solver, checker], messages=[], max_round=3, speaker_selection_method="round_robin")
+    manager = GroupChatManager(groupchat=chat, llm_config=llm_config)
+    result = user.initiate_chat(manager, message=TASK)
+    for run in (chat, manager):
+        trace = adapters.from_ag2(run, task=TASK)
+        assert trace.metadata["framework"] == "ag2"
+        assert [s["agent"] for s in trace.steps] == [m["name"] for m in chat.messages]
+        assert {"user", "Solver", "Checker"} <= {s["agent"] for s in trace.steps}
+    from_result = adapters.from_ag2(result, task=TASK)
+    assert len(from_result) == len(result.chat_history)
+    (v,) = maslens.locate(adapters.from_ag2(chat), method="prior", progress=False)
+    assert v.error is None and v.step is not None
+
+
+def test_crewai_crew_output(serve_model: ServeModel) -> None:
+    os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+    crewai = pytest.importorskip("crewai")
+    from crewai import LLM, Agent, Crew, Process, Task
+
+    llm = LLM(model="openai/smollm2-135m", base_url=serve_model.base_url, api_key="unused", max_tokens=60, temperature=0)
+    researcher = Agent(role="Researcher", goal="Find out whether 91 is prime.", backstory="A careful mathematician.", llm=llm, allow_delegation=False, max_iter=2)
+    writer = Agent(role="Writer", goal="Write a one-sentence answer.", backstory="A concise writer.", llm=llm, allow_delegation=False, max_iter=2)
+    tasks = [
+        Task(description=TASK, expected_output="One sentence.", agent=researcher),
+        Task(description="Write the final answer to the question.", expected_output="One sentence.", agent=writer),
+    ]
+    output = Crew(agents=[researcher, writer], tasks=tasks, process=Process.sequential, verbose=False).kickoff()
+    trace = adapters.from_crewai(output)
+    assert trace.metadata["framework"] == "crewai"
+    assert {"Researcher", "Writer"} <= {s["agent"] for s in trace.steps}, trace.steps
+    assert trace.task == TASK
+    # Each task's final output is a step of its agent.
+    for t in output.tasks_output:
+        contents = [s["content"] for s in trace.steps if s["agent"] == t.agent]
+        assert contents and any(t.raw.strip() in c or c.strip() in t.raw for c in contents), (t.agent, t.raw)
+    (v,) = maslens.locate(trace, method="prior", progress=False)
+    assert v.error is None and v.step is not None
+    assert crewai is not None

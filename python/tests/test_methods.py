@@ -1,0 +1,188 @@
+"""The methods from Python give what the CLI gives on the same input; LLM-backed ones run
+against a real model (`maslens serve-model` with the embedded SmolLM2)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import maslens
+from conftest import ServeModel, run_cli
+
+
+def test_locate_prior_matches_the_cli(data: Path, maslens_bin: Path) -> None:
+    ag = data / "whowhen" / "Algorithm-Generated"
+    verdicts = maslens.locate(ag, method="prior", progress=False)
+    cli = run_cli(maslens_bin, "locate", str(ag), "--method", "prior", "--json", "--quiet")
+    assert cli.returncode == 0, cli.stderr
+    expected = [json.loads(line) for line in cli.stdout.splitlines() if line.strip()]
+    assert len(verdicts) == len(expected) > 50
+    for v, e in zip(verdicts, expected, strict=True):
+        assert v.trace == e["trace"]
+        assert (v.agent, v.step) == (e["agent"], e["step"])
+        assert v.to_dict() == e
+    frame = verdicts.to_pandas()
+    assert list(frame.columns[:4]) == ["trace", "method", "agent", "step"]
+    assert frame["step"].notna().all()
+    assert verdicts.by_trace(expected[0]["trace"]).step == expected[0]["step"]
+
+
+def test_options_are_checked_and_name_the_option(data: Path) -> None:
+    t = data / "whowhen" / "Algorithm-Generated" / "1.json"
+    with pytest.raises(maslens.OptionsError, match="protocol"):
+        maslens.locate(t, method="prior", protocol="sideways")  # type: ignore[arg-type]
+    with pytest.raises(maslens.OptionsError, match="lambda"):
+        maslens.credit(t, model="openai:x@http://127.0.0.1:9/v1", lambda_=2.0)
+    with pytest.raises(maslens.OptionsError, match="cache"):
+        maslens.Model("openai:x@http://127.0.0.1:9/v1", cache="sometimes")
+    with pytest.raises(maslens.OptionsError, match="go to Model"):
+        maslens.locate(t, model=maslens.Model("openai:x@http://127.0.0.1:9/v1"), max_calls=3)
+    with pytest.raises(TypeError):
+        maslens.locate(t, method="prior", protocl="all-at-once")  # type: ignore[call-arg]
+
+
+def test_progress_callback_sees_every_trace(data: Path) -> None:
+    seen: list[tuple[int, int, str]] = []
+    maslens.locate(data / "whowhen" / "Hand-Crafted", method="prior", progress=lambda d, n, label: seen.append((d, n, label)))
+    assert seen and seen[-1][0] == seen[-1][1]
+
+
+def test_a_progress_callback_that_raises_stops_the_run(data: Path) -> None:
+    def stop(done: int, total: int, label: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        maslens.locate(data / "whowhen" / "Hand-Crafted", method="prior", progress=stop)
+
+
+def test_advantages_match_the_cli(root: Path, maslens_bin: Path) -> None:
+    path = root / "examples" / "inputs" / "grpo-groups.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    adv = maslens.advantages(records)
+    cli = run_cli(maslens_bin, "advantages", str(path))
+    assert cli.returncode == 0, cli.stderr
+    expected = [json.loads(line) for line in cli.stdout.splitlines() if line.strip()]
+    assert adv.to_dicts() == expected
+    assert list(adv.to_pandas().columns) == ["group", "id", "advantage"]
+
+
+def test_advantages_leave_out_bad_records_with_a_warning_naming_them() -> None:
+    records: list[dict[str, Any]] = [
+        {"group": "g", "id": "a", "success": True, "if_cost": 1.0},
+        {"group": "g", "id": "b", "success": False, "if_cost": 0.0},
+        {"group": "g", "id": "c", "success": "yes", "if_cost": 0.0},
+        {"group": "g", "id": "d", "success": True, "if_cost": float("nan")},
+    ]
+    with pytest.warns(UserWarning) as w:
+        adv = maslens.advantages(records)
+    assert [a.id for a in adv] == ["a", "b"]
+    text = " ".join(str(x.message) for x in w)
+    assert "line 3" in text and "success" in text
+    assert "line 4" in text and "if_cost" in text
+    assert adv[0].advantage > 0 > adv[1].advantage
+
+
+def test_eval_locate_prior_matches_the_cli(data: Path, maslens_bin: Path, tmp_path: Path) -> None:
+    spec = f"aegis:{data / 'aegis' / 'sample.jsonl'}"
+    report = maslens.eval_locate(spec, method="prior", out=tmp_path / "ev", progress=False)
+    cli = run_cli(maslens_bin, "eval", "locate", spec, "--method", "prior", "--json", "--quiet")
+    assert cli.returncode in (0, 1), cli.stderr
+    expected = json.loads(cli.stdout)
+    assert report.cases == expected["cases"] == 5
+    for key in ("metrics", "baselines"):
+        if key in expected:
+            assert report.report[key] == expected[key]
+    assert (tmp_path / "ev" / "report.json").exists()
+    assert len(report.to_pandas()) == report.cases
+    assert "maslens eval locate" in report.markdown
+
+
+def test_locate_llm_against_a_real_model(root: Path, serve_model: ServeModel, cache: str) -> None:
+    model = maslens.Model(serve_model.spec, cache_path=cache)
+    verdicts = maslens.locate(root / "examples" / "whowhen-style.json", model=model, progress=False)
+    (v,) = verdicts
+    assert v.error is None, v.error
+    assert v.method.startswith("locate/")
+    raw = v.to_dict()
+    assert raw["model"] == model.id and len(raw["evaluators"]) == 3
+    if v.ok:
+        assert v.agent == v.step_agent, "the verdict's agent acts at its step"
+    usage = model.usage()
+    assert usage["total"]["calls"] >= 2
+    # The same request again comes from the cache: no new model call.
+    calls = usage["total"]["calls"] - usage["total"].get("cache_hits", 0)
+    maslens.locate(root / "examples" / "whowhen-style.json", model=model, progress=False)
+    again = model.usage()["total"]
+    assert again["calls"] - again.get("cache_hits", 0) == calls
+
+
+def test_llm_calls_release_the_gil(root: Path, serve_model: ServeModel, cache: str) -> None:
+    """While `locate` waits for the model, another Python thread keeps running."""
+    ticks = 0
+    done = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    th = threading.Thread(target=count)
+    th.start()
+    start = time.monotonic()
+    try:
+        maslens.locate(root / "examples" / "whowhen-style.json", model=serve_model.spec, cache="off", progress=False, evaluators=["base"])
+    finally:
+        done.set()
+        th.join()
+    elapsed = time.monotonic() - start
+    assert elapsed > 0.5, "the call should take model time"
+    # A thread blocked by a held GIL would get ~0 ticks; allow scheduling noise.
+    assert ticks > elapsed * 100, (ticks, elapsed)
+
+
+def test_async_variants_run_side_by_side(data: Path) -> None:
+    async def both() -> list[maslens.Verdicts]:
+        return list(
+            await asyncio.gather(
+                maslens.locate_async(data / "whowhen" / "Hand-Crafted", method="prior", progress=False),
+                maslens.locate_async(data / "whowhen" / "Algorithm-Generated", method="prior", progress=False),
+            )
+        )
+
+    hc, ag = asyncio.run(both())
+    assert len(hc) > 0 and len(ag) > 0
+    assert hc.to_dicts() == maslens.locate(data / "whowhen" / "Hand-Crafted", method="prior", progress=False).to_dicts()
+
+
+def test_scan_and_credit_against_a_real_model(root: Path, serve_model: ServeModel, cache: str) -> None:
+    model = maslens.Model(serve_model.spec, cache_path=cache)
+    trace = maslens.read(root / "examples" / "whowhen-style.json")[0]
+    scan = maslens.scan(trace, model=model, progress=False, absorption=False, detect_max_tokens=256, max_events=3)
+    assert scan.raw["model"] == model.id
+    assert len(scan.traces) + len(scan.errors) == 1
+    if scan.traces:
+        s = scan.traces[0]
+        assert s.id == trace.id and s.risk >= 0
+        assert len(scan.to_pandas()) == 1
+        for e in scan.events():
+            assert e.step in {st["index"] for st in trace.steps}
+    credit = maslens.credit(trace, model=model, progress=False, critic_max_tokens=64)
+    assert credit.model == model.id
+    assert len(credit.traces) + len(credit.errors) == 1
+    if credit.traces:
+        table = credit.to_pandas()
+        assert list(table.index) == credit.table["roles"]
+    assert model.usage()["total"]["calls"] > 0
+
+
+def test_budget_stops_cleanly_and_says_so(root: Path, serve_model: ServeModel, cache: str) -> None:
+    with pytest.warns(UserWarning, match="stopped early"):
+        v = maslens.locate(root / "examples" / "whowhen-style.json", model=serve_model.spec, cache_path=cache, max_calls=1, progress=False)
+    assert v.stopped is not None and "budget" in v.stopped.lower()
