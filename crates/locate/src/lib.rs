@@ -67,11 +67,11 @@ pub struct Finding {
     /// Why there is no location (parse failure, no step flagged, step out of range).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abstain_reason: Option<String>,
-}
     /// Why the rationale does not explain the location ([`rationale_problem`]), when it still
     /// did not after the one repair call: the location is kept, the rationale is not trusted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rationale_problem: Option<String>,
+}
 
 impl Finding {
     /// An abstention with its reason.
@@ -159,9 +159,9 @@ pub fn finding_from_answer(
     let error_mode = v.error_mode.clone();
     match normalize(trace, v.agent.as_deref(), v.step) {
         Ok((agent, step, named_agent, agent_mismatch)) => Finding {
-            agent: Some(agent),
             rationale_problem: step_position(trace, step)
                 .and_then(|pos| rationale_problem(trace, pos, &rationale)),
+            agent: Some(agent),
             step: Some(step),
             rationale,
             confidence,
@@ -179,7 +179,6 @@ pub fn finding_from_answer(
     }
 }
 
-#[cfg(test)]
 /// Words that name a verdict rather than explain it: the criterion's vocabulary, words that
 /// say only that something was wrong, and function words. A reason made of these, step
 /// numbers and agent names ("The decisive failure step is step 1") restates the verdict.
@@ -230,13 +229,12 @@ pub fn rationale_problem(trace: &Trace, pos: usize, reason: &str) -> Option<Stri
     content.dedup();
     let index = step.index;
     if content.len() < 3 {
-        let mut quoted: String = reason.trim().chars().take(80).collect();
-        if reason.trim().chars().count() > 80 {
-            quoted.push_str("...");
-        }
+        // The whole reason is quoted: a repair that must leave the first answer out to fit
+        // the window still shows the model what it wrote.
         return Some(format!(
-            "the reason only restates the verdict ({quoted:?}): say what the agent did wrong at \
-             step {index}, quoting the words of step {index} that are wrong"
+            "the reason only restates the verdict ({:?}): say what the agent did wrong at step \
+             {index}, quoting the words of step {index} that are wrong",
+            reason.trim()
         ));
     }
     let said: std::collections::HashSet<String> =
@@ -275,6 +273,7 @@ pub fn location_problem(
     }
 }
 
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -306,7 +305,6 @@ mod tests {
         assert!(normalize(&t, Some("Coder"), None).is_err());
     }
 
-    #[test]
     #[test]
     fn rationale_check_rejects_tautologies_and_reasons_unrelated_to_the_step() {
         let t = maslens_trace::TraceBuilder::new("t")
@@ -372,6 +370,7 @@ mod tests {
         );
     }
 
+    #[test]
     fn reads_a_location_answer_as_the_untyped_code_did() {
         let t = trace();
         let schema = judge::location_schema(&[]);
