@@ -130,9 +130,7 @@ pub(crate) fn run<T: Send, F: Future<Output = T> + Send>(
                     tokio::select! {
                         out = &mut fut => return Ok(out),
                         _ = tick.tick() => {
-                            if let Err(e) = Python::attach(|py| py.check_signals()) {
-                                return Err(e);
-                            }
+                            Python::attach(|py| py.check_signals())?;
                             if let Some(e) = interrupt.take() {
                                 return Err(e);
                             }
