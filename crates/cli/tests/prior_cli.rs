@@ -90,6 +90,9 @@ fn train_writes_a_model_that_rank_can_use() {
             &format!("{DATA}/Algorithm-Generated"),
             "--folds",
             "0",
+            // a fixed configuration: no selection
+            "--alpha",
+            "150",
             "--out",
         ])
         .arg(&model)
@@ -114,6 +117,82 @@ fn train_writes_a_model_that_rank_can_use() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("Algorithm-Generated/1"));
+}
+
+/// Issue 15 item 2: `prior train` runs the frozen protocol: nested cross-validation grouped by
+/// task question with the selection inside every outer fold, leave-one-group-out, then the
+/// selection on every trace; the model file records the chosen configuration and the command.
+#[test]
+fn train_runs_the_frozen_protocol() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pick = |sub: &str, n: usize| -> Vec<String> {
+        let mut files: Vec<String> = std::fs::read_dir(format!("{DATA}/{sub}"))
+            .unwrap()
+            .map(|e| e.unwrap().path().display().to_string())
+            .collect();
+        files.sort();
+        files.truncate(n);
+        files
+    };
+    let model = tmp.path().join("m.json");
+    let out = maslens()
+        .args(["--json", "prior", "train"])
+        .args(pick("Algorithm-Generated", 16))
+        .args(pick("Hand-Crafted", 8))
+        .args([
+            "--folds",
+            "3",
+            "--inner-folds",
+            "2",
+            "--bootstrap",
+            "100",
+            "--out",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["format_version"], 3);
+    let p = &v["protocols"][0];
+    assert_eq!(p["protocol"], "nested-cv3x2-grouped");
+    let d = p["description"].as_str().unwrap();
+    assert!(d.contains("grouped by task question"), "{d}");
+    assert!(
+        d.contains("chooses among 18 candidate configurations"),
+        "{d}"
+    );
+    assert_eq!(d.matches("chosen per outer fold").count(), 1, "{d}");
+    let methods: Vec<&str> = p["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["method"].as_str().unwrap())
+        .collect();
+    assert!(methods.contains(&"prior/nested"), "{methods:?}");
+    assert!(methods.contains(&"prior/leave-group-out"), "{methods:?}");
+    let nested = &p["methods"][methods.iter().position(|m| *m == "prior/nested").unwrap()];
+    assert_eq!(nested["groups"]["all"]["step"]["n"], 24);
+    assert_eq!(nested["groups"]["Hand-Crafted"]["agent"]["n"], 8);
+    let sel = &v["selection"];
+    assert_eq!(sel["scores"].as_array().unwrap().len(), 18);
+    let chosen = sel["name"].as_str().unwrap();
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&model).unwrap()).unwrap();
+    let note = m["training"]["note"].as_str().unwrap();
+    assert!(note.contains(&format!("configuration: {chosen}")), "{note}");
+    assert!(note.contains("--inner-folds 2"), "{note}");
+    assert_eq!(
+        m["training"]["exclude_features"]
+            .as_array()
+            .map(Vec::len)
+            .unwrap_or(0),
+        if chosen.starts_with("compact") { 16 } else { 0 }
+    );
 }
 
 #[test]

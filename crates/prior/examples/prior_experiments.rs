@@ -109,24 +109,7 @@ fn hits(traces: &[&Trace], preds: &[Preds], keep: impl Fn(&Trace) -> bool) -> [(
 }
 
 /// Step features added in the second round (held out by the `old-features` variants).
-const NEW_FEATURES: &[&str] = &[
-    "nt_ord_2",
-    "nt_ord_3",
-    "nt_ord_log",
-    "pos_rel_x_len",
-    "log_index_x_len",
-    "agent_first_turn_x_len",
-    "orchestrator_x_len",
-    "first_step_code",
-    "cause_of_first_error",
-    "prev_tool_error",
-    "errors_before",
-    "next_tool_short",
-    "agent_turn_2",
-    "agent_turn_3",
-    "origin_final_numbers",
-    "origin_final_words",
-];
+const NEW_FEATURES: &[&str] = maslens_prior::eval::SECOND_ROUND_FEATURES;
 
 fn configs() -> Vec<(String, TrainConfig)> {
     let base = TrainConfig::default();

@@ -5,7 +5,7 @@
 //! The bootstrap is the shared one in `maslens_eval::stats`; metrics follow the conventions of
 //! `maslens_eval::metrics` (exact name/integer comparison, `{value, k, n, ci95}`).
 
-use crate::model::{PriorModel, TrainConfig};
+use crate::model::{PriorModel, RowCache, TrainConfig};
 use crate::PriorError;
 use maslens_eval::metrics::{Accuracy, Scorer};
 use maslens_eval::run::{evaluate_now, EvalSpec, LabelledCase, Table};
@@ -154,19 +154,51 @@ pub fn group_of(trace: &Trace) -> String {
     trace.group().unwrap_or_else(|| "default".to_string())
 }
 
-/// Deterministic K-fold assignment: traces are put in their seeded order
-/// ([`maslens_trace::seeded_hash`] of the id, ties by id) and dealt round-robin into `k` folds,
-/// so folds are balanced and independent of input order.
+/// Deterministic K-fold assignment, grouped by task question ([`Trace::task_key`]) so that runs
+/// of one question never sit on both sides of a split. Each group is keyed by its smallest trace
+/// id; groups are put in the seeded order of that key ([`maslens_trace::seeded_hash`], ties by
+/// key) and each goes to the fold holding the fewest traces so far (the lowest fold on ties).
+/// With one trace per question this is the round-robin deal of the seeded order: balanced,
+/// deterministic and independent of input order. When there are fewer questions than folds
+/// (traces without a usable task), every trace is its own group, with a warning.
 pub fn fold_assignment(traces: &[&Trace], k: usize, seed: u64) -> Vec<usize> {
-    let mut order: Vec<(u64, &str, usize)> = traces
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (maslens_trace::seeded_hash(seed, &t.id), t.id.as_str(), i))
+    let k = k.max(1);
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, t) in traces.iter().enumerate() {
+        groups.entry(t.task_key()).or_default().push(i);
+    }
+    if groups.len() < k && traces.len() >= k {
+        tracing::warn!(
+            questions = groups.len(),
+            folds = k,
+            "fewer task questions than folds: folds are formed by trace instead of by question"
+        );
+        groups = traces
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("trace:{}\u{0}{i}", t.id), vec![i]))
+            .collect();
+    }
+    let mut order: Vec<(u64, &str, &Vec<usize>)> = groups
+        .values()
+        .map(|members| {
+            let key = members
+                .iter()
+                .map(|&i| traces[i].id.as_str())
+                .min()
+                .unwrap_or("");
+            (maslens_trace::seeded_hash(seed, key), key, members)
+        })
         .collect();
     order.sort();
     let mut folds = vec![0; traces.len()];
-    for (rank, (_, _, i)) in order.into_iter().enumerate() {
-        folds[i] = rank % k.max(1);
+    let mut load = vec![0usize; k];
+    for (_, _, members) in order {
+        let f = (0..k).min_by_key(|&f| (load[f], f)).unwrap_or(0);
+        for &i in members {
+            folds[i] = f;
+        }
+        load[f] += members.len();
     }
     folds
 }
@@ -223,6 +255,385 @@ pub fn out_of_fold<T>(
         }
     }
     Ok(out.into_iter().flatten().collect())
+}
+
+/// Step features of the second feature round (docs/prior.md), held out by the `compact`
+/// feature set of [`protocol_settings`]: the first round's 40 features are the simpler, more
+/// general set; the second round's were added after looking at cross-validated errors.
+pub const SECOND_ROUND_FEATURES: &[&str] = &[
+    "nt_ord_2",
+    "nt_ord_3",
+    "nt_ord_log",
+    "pos_rel_x_len",
+    "log_index_x_len",
+    "agent_first_turn_x_len",
+    "orchestrator_x_len",
+    "first_step_code",
+    "cause_of_first_error",
+    "prev_tool_error",
+    "errors_before",
+    "next_tool_short",
+    "agent_turn_2",
+    "agent_turn_3",
+    "origin_final_numbers",
+    "origin_final_words",
+];
+
+/// One configuration (a candidate) that model selection may choose.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setting {
+    /// e.g. `all a=150 agent a=50`.
+    pub name: String,
+    pub cfg: TrainConfig,
+}
+
+impl Setting {
+    /// A candidate named after its settings.
+    pub fn new(features: &str, cfg: TrainConfig) -> Setting {
+        let name = format!(
+            "{features} a={} agent a={}{}",
+            cfg.alpha,
+            cfg.agent_alpha.unwrap_or(cfg.alpha),
+            match cfg.objective {
+                crate::Objective::Listwise => " listwise",
+                crate::Objective::Pointwise => "",
+            }
+        );
+        Setting { name, cfg }
+    }
+}
+
+/// The candidate set of the frozen protocol (`maslens prior train`): step-head L2 weight
+/// {50, 150, 400} x agent-head L2 weight {10, 50, 150} x feature set {`all`, `compact` (without
+/// [`SECOND_ROUND_FEATURES`])}, pointwise heads, `base`'s other settings (pair rule, seed,
+/// inner folds). 18 candidates; the agent weights share one training
+/// ([`PriorModel::train_agent_variants`]).
+pub fn protocol_settings(base: &TrainConfig) -> Vec<Setting> {
+    let mut out = Vec::new();
+    for (features, exclude) in [("all", Vec::new()), ("compact", second_round())] {
+        for alpha in [50.0, 150.0, 400.0] {
+            for agent_alpha in [10.0, 50.0, 150.0] {
+                out.push(Setting::new(
+                    features,
+                    TrainConfig {
+                        alpha,
+                        agent_alpha: Some(agent_alpha),
+                        objective: crate::Objective::Pointwise,
+                        agent_objective: crate::Objective::Pointwise,
+                        exclude_features: exclude.clone(),
+                        ..base.clone()
+                    },
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn second_round() -> Vec<String> {
+    SECOND_ROUND_FEATURES
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// A candidate's cross-validated hits in a selection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateScore {
+    pub name: String,
+    pub agent_hits: usize,
+    pub step_hits: usize,
+    /// Traces predicted.
+    pub n: usize,
+}
+
+/// The outcome of [`select`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    /// Index of the chosen candidate.
+    pub chosen: usize,
+    pub name: String,
+    pub scores: Vec<CandidateScore>,
+}
+
+fn same_name(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b.trim())
+}
+
+/// Choose among `candidates` by grouped `k`-fold cross-validation ([`fold_assignment`], `seed`)
+/// on the traces with a decisive label (traces with agent-level labels only join every training
+/// set): the candidate with the most agent hits plus step hits under its own pair rule; ties go
+/// to the earlier candidate. Candidates that differ only in the agent head's L2 weight share
+/// their trainings.
+pub fn select(
+    traces: &[&Trace],
+    k: usize,
+    seed: u64,
+    candidates: &[Setting],
+) -> Result<Selection, PriorError> {
+    select_cached(traces, k, seed, candidates, &RowCache::new(traces))
+}
+
+/// [`select`] with feature rows from `cache`.
+pub fn select_cached(
+    traces: &[&Trace],
+    k: usize,
+    seed: u64,
+    candidates: &[Setting],
+    cache: &RowCache,
+) -> Result<Selection, PriorError> {
+    if candidates.is_empty() {
+        return Err(PriorError::Train("no candidate configuration".into()));
+    }
+    if candidates.len() == 1 {
+        // Nothing to choose: no cross-validation needed.
+        return Ok(Selection {
+            chosen: 0,
+            name: candidates[0].name.clone(),
+            scores: Vec::new(),
+        });
+    }
+    let labelled: Vec<&Trace> = traces
+        .iter()
+        .copied()
+        .filter(|t| t.labels.decisive.is_some())
+        .collect();
+    let agent_only: Vec<&Trace> = traces
+        .iter()
+        .copied()
+        .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
+        .collect();
+    let mut scores: Vec<CandidateScore> = candidates
+        .iter()
+        .map(|c| CandidateScore {
+            name: c.name.clone(),
+            agent_hits: 0,
+            step_hits: 0,
+            n: 0,
+        })
+        .collect();
+    // Candidates sharing everything but the agent head's weight train together.
+    let mut families: Vec<(TrainConfig, Vec<usize>)> = Vec::new();
+    for (i, c) in candidates.iter().enumerate() {
+        let key = TrainConfig {
+            agent_alpha: None,
+            ..c.cfg.clone()
+        };
+        match families.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(i),
+            None => families.push((key, vec![i])),
+        }
+    }
+    let folds = fold_assignment(&labelled, k.max(2), seed);
+    for fold in 0..k.max(2) {
+        let train: Vec<&Trace> = labelled
+            .iter()
+            .zip(&folds)
+            .filter(|(_, f)| **f != fold)
+            .map(|(t, _)| *t)
+            .chain(agent_only.iter().copied())
+            .collect();
+        let test: Vec<&Trace> = labelled
+            .iter()
+            .zip(&folds)
+            .filter(|(_, f)| **f == fold)
+            .map(|(t, _)| *t)
+            .collect();
+        if test.is_empty() {
+            continue;
+        }
+        for (family, members) in &families {
+            let alphas: Vec<f64> = members
+                .iter()
+                .map(|&i| {
+                    let c = &candidates[i].cfg;
+                    c.agent_alpha.unwrap_or(c.alpha)
+                })
+                .collect();
+            let cfg = TrainConfig {
+                agent_alpha: candidates[members[0]].cfg.agent_alpha,
+                ..family.clone()
+            };
+            let models = PriorModel::train_cached(&train, &cfg, &alphas, cache)?;
+            for (model, &i) in models.iter().zip(members) {
+                for t in &test {
+                    let Some(label) = t.labels.decisive.as_ref() else {
+                        continue;
+                    };
+                    let (agent, step) = model.predict(t).unzip();
+                    let sc = &mut scores[i];
+                    sc.n += 1;
+                    sc.agent_hits +=
+                        usize::from(agent.is_some_and(|a| same_name(&a, &label.agent)));
+                    sc.step_hits += usize::from(step == Some(label.step));
+                }
+            }
+        }
+    }
+    let mut chosen = 0;
+    for (i, sc) in scores.iter().enumerate() {
+        let best = &scores[chosen];
+        if sc.agent_hits + sc.step_hits > best.agent_hits + best.step_hits {
+            chosen = i;
+        }
+    }
+    Ok(Selection {
+        chosen,
+        name: candidates[chosen].name.clone(),
+        scores,
+    })
+}
+
+/// Train the model the frozen protocol ships: [`select`] over `candidates` on all `traces`, then
+/// the chosen configuration trained on all of them.
+pub fn select_and_train(
+    traces: &[&Trace],
+    inner: usize,
+    seed: u64,
+    candidates: &[Setting],
+) -> Result<(PriorModel, Selection), PriorError> {
+    select_and_train_cached(traces, inner, seed, candidates, &RowCache::new(traces))
+}
+
+/// [`select_and_train`] with feature rows from `cache`.
+pub fn select_and_train_cached(
+    traces: &[&Trace],
+    inner: usize,
+    seed: u64,
+    candidates: &[Setting],
+    cache: &RowCache,
+) -> Result<(PriorModel, Selection), PriorError> {
+    let sel = select_cached(traces, inner, seed, candidates, cache)?;
+    let cfg = &candidates[sel.chosen].cfg;
+    let alpha = cfg.agent_alpha.unwrap_or(cfg.alpha);
+    let model = PriorModel::train_cached(traces, cfg, &[alpha], cache)?
+        .pop()
+        .ok_or_else(|| PriorError::Train("no model trained".into()))?;
+    Ok((model, sel))
+}
+
+/// What nested cross-validation chose and predicted.
+#[derive(Debug, Clone)]
+pub struct Nested<T> {
+    /// Per labelled trace (in the order of the decisive-labelled traces): the outer fold's
+    /// output for it.
+    pub out: Vec<T>,
+    /// Per outer fold: the candidate its inner selection chose.
+    pub chosen: Vec<String>,
+    /// Outer fold of each labelled trace.
+    pub folds: Vec<usize>,
+}
+
+/// Nested cross-validation of the whole training procedure: outer folds grouped by task question
+/// ([`fold_assignment`], `seed`); inside each outer training set, [`select`] over `candidates`
+/// with `inner` grouped folds; the chosen configuration, trained on the outer training set,
+/// answers for the outer fold's traces through `f`. No choice sees the traces it is scored on.
+pub fn nested_out_of_fold<T>(
+    traces: &[&Trace],
+    outer: usize,
+    inner: usize,
+    seed: u64,
+    candidates: &[Setting],
+    mut f: impl FnMut(&PriorModel, &Trace) -> T,
+) -> Result<Nested<T>, PriorError> {
+    if outer < 2 || inner < 2 {
+        return Err(PriorError::Train(format!(
+            "folds must be >= 2, got {outer} outer and {inner} inner"
+        )));
+    }
+    let labelled: Vec<&Trace> = traces
+        .iter()
+        .copied()
+        .filter(|t| t.labels.decisive.is_some())
+        .collect();
+    let agent_only: Vec<&Trace> = traces
+        .iter()
+        .copied()
+        .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
+        .collect();
+    let cache = RowCache::new(traces);
+    let folds = fold_assignment(&labelled, outer, seed);
+    let mut out: Vec<Option<T>> = (0..labelled.len()).map(|_| None).collect();
+    let mut chosen = Vec::new();
+    for fold in 0..outer {
+        let test: Vec<usize> = (0..labelled.len()).filter(|&i| folds[i] == fold).collect();
+        if test.is_empty() {
+            continue;
+        }
+        let train: Vec<&Trace> = labelled
+            .iter()
+            .zip(&folds)
+            .filter(|(_, f)| **f != fold)
+            .map(|(t, _)| *t)
+            .chain(agent_only.iter().copied())
+            .collect();
+        let (model, sel) = select_and_train_cached(&train, inner, seed, candidates, &cache)?;
+        chosen.push(sel.name);
+        for i in test {
+            out[i] = Some(f(&model, labelled[i]));
+        }
+    }
+    Ok(Nested {
+        out: out.into_iter().flatten().collect(),
+        chosen,
+        folds,
+    })
+}
+
+/// [`nested_out_of_fold`] with the model's predictions.
+pub fn nested_cv(
+    traces: &[&Trace],
+    outer: usize,
+    inner: usize,
+    seed: u64,
+    candidates: &[Setting],
+) -> Result<Nested<Prediction>, PriorError> {
+    nested_out_of_fold(traces, outer, inner, seed, candidates, model_prediction)
+}
+
+/// Leave-one-group-out with the selection inside: for each group, [`select`] (grouped `inner`
+/// folds) and train on the other groups only, then predict the group (transfer to an unseen
+/// system). Groups with no other labelled group to train on are skipped. Returns the
+/// predictions and, per group, the candidate chosen for it.
+pub fn leave_group_out_selected(
+    traces: &[&Trace],
+    inner: usize,
+    seed: u64,
+    candidates: &[Setting],
+) -> Result<(Vec<Prediction>, Vec<(String, String)>), PriorError> {
+    let labelled: Vec<&Trace> = traces
+        .iter()
+        .copied()
+        .filter(|t| t.labels.decisive.is_some())
+        .collect();
+    let groups: Vec<String> = labelled.iter().map(|t| group_of(t)).collect();
+    let mut names: Vec<&String> = groups.iter().collect();
+    names.sort();
+    names.dedup();
+    let mut preds = Vec::new();
+    let mut chosen = Vec::new();
+    if names.len() < 2 {
+        return Ok((preds, chosen));
+    }
+    let cache = RowCache::new(traces);
+    for g in names {
+        let train: Vec<&Trace> = labelled
+            .iter()
+            .zip(&groups)
+            .filter(|(_, gg)| *gg != g)
+            .map(|(t, _)| *t)
+            .collect();
+        let (model, sel) = select_and_train_cached(&train, inner, seed, candidates, &cache)?;
+        chosen.push((g.clone(), sel.name));
+        preds.extend(
+            labelled
+                .iter()
+                .zip(&groups)
+                .filter(|(_, gg)| *gg == g)
+                .map(|(t, _)| model_prediction(&model, t)),
+        );
+    }
+    Ok((preds, chosen))
 }
 
 /// Leave-one-group-out: for each group, train on all other groups and predict it.
@@ -430,6 +841,100 @@ mod tests {
             fold_assignment(&refs, 5, 8),
             "another seed, another split"
         );
+    }
+
+    #[test]
+    fn folds_keep_runs_of_one_question_together() {
+        let mut data = synthetic_corpus(24, 5);
+        for (i, t) in data.iter_mut().enumerate() {
+            t.task = format!("Question {} of the benchmark?", i / 2);
+        }
+        // a question id wins over the text: 0 and 23 are one question, 1 another
+        data[0].metadata.insert("question_ID".into(), "q-1".into());
+        data[23].metadata.insert("question_ID".into(), "q-1".into());
+        data[1]
+            .metadata
+            .insert("question_ID".into(), "other".into());
+        let refs: Vec<&Trace> = data.iter().collect();
+        for seed in 0..8 {
+            let f = fold_assignment(&refs, 5, seed);
+            assert_eq!(f[0], f[23], "seed {seed}");
+            for q in 1..11 {
+                assert_eq!(f[2 * q], f[2 * q + 1], "seed {seed}, question {q}");
+            }
+            let mut counts = [0usize; 5];
+            for x in &f {
+                counts[*x] += 1;
+            }
+            assert!(counts.iter().all(|c| (4..=6).contains(c)), "{counts:?}");
+        }
+        // fewer questions than folds: folds by trace
+        for t in data.iter_mut() {
+            t.task = "the same task".into();
+            t.metadata.clear();
+        }
+        let refs: Vec<&Trace> = data.iter().collect();
+        let f = fold_assignment(&refs, 5, 1);
+        assert!((0..5).all(|k| f.contains(&k)));
+    }
+
+    #[test]
+    fn nested_cross_validation_selects_inside_each_outer_fold() {
+        let mut data = synthetic_corpus(30, 2);
+        for (i, t) in data.iter_mut().enumerate() {
+            t.id = format!("{}/{i}", if i % 2 == 0 { "even" } else { "odd" });
+        }
+        let refs: Vec<&Trace> = data.iter().collect();
+        let good = Setting::new(
+            "all",
+            TrainConfig {
+                alpha: 1.0,
+                ..TrainConfig::default()
+            },
+        );
+        // every step feature held at zero: nothing to learn from
+        let useless = Setting::new(
+            "none",
+            TrainConfig {
+                alpha: 1.0,
+                exclude_features: crate::FEATURE_NAMES.iter().map(|s| s.to_string()).collect(),
+                ..TrainConfig::default()
+            },
+        );
+        let settings = [useless.clone(), good.clone()];
+        let sel = select(&refs, 3, 7, &settings).unwrap();
+        assert_eq!(
+            (sel.chosen, sel.name.as_str()),
+            (1, good.name.as_str()),
+            "{sel:?}"
+        );
+        assert!(sel.scores[1].step_hits > sel.scores[0].step_hits, "{sel:?}");
+        let nested = nested_cv(&refs, 3, 3, 7, &settings).unwrap();
+        assert_eq!(nested.out.len(), 30);
+        assert_eq!(nested.chosen, vec![good.name.clone(); 3]);
+        let ecfg = EvalConfig {
+            bootstrap: 100,
+            ..EvalConfig::default()
+        };
+        let r = report("prior/nested", &refs, &nested.out, &ecfg);
+        assert!(
+            r.groups["all"].step.value > 0.8,
+            "{:?}",
+            r.groups["all"].step
+        );
+        let (lgo, chosen) = leave_group_out_selected(&refs, 3, 7, &settings).unwrap();
+        assert_eq!(lgo.len(), 30);
+        assert_eq!(chosen.len(), 2);
+        // the agent weights of one step setting share their trainings and still differ
+        let cfg = TrainConfig {
+            alpha: 1.0,
+            ..TrainConfig::default()
+        };
+        let models = PriorModel::train_agent_variants(&refs, &cfg, &[0.1, 1e6]).unwrap();
+        assert_eq!(models[0].step, models[1].step);
+        assert_ne!(models[0].agent, models[1].agent);
+        assert_eq!(models[1].training.agent_alpha, Some(1e6));
+        assert_eq!(protocol_settings(&TrainConfig::default()).len(), 18);
     }
 
     #[test]

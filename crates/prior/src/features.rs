@@ -95,7 +95,7 @@ pub fn feature_index(name: &str) -> Option<usize> {
     FEATURE_NAMES.iter().position(|n| *n == name)
 }
 
-const ERROR_TERMS: &[&str] = &[
+pub(crate) const ERROR_TERMS: &[&str] = &[
     "error",
     "exception",
     "traceback",
@@ -120,7 +120,7 @@ const ERROR_TERMS: &[&str] = &[
     "nan",
 ];
 
-const ASSUME_TERMS: &[&str] = &[
+pub(crate) const ASSUME_TERMS: &[&str] = &[
     "assum",
     "hypothetical",
     "example",
@@ -141,7 +141,7 @@ const ASSUME_TERMS: &[&str] = &[
     "generic",
 ];
 
-const HEDGE_TERMS: &[&str] = &[
+pub(crate) const HEDGE_TERMS: &[&str] = &[
     "might",
     "may be",
     "likely",
@@ -155,7 +155,7 @@ const HEDGE_TERMS: &[&str] = &[
     "perhaps",
 ];
 
-const SUCCESS_TERMS: &[&str] = &[
+pub(crate) const SUCCESS_TERMS: &[&str] = &[
     "success",
     "verified",
     "confirmed",
@@ -166,7 +166,7 @@ const SUCCESS_TERMS: &[&str] = &[
     "complete",
 ];
 
-const FINAL_TERMS: &[&str] = &[
+pub(crate) const FINAL_TERMS: &[&str] = &[
     "final answer",
     "terminate",
     "the answer is",
@@ -174,7 +174,7 @@ const FINAL_TERMS: &[&str] = &[
     "request satisfied",
 ];
 
-const PLAN_CHANGE_TERMS: &[&str] = &[
+pub(crate) const PLAN_CHANGE_TERMS: &[&str] = &[
     "instead",
     "alternative",
     "new plan",

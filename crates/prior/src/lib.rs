@@ -9,6 +9,7 @@
 //! library path of `maslens prior`). `docs/prior.md` documents the features and the protocol.
 
 pub mod eval;
+pub mod explain;
 pub mod features;
 pub mod model;
 pub mod probs;

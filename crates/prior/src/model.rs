@@ -127,6 +127,10 @@ pub struct TrainingInfo {
     #[serde(default)]
     pub agent_objective: Objective,
     pub seed: u64,
+    /// Step features held at zero in training (the `compact` feature set holds out the second
+    /// round's); absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude_features: Vec<String>,
     /// Free text: data, command, metrics (written by the CLI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -474,7 +478,49 @@ struct Prepared<'a> {
     agent: &'a str,
 }
 
-fn prepare<'a>(traces: &[&'a Trace], exclude: &[String]) -> (Vec<Prepared<'a>>, usize) {
+/// Feature rows of a set of traces, extracted once and reused by the many trainings of one
+/// protocol run (selection, nested cross-validation): feature extraction, not the fit, dominates
+/// a training. Keyed by the borrowed trace's address, which cannot change or be reused while the
+/// cache borrows the traces.
+pub struct RowCache<'a> {
+    rows: HashMap<usize, Vec<StepFeatures>>,
+    _traces: std::marker::PhantomData<&'a Trace>,
+}
+
+impl<'a> RowCache<'a> {
+    /// Extract the rows of every trace.
+    pub fn new(traces: &[&'a Trace]) -> RowCache<'a> {
+        RowCache {
+            rows: traces
+                .iter()
+                .map(|t| (*t as *const Trace as usize, extract(t)))
+                .collect(),
+            _traces: std::marker::PhantomData,
+        }
+    }
+
+    /// An empty cache (every lookup extracts).
+    pub fn empty() -> RowCache<'a> {
+        RowCache {
+            rows: HashMap::new(),
+            _traces: std::marker::PhantomData,
+        }
+    }
+
+    /// The rows of `t`: cached, else extracted now.
+    pub fn rows(&self, t: &Trace) -> Vec<StepFeatures> {
+        match self.rows.get(&(t as *const Trace as usize)) {
+            Some(r) => r.clone(),
+            None => extract(t),
+        }
+    }
+}
+
+fn prepare<'a>(
+    traces: &[&'a Trace],
+    exclude: &[String],
+    cache: &RowCache,
+) -> (Vec<Prepared<'a>>, usize) {
     let drop: Vec<usize> = FEATURE_NAMES
         .iter()
         .enumerate()
@@ -498,7 +544,7 @@ fn prepare<'a>(traces: &[&'a Trace], exclude: &[String]) -> (Vec<Prepared<'a>>, 
             skipped += 1;
             continue;
         }
-        let mut rows = extract(t);
+        let mut rows = cache.rows(t);
         for r in &mut rows {
             for j in &drop {
                 r[*j] = 0.0;
@@ -550,6 +596,24 @@ fn head_distribution(head: &LinearHead, rows: &[StepFeatures]) -> Vec<f64> {
     softmax(&rows.iter().map(|r| head.logit(r)).collect::<Vec<_>>())
 }
 
+impl TrainingInfo {
+    /// The training configuration these settings describe (with `pair_rule` and the agent head
+    /// as given), to retrain a model from its file.
+    pub fn config(&self, pair_rule: PairRule, agent_head: bool) -> TrainConfig {
+        TrainConfig {
+            alpha: self.alpha,
+            agent_alpha: self.agent_alpha,
+            objective: self.objective,
+            agent_objective: self.agent_objective,
+            seed: self.seed,
+            pair_rule,
+            agent_head,
+            exclude_features: self.exclude_features.clone(),
+            ..TrainConfig::default()
+        }
+    }
+}
+
 impl PriorModel {
     /// Train on the labelled traces among `traces` (those with `labels.decisive`).
     ///
@@ -557,7 +621,33 @@ impl PriorModel {
     /// agent rows whose step-probability features come from step heads cross-fitted over
     /// `inner_folds` folds, so it learns how much to trust out-of-sample step scores.
     pub fn train(traces: &[&Trace], cfg: &TrainConfig) -> Result<PriorModel, PriorError> {
-        let (data, skipped) = prepare(traces, &cfg.exclude_features);
+        let alpha = cfg.agent_alpha.unwrap_or(cfg.alpha);
+        let mut models = Self::train_agent_variants(traces, cfg, &[alpha])?;
+        models
+            .pop()
+            .ok_or_else(|| PriorError::Train("no model trained".into()))
+    }
+
+    /// [`PriorModel::train`] once per agent-head L2 weight in `agent_alphas` (in that order),
+    /// sharing everything but the agent head's fit: the step head and the cross-fitted step
+    /// probabilities the agent head learns from depend only on the step head's settings. Model
+    /// selection over agent weights costs one training instead of one per weight.
+    pub fn train_agent_variants(
+        traces: &[&Trace],
+        cfg: &TrainConfig,
+        agent_alphas: &[f64],
+    ) -> Result<Vec<PriorModel>, PriorError> {
+        Self::train_cached(traces, cfg, agent_alphas, &RowCache::empty())
+    }
+
+    /// [`PriorModel::train_agent_variants`] with feature rows from `cache` (the same models).
+    pub fn train_cached(
+        traces: &[&Trace],
+        cfg: &TrainConfig,
+        agent_alphas: &[f64],
+        cache: &RowCache,
+    ) -> Result<Vec<PriorModel>, PriorError> {
+        let (data, skipped) = prepare(traces, &cfg.exclude_features, cache);
         if data.is_empty() {
             return Err(PriorError::Train(format!(
                 "no usable labelled traces ({skipped} skipped: no decisive label or step out of range)"
@@ -611,7 +701,7 @@ impl PriorModel {
             // Agent-level labels only (Aegis faulty agents): the step head above never saw
             // these traces, so its probabilities are out of sample for them too.
             for t in &agent_only {
-                let rows = extract(t);
+                let rows = cache.rows(t);
                 let pr = head_distribution(&step, &rows);
                 let ar = agent_rows(t, &rows, &pr);
                 let pos: Vec<usize> = ar
@@ -627,36 +717,47 @@ impl PriorModel {
                     .collect();
                 groups.push((ar.into_iter().map(|(_, r)| r).collect(), pos));
             }
-            Some(fit_head(
-                AGENT_FEATURE_NAMES,
-                &groups,
-                cfg.agent_alpha.unwrap_or(cfg.alpha),
-                cfg.agent_objective,
-            )?)
+            let mut heads = Vec::with_capacity(agent_alphas.len());
+            for &alpha in agent_alphas {
+                heads.push(Some(fit_head(
+                    AGENT_FEATURE_NAMES,
+                    &groups,
+                    alpha,
+                    cfg.agent_objective,
+                )?));
+            }
+            heads
         } else {
-            None
+            vec![None; agent_alphas.len()]
         };
-        let agent_used = if agent.is_some() { agent_only.len() } else { 0 };
-        let agent_alpha = agent.as_ref().map(|_| cfg.agent_alpha.unwrap_or(cfg.alpha));
-        Ok(PriorModel {
-            format: MODEL_FORMAT.to_string(),
-            step,
-            agent,
-            agent_aggregation: cfg.agent_aggregation,
-            pair_rule: cfg.pair_rule,
-            training: TrainingInfo {
-                traces: data.len(),
-                steps: data.iter().map(|p| p.rows.len()).sum(),
-                skipped: skipped - agent_used,
-                agent_only_traces: agent_used,
-                alpha: cfg.alpha,
-                agent_alpha,
-                objective: cfg.objective,
-                agent_objective: cfg.agent_objective,
-                seed: cfg.seed,
-                note: None,
-            },
-        })
+        Ok(agent
+            .into_iter()
+            .zip(agent_alphas)
+            .map(|(agent, &alpha)| {
+                let agent_used = if agent.is_some() { agent_only.len() } else { 0 };
+                let agent_alpha = agent.as_ref().map(|_| alpha);
+                PriorModel {
+                    format: MODEL_FORMAT.to_string(),
+                    step: step.clone(),
+                    agent,
+                    agent_aggregation: cfg.agent_aggregation,
+                    pair_rule: cfg.pair_rule,
+                    training: TrainingInfo {
+                        traces: data.len(),
+                        steps: data.iter().map(|p| p.rows.len()).sum(),
+                        skipped: skipped - agent_used,
+                        agent_only_traces: agent_used,
+                        alpha: cfg.alpha,
+                        agent_alpha,
+                        objective: cfg.objective,
+                        agent_objective: cfg.agent_objective,
+                        seed: cfg.seed,
+                        exclude_features: cfg.exclude_features.clone(),
+                        note: None,
+                    },
+                }
+            })
+            .collect())
     }
 
     /// Parse a model from JSON text; `origin` names it in errors.
@@ -916,7 +1017,7 @@ pub(crate) mod tests {
         (0..n)
             .map(|k| {
                 let mut t = Trace::new(format!("synthetic/{k}"));
-                t.task = "Compute the total revenue of the shop in 2021.".into();
+                t.task = format!("Compute the total revenue of shop {k} in 2021.");
                 t.ensure_agent("Planner", AgentKind::Orchestrator);
                 t.ensure_agent("Analyst", AgentKind::Worker);
                 t.ensure_agent("Reviewer", AgentKind::Worker);

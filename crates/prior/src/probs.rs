@@ -24,6 +24,10 @@ pub struct ProbsLine {
     pub format_version: u32,
     pub trace: String,
     pub probs: Vec<f64>,
+    /// The agent-level distribution (agent head), best first, when the writer had one: the
+    /// agent-level answer of a prior may differ from the agent of its best step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<(String, f64)>,
 }
 
 fn v1() -> u32 {
@@ -48,6 +52,8 @@ impl std::fmt::Display for LineError {
 #[derive(Debug, Clone, Default)]
 pub struct ProbsFile {
     pub by_trace: HashMap<String, Vec<f64>>,
+    /// Agent distributions (best first) of the lines that carry one.
+    pub agents_by_trace: HashMap<String, Vec<(String, f64)>>,
     pub skipped: Vec<LineError>,
 }
 
@@ -93,6 +99,9 @@ pub fn parse(name: &str, text: &str) -> ProbsFile {
             )));
             continue;
         }
+        if !row.agents.is_empty() {
+            out.agents_by_trace.insert(row.trace.clone(), row.agents);
+        }
         out.by_trace.insert(row.trace, row.probs);
     }
     out
@@ -107,6 +116,16 @@ pub fn read(path: &Path) -> Result<ProbsFile, PriorError> {
     Ok(parse(&path.display().to_string(), &text))
 }
 
+/// A model's line for a trace: its step and agent distributions.
+pub fn line(model: &PriorModel, t: &Trace) -> ProbsLine {
+    ProbsLine {
+        format_version: PROBS_FORMAT_VERSION,
+        trace: t.id.clone(),
+        probs: model.step_distribution(t),
+        agents: model.agent_distribution(t),
+    }
+}
+
 /// The out-of-fold step distribution of every labelled trace (the folds and training sets of the
 /// pooled cross-validation, [`crate::eval::out_of_fold`]).
 pub fn out_of_fold(
@@ -114,11 +133,7 @@ pub fn out_of_fold(
     folds: usize,
     cfg: &TrainConfig,
 ) -> Result<Vec<ProbsLine>, PriorError> {
-    crate::eval::out_of_fold(traces, folds, cfg, |model: &PriorModel, t| ProbsLine {
-        format_version: PROBS_FORMAT_VERSION,
-        trace: t.id.clone(),
-        probs: model.step_distribution(t),
-    })
+    crate::eval::out_of_fold(traces, folds, cfg, line)
 }
 
 /// Write lines as JSONL to `path`, atomically (a temporary file beside it, then a rename).
@@ -173,11 +188,13 @@ mod tests {
             format_version: PROBS_FORMAT_VERSION,
             trace: "x/1".into(),
             probs: vec![0.25, 0.75],
+            agents: vec![("A".into(), 0.9), ("B".into(), 0.1)],
         }];
         write(&path, &lines).unwrap();
         let f = read(&path).unwrap();
         assert!(f.skipped.is_empty());
         assert_eq!(f.by_trace["x/1"], vec![0.25, 0.75]);
+        assert_eq!(f.agents_by_trace["x/1"][0], ("A".to_string(), 0.9));
         assert!(matches!(
             read(&dir.path().join("missing")),
             Err(PriorError::Io { .. })

@@ -5,8 +5,8 @@
 //! [`EvalReport`], versioned by [`REPORT_FORMAT_VERSION`], with a text rendering ([`render_text`]).
 
 use crate::eval::{
-    baseline_reports, cross_validate, group_of, is_labelled, leave_group_out, model_prediction,
-    report, EvalConfig, MethodReport, Prediction,
+    baseline_reports, is_labelled, leave_group_out_selected, model_prediction, nested_out_of_fold,
+    protocol_settings, report, select, EvalConfig, MethodReport, Prediction, Selection, Setting,
 };
 use crate::model::{Candidate, Objective, PairRule, PriorModel, TrainConfig};
 use crate::probs::ProbsLine;
@@ -14,13 +14,15 @@ use crate::PriorError;
 use maslens_eval::metrics::Accuracy;
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// Version of the evaluation report this build writes.
 /// 1: first; 2: `pair` (agent and step both right) renamed `joint`, the name the locate report uses
 /// (its `pair_accuracy` is Aegis's agent + error mode), and every metric scored by
-/// `maslens_eval::run::evaluate_now`.
-pub const REPORT_FORMAT_VERSION: u32 = 2;
+/// `maslens_eval::run::evaluate_now`; 3: the frozen protocol: nested cross-validation grouped by
+/// task question (protocol `nested-cvKxI-grouped`, methods `prior/nested` and
+/// `prior/leave-group-out` with the selection inside), and `selection` (the candidates' inner-CV
+/// hits on all traces, which chose the trained model).
+pub const REPORT_FORMAT_VERSION: u32 = 3;
 
 /// Errors of a prior run.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +54,9 @@ pub struct EvalReport {
     pub seed: u64,
     pub bootstrap: usize,
     pub protocols: Vec<Protocol>,
+    /// How the trained model's configuration was chosen (training reports only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<Selection>,
 }
 
 fn v1() -> u32 {
@@ -74,6 +79,7 @@ impl EvalReport {
             seed: ecfg.seed,
             bootstrap: ecfg.bootstrap,
             protocols,
+            selection: None,
         }
     }
 }
@@ -81,10 +87,17 @@ impl EvalReport {
 /// Options of [`train`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainOptions {
-    /// Cross-validation folds (< 2: no cross-validation).
+    /// Outer cross-validation folds (< 2: no cross-validation).
     pub folds: usize,
-    /// Model training options (seed included: it also seeds the folds).
+    /// Folds of the selection among candidates (inside each outer fold, and on all traces for
+    /// the trained model).
+    pub inner_folds: usize,
+    /// Model training options (seed included: it also seeds the folds); the base of the
+    /// candidates.
     pub train: TrainConfig,
+    /// Configurations to choose among (empty: [`protocol_settings`] of `train`; one: that
+    /// configuration, no selection).
+    pub candidates: Vec<Setting>,
     /// Bootstrap resamples and seed of the metrics.
     pub eval: EvalConfig,
     /// Also compute the out-of-fold step distributions (the prior-probabilities file).
@@ -121,77 +134,115 @@ pub fn parse_pair_rule(s: &str) -> Option<PairRule> {
     }
 }
 
-/// The command line that reproduces a training run, stored in the model file.
-pub fn model_note(opts: &TrainOptions) -> String {
-    let c = &opts.train;
+/// The command line that reproduces a training run, stored in the model file, and the
+/// configuration it chose.
+pub fn model_note(opts: &TrainOptions, chosen: &Setting) -> String {
+    let c = &chosen.cfg;
+    let fixed = opts.candidates.len() == 1;
+    let settings = if fixed {
+        format!(
+            " --alpha {} --agent-alpha {} --objective {}",
+            c.alpha,
+            c.agent_alpha.unwrap_or(c.alpha),
+            match c.objective {
+                Objective::Listwise => "listwise",
+                Objective::Pointwise => "pointwise",
+            },
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "maslens prior train {} --folds {} --alpha {} --agent-alpha {} --objective {} --pair-rule {} --seed {}{}",
+        "maslens prior train {} --folds {} --inner-folds {}{settings} --pair-rule {} --seed {}{}; configuration: {}",
         opts.inputs.join(" "),
         opts.folds,
-        c.alpha,
-        c.agent_alpha.unwrap_or(c.alpha),
-        match c.objective {
-            Objective::Listwise => "listwise",
-            Objective::Pointwise => "pointwise",
-        },
+        opts.inner_folds,
         match c.pair_rule {
             PairRule::AgentFirst => "agent-first",
             PairRule::Independent => "independent",
         },
         c.seed,
-        if c.agent_head { "" } else { " --no-agent-head" }
+        if c.agent_head { "" } else { " --no-agent-head" },
+        chosen.name,
     )
 }
 
-/// Cross-validate (when `folds >= 2`), then train the final model on every trace and report its
-/// fit. `skipped` is the number of unreadable records (reported, not used).
+/// The frozen protocol: nested cross-validation of the whole training procedure grouped by task
+/// question (when `folds >= 2`), leave-one-group-out with the selection inside, then the
+/// selection on every trace and the chosen configuration trained on all of them.
+/// `skipped` is the number of unreadable records (reported, not used).
 pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Trained, RunError> {
     let refs: Vec<&Trace> = traces.iter().collect();
     let labelled = refs.iter().filter(|t| t.labels.decisive.is_some()).count();
     if labelled == 0 {
         return Err(RunError::NoDecisiveLabel(traces.len()));
     }
-    let (cfg, ecfg, k) = (&opts.train, &opts.eval, opts.folds);
+    let (ecfg, k, inner) = (&opts.eval, opts.folds, opts.inner_folds.max(2));
+    let seed = opts.train.seed;
+    let candidates = if opts.candidates.is_empty() {
+        protocol_settings(&opts.train)
+    } else {
+        opts.candidates.clone()
+    };
     let mut protocols = Vec::new();
+    let mut oof_probs = None;
     if k >= 2 {
         let mut methods = baseline_reports(&refs, ecfg);
-        let cv = cross_validate(&refs, k, cfg)?;
-        methods.push(report(&format!("prior/cv{k}-pooled"), &refs, &cv, ecfg));
-        // The same K-fold protocol inside each group alone (e.g. each Who&When subset).
-        let mut groups: BTreeMap<String, Vec<&Trace>> = BTreeMap::new();
-        for t in refs.iter().filter(|t| t.labels.decisive.is_some()) {
-            groups.entry(group_of(t)).or_default().push(t);
+        let nested = nested_out_of_fold(&refs, k, inner, seed, &candidates, |m, t| {
+            (
+                model_prediction(m, t),
+                opts.oof_probs.then(|| crate::probs::line(m, t)),
+            )
+        })?;
+        let (preds, lines): (Vec<Prediction>, Vec<Option<ProbsLine>>) =
+            nested.out.into_iter().unzip();
+        if opts.oof_probs {
+            oof_probs = Some(lines.into_iter().flatten().collect());
         }
-        if groups.len() > 1 {
-            let mut within: Vec<Prediction> = Vec::new();
-            for ts in groups.values() {
-                match cross_validate(ts, k, cfg) {
-                    Ok(p) => within.extend(p),
-                    Err(e) => tracing::warn!("within-group cross-validation: {e}"),
-                }
-            }
-            let name = format!("prior/cv{k}-within-group");
-            methods.push(report(&name, &refs, &within, ecfg));
-            let lgo = leave_group_out(&refs, cfg)?;
+        methods.push(report("prior/nested", &refs, &preds, ecfg));
+        let (lgo, lgo_chosen) = leave_group_out_selected(&refs, inner, seed, &candidates)?;
+        if !lgo.is_empty() {
             methods.push(report("prior/leave-group-out", &refs, &lgo, ecfg));
         }
+        let selection = if candidates.len() > 1 {
+            format!(
+                "each outer training set chooses among {} candidate configurations by grouped \
+                 {inner}-fold CV (agent + step hits), chosen per outer fold: {}",
+                candidates.len(),
+                nested.chosen.join("; ")
+            )
+        } else {
+            format!("one fixed configuration: {}", candidates[0].name)
+        };
+        let lgo_note = if lgo_chosen.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; leave-group-out = trained (with the same selection) on the other groups only, \
+                 chosen: {}",
+                lgo_chosen
+                    .iter()
+                    .map(|(g, c)| format!("{g} <- {c}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        };
         protocols.push(Protocol {
-            protocol: format!("cv{k}"),
+            protocol: format!("nested-cv{k}x{inner}-grouped"),
             description: format!(
-                "out-of-fold predictions; {k}-fold split by a seeded hash of the trace id, seed {}; \
-                 pooled = one model per fold trained on every group, within-group = folds inside \
-                 each group alone, leave-group-out = trained on the other groups only",
-                cfg.seed
+                "out-of-fold predictions of the whole training procedure; {k} outer folds \
+                 grouped by task question (runs of one question never on both sides), seed \
+                 {seed}; {selection}{lgo_note}"
             ),
             methods,
         });
     }
-    let oof_probs = if opts.oof_probs {
-        Some(crate::probs::out_of_fold(&refs, k.max(2), cfg)?)
-    } else {
-        None
-    };
-    let mut model = PriorModel::train(&refs, cfg)?;
+    let selection = select(&refs, inner, seed, &candidates)?;
+    let chosen = &candidates[selection.chosen];
+    let mut model = PriorModel::train(&refs, &chosen.cfg)?;
+    if oof_probs.is_none() && opts.oof_probs {
+        oof_probs = Some(crate::probs::out_of_fold(&refs, k.max(2), &chosen.cfg)?);
+    }
     let fit: Vec<Prediction> = refs.iter().map(|t| model_prediction(&model, t)).collect();
     protocols.push(Protocol {
         protocol: "training-fit".into(),
@@ -199,8 +250,11 @@ pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Tr
             .into(),
         methods: vec![report("prior/training-fit", &refs, &fit, ecfg)],
     });
-    model.training.note = Some(model_note(opts));
-    let report = EvalReport::new(traces.len(), labelled, skipped, ecfg, protocols);
+    model.training.note = Some(model_note(opts, chosen));
+    let mut report = EvalReport::new(traces.len(), labelled, skipped, ecfg, protocols);
+    if candidates.len() > 1 {
+        report.selection = Some(selection);
+    }
     Ok(Trained {
         model,
         report,
@@ -333,6 +387,28 @@ pub fn render_text(out: &EvalReport) -> String {
             s.push('\n');
         }
     }
+    if let Some(sel) = &out.selection {
+        s.push_str(&format!(
+            "\n## selection: the trained model's configuration, chosen by grouped CV on every trace \
+             (agent + step hits)\nchosen: {}\n",
+            sel.name
+        ));
+        for sc in &sel.scores {
+            s.push_str(&format!(
+                "  {:<32} agent {:>3}/{}  step {:>3}/{}{}\n",
+                sc.name,
+                sc.agent_hits,
+                sc.n,
+                sc.step_hits,
+                sc.n,
+                if sc.name == sel.name {
+                    "  <- chosen"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
     s
 }
 
@@ -344,10 +420,28 @@ mod tests {
     fn opts(folds: usize) -> TrainOptions {
         TrainOptions {
             folds,
+            inner_folds: 3,
             train: TrainConfig {
                 alpha: 1.0,
                 ..TrainConfig::default()
             },
+            candidates: vec![
+                Setting::new(
+                    "all",
+                    TrainConfig {
+                        alpha: 1.0,
+                        ..TrainConfig::default()
+                    },
+                ),
+                Setting::new(
+                    "all",
+                    TrainConfig {
+                        alpha: 1.0,
+                        agent_alpha: Some(5.0),
+                        ..TrainConfig::default()
+                    },
+                ),
+            ],
             eval: EvalConfig {
                 bootstrap: 50,
                 ..EvalConfig::default()
@@ -376,14 +470,21 @@ mod tests {
                 "baseline/first-agent",
                 "baseline/last-agent",
                 "baseline/error-keyword",
-                "prior/cv3-pooled",
-                "prior/cv3-within-group",
+                "prior/nested",
                 "prior/leave-group-out"
             ]
         );
-        assert!(t.report.protocols[0]
-            .description
-            .contains("seeded hash of the trace id"));
+        assert_eq!(t.report.protocols[0].protocol, "nested-cv3x3-grouped");
+        let d = &t.report.protocols[0].description;
+        assert!(d.contains("grouped by task question"), "{d}");
+        assert!(
+            d.contains("chooses among 2 candidate configurations"),
+            "{d}"
+        );
+        assert!(d.contains("even <- all a=1"), "{d}");
+        let sel = t.report.selection.as_ref().unwrap();
+        assert_eq!(sel.scores.len(), 2);
+        assert_eq!(sel.scores[0].n, 20);
         assert_eq!(t.report.protocols[1].protocol, "training-fit");
         assert_eq!(
             (t.report.skipped, t.report.format_version),
@@ -391,13 +492,21 @@ mod tests {
         );
         assert_eq!(t.oof_probs.as_ref().map(Vec::len), Some(20));
         let note = t.model.training.note.clone().unwrap_or_default();
-        assert!(note.starts_with("maslens prior train data/x --folds 3 --alpha 1"));
+        assert!(
+            note.starts_with("maslens prior train data/x --folds 3 --inner-folds 3 --pair-rule"),
+            "{note}"
+        );
+        assert!(
+            note.contains(&format!("configuration: {}", sel.name)),
+            "{note}"
+        );
         // the report round-trips, and renders with every method
         let json = serde_json::to_string(&t.report).unwrap();
         let back: EvalReport = serde_json::from_str(&json).unwrap();
         assert_eq!(back, t.report);
         let text = render_text(&t.report);
-        assert!(text.contains("## cv3: out-of-fold"));
+        assert!(text.contains("## nested-cv3x3-grouped: out-of-fold"));
+        assert!(text.contains("<- chosen"));
         assert!(text.contains("baseline/error-keyword"));
         assert!(text.contains("agent % [95% CI] (k/n)"));
     }

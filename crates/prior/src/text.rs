@@ -70,6 +70,14 @@ pub fn content_word_hashes(text: &str, min_len: usize) -> Vec<u64> {
 /// Numbers written in `text` with at least two significant characters (`42`, `3.14`,
 /// `1,200` -> `1200`), hashed. Single digits are skipped: they are mostly list markers.
 pub fn number_hashes(text: &str) -> Vec<u64> {
+    number_strings(text)
+        .iter()
+        .map(|n| fnv1a(n.as_bytes()))
+        .collect()
+}
+
+/// The numbers of [`number_hashes`] as written (thousands separators dropped), in order.
+pub fn number_strings(text: &str) -> Vec<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -96,7 +104,8 @@ pub fn number_hashes(text: &str) -> Vec<u64> {
             }
             let followed_by_letter = j < bytes.len() && bytes[j].is_ascii_alphabetic();
             if num.len() >= 2 && !followed_by_letter {
-                out.push(fnv1a(&num));
+                // ASCII digits and dots only.
+                out.push(String::from_utf8_lossy(&num).into_owned());
             }
             i = j.max(i + 1);
         } else {

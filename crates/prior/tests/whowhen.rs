@@ -23,8 +23,12 @@ fn shipped_model_is_reproducible() {
     let traces = load();
     assert_eq!(traces.len(), 98);
     let refs: Vec<&Trace> = traces.iter().collect();
-    let trained = PriorModel::train(&refs, &TrainConfig::default()).unwrap();
     let shipped = load_default().unwrap();
+    // The configuration the frozen protocol chose (recorded in the file), trained again.
+    let cfg = shipped
+        .training
+        .config(shipped.pair_rule, shipped.agent.is_some());
+    let trained = PriorModel::train(&refs, &cfg).unwrap();
     assert_eq!(shipped.training.traces, 98);
     let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6);
     assert!(

@@ -10,6 +10,10 @@
 //!   `metadata.group` when the source sets it; for Aegis-Bench the `framework` metadata (else
 //!   `aegis`); otherwise the trace id up to its first `/` (`Hand-Crafted/12` -> `Hand-Crafted`);
 //!   none when the id has no `/`.
+//! - **Task key** ([`Trace::task_key`]): which task question a trace answers, so that
+//!   cross-validation never puts two runs of one question on both sides of a split: the source's
+//!   question id (`metadata.question_ID`, `question_id` or `task_id`), else the task text
+//!   lower-cased with its whitespace collapsed, else (no task) the trace id.
 //! - **Gold label** ([`Gold`]): the decisive agent and step (Who&When) or the faulty agents with
 //!   their error modes (Aegis-Bench); none when the trace carries neither.
 //! - **Seeded draw** ([`seeded_rng`], [`seeded_hash`]): a ChaCha8 stream seeded by
@@ -106,6 +110,26 @@ impl Trace {
         }
     }
 
+    /// The task question this trace answers (see the module docs): runs with the same key are
+    /// runs of one question (Who&When holds 11 questions in both of its subsets).
+    pub fn task_key(&self) -> String {
+        for k in ["question_ID", "question_id", "task_id"] {
+            match self.metadata.get(k) {
+                Some(serde_json::Value::String(v)) if !v.trim().is_empty() => {
+                    return format!("id:{}", v.trim())
+                }
+                Some(v @ serde_json::Value::Number(_)) => return format!("id:{v}"),
+                _ => {}
+            }
+        }
+        let text = self.task.split_whitespace().collect::<Vec<_>>().join(" ");
+        if text.is_empty() {
+            format!("trace:{}", self.id)
+        } else {
+            format!("task:{}", text.to_lowercase())
+        }
+    }
+
     /// The gold label, when the trace carries one (a decisive label wins over faulty agents).
     pub fn gold(&self) -> Option<Gold> {
         if let Some(d) = &self.labels.decisive {
@@ -194,6 +218,27 @@ mod tests {
         assert_eq!(t.group().as_deref(), Some("MetaGPT"));
         t.metadata.insert("group".into(), "mine".into());
         assert_eq!(t.group().as_deref(), Some("mine"));
+    }
+
+    #[test]
+    fn task_key_prefers_the_question_id_then_the_task_text() {
+        let mut t = trace();
+        assert_eq!(t.task_key(), "trace:Hand-Crafted/7");
+        t.task = "  How many   Awnings?\n".into();
+        assert_eq!(t.task_key(), "task:how many awnings?");
+        let mut u = t.clone();
+        u.id = "Algorithm-Generated/3".into();
+        u.task = "how many awnings?".into();
+        assert_eq!(
+            t.task_key(),
+            u.task_key(),
+            "the same question in two subsets"
+        );
+        t.metadata.insert("question_ID".into(), "4d51c4bf".into());
+        assert_eq!(t.task_key(), "id:4d51c4bf");
+        t.metadata.insert("question_ID".into(), " ".into());
+        t.metadata.insert("task_id".into(), 12.into());
+        assert_eq!(t.task_key(), "id:12");
     }
 
     #[test]

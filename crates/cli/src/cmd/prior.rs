@@ -18,7 +18,8 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Sub {
-    /// Cross-validate on labelled traces, then train on all of them and write the model.
+    /// The frozen protocol on labelled traces: nested cross-validation grouped by task question
+    /// (selection inside), leave-one-group-out, then select on all traces and write the model.
     Train(TrainArgs),
     /// Evaluate a model (default: the shipped one) on labelled traces, next to the baselines.
     Eval(EvalArgs),
@@ -44,19 +45,25 @@ pub struct TrainArgs {
     /// Where to write the trained model.
     #[arg(long, short, default_value = "prior-model.json", value_name = "FILE")]
     pub out: PathBuf,
-    /// Cross-validation folds (0: skip cross-validation).
+    /// Outer cross-validation folds, grouped by task question (0: skip cross-validation).
     #[arg(long, default_value_t = 10)]
     pub folds: usize,
-    /// L2 penalty of the step head.
-    #[arg(long, default_value_t = TrainConfig::default().alpha)]
-    pub alpha: f64,
-    /// L2 penalty of the agent head (default: the built-in default, else `--alpha`).
+    /// Folds of the selection among configurations (inside each outer fold, and on all traces
+    /// for the written model).
+    #[arg(long, default_value_t = 5)]
+    pub inner_folds: usize,
+    /// L2 penalty of the step head. Giving --alpha, --agent-alpha or --objective fixes the
+    /// configuration (nothing is selected; unset ones take the built-in defaults); without them
+    /// the protocol chooses among its 18 configurations (docs/prior.md).
+    #[arg(long)]
+    pub alpha: Option<f64>,
+    /// L2 penalty of the agent head (see --alpha).
     #[arg(long)]
     pub agent_alpha: Option<f64>,
     /// Objective of the step head: `pointwise` (logistic regression over steps) or `listwise`
-    /// (conditional logit: a softmax over each trace's steps).
-    #[arg(long, default_value = "pointwise", value_parser = ["pointwise", "listwise"])]
-    pub objective: String,
+    /// (conditional logit: a softmax over each trace's steps); see --alpha.
+    #[arg(long, value_parser = ["pointwise", "listwise"])]
+    pub objective: Option<String>,
     /// How `predict` pairs the heads: `independent` (agent head's agent, step head's step; the
     /// two are scored separately on Who&When) or `agent-first` (the step is the agent's own).
     #[arg(long, default_value = "independent", value_parser = ["independent", "agent-first"])]
@@ -147,19 +154,31 @@ fn print_report(report: &prior::EvalReport, global: &Global) -> anyhow::Result<(
 fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (traces, skipped) = load(&args.input, global)?;
     let defaults = TrainConfig::default();
+    let base = TrainConfig {
+        alpha: args.alpha.unwrap_or(defaults.alpha),
+        agent_alpha: args.agent_alpha.or(defaults.agent_alpha),
+        // clap accepts only the names these parse
+        objective: args
+            .objective
+            .as_deref()
+            .and_then(prior::parse_objective)
+            .unwrap_or_default(),
+        pair_rule: prior::parse_pair_rule(&args.pair_rule).unwrap_or_default(),
+        seed: args.common.seed,
+        agent_head: !args.no_agent_head,
+        agent_aggregation: AgentAggregation::Sum,
+        ..defaults
+    };
+    let fixed = args.alpha.is_some() || args.agent_alpha.is_some() || args.objective.is_some();
     let opts = TrainOptions {
         folds: args.folds,
-        train: TrainConfig {
-            alpha: args.alpha,
-            agent_alpha: args.agent_alpha.or(defaults.agent_alpha),
-            // clap accepts only the names these parse
-            objective: prior::parse_objective(&args.objective).unwrap_or_default(),
-            pair_rule: prior::parse_pair_rule(&args.pair_rule).unwrap_or_default(),
-            seed: args.common.seed,
-            agent_head: !args.no_agent_head,
-            agent_aggregation: AgentAggregation::Sum,
-            ..defaults
+        inner_folds: args.inner_folds,
+        candidates: if fixed {
+            vec![maslens_prior::eval::Setting::new("all", base.clone())]
+        } else {
+            Vec::new()
         },
+        train: base,
         eval: eval_config(&args.common),
         oof_probs: args.oof_probs.is_some(),
         inputs: args
