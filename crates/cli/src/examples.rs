@@ -24,7 +24,8 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
     ("cache stats", &["maslens cache stats --json"]),
     ("cache clear", &["maslens cache clear --model openai:gpt-4o-mini"]),
     ("locate", &[
-        "maslens locate examples/whowhen-style.json                       # embedded model",
+        "maslens locate examples/whowhen-style.json                       # LLM pipeline + prior, stacked (embedded model)",
+        "maslens locate runs/ --model openai/gpt-4o-mini --stack stack.json   # weights fit for that model (eval stack)",
         "maslens locate runs/ --model openai/gpt-4o-mini -o located.jsonl",
         "maslens locate runs/ --method prior --json                      # no LLM",
     ]),
@@ -32,7 +33,11 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
         "maslens eval locate whowhen:runs/Hand-Crafted --method prior -o report/",
         "maslens eval locate aegis:aegis.jsonl --model openai/gpt-4o-mini --max-cost 2",
     ]),
-    ("prior train", &["maslens prior train labelled/ -o prior.json --folds 10"]),
+    ("eval stack", &[
+        "maslens eval stack whowhen:runs/ --model openai/gpt-4o-mini -o stack.json",
+        "maslens eval stack whowhen:runs/ --verdicts report/verdicts.jsonl   # no LLM calls: an earlier run's verdicts",
+    ]),
+    ("prior train", &["maslens prior train labelled/ -o prior.json --report report.json   # nested grouped CV, then select and train"]),
     ("prior eval", &["maslens prior eval labelled/ --model prior.json"]),
     ("prior rank", &["maslens prior rank examples/whowhen-style.json --top 3"]),
     ("scan", &["maslens scan runs/ -o scan.json --markdown scan.md"]),

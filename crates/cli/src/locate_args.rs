@@ -15,10 +15,18 @@ const VARIANTS: &[&[&str]] = &[
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct MethodArgs {
-    /// Localizer: `llm` (AgentLocate: Judge protocol + Evaluators + vote) or `prior` (the learned
-    /// localizer of maslens-prior, no LLM; the built-in model unless --prior FILE).
-    #[arg(long, default_value = "llm", value_parser = ["llm", "prior"])]
-    pub method: String,
+    /// Localizer: `stacked` (the LLM pipeline's ballots and the learned prior combined with
+    /// weights learned by cross-validation, --stack; `maslens locate`'s default), `llm`
+    /// (AgentLocate alone: Judge protocol + Evaluators + vote; `maslens eval locate`'s default) or
+    /// `prior` (the learned localizer of maslens-prior, no LLM; the built-in model unless
+    /// --prior FILE).
+    #[arg(long, value_parser = ["stacked", "llm", "prior"])]
+    pub method: Option<String>,
+    /// Stack weights of `--method stacked`: `builtin` (fit for the embedded model; another
+    /// model gets `generic` weights with a note), `generic`, or a file written by
+    /// `maslens eval stack -o`.
+    #[arg(long, value_name = "builtin|generic|FILE")]
+    pub stack: Option<String>,
     /// Judge protocol: all-at-once, step-by-step, binary-search.
     #[arg(long, default_value = "all-at-once",
           value_parser = enum_parser::<Protocol>(&[&["all-at-once", "all_at_once"], &["step-by-step", "step_by_step"], &["binary-search", "binary_search", "binary"]]))]
@@ -64,14 +72,21 @@ pub struct MethodArgs {
 }
 
 impl MethodArgs {
-    /// The library options these flags describe.
+    /// The library options these flags describe; without --method, `llm`.
     pub fn options(&self) -> LocateOptions {
+        self.options_or(Method::Llm)
+    }
+
+    /// The library options these flags describe; without --method, `default`.
+    pub fn options_or(&self, default: Method) -> LocateOptions {
         LocateOptions {
-            method: if self.method == "prior" {
-                Method::Prior
-            } else {
-                Method::Llm
+            method: match self.method.as_deref() {
+                Some("prior") => Method::Prior,
+                Some("llm") => Method::Llm,
+                Some("stacked") => Method::Stacked,
+                _ => default,
             },
+            stack: self.stack.clone(),
             protocol: self.protocol,
             variant: self.variant,
             evaluators: self.evaluators.clone(),

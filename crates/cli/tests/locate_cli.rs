@@ -262,6 +262,8 @@ async fn locate_prints_verdicts_and_writes_back_labels() {
         &[
             "--json",
             "locate",
+            "--method",
+            "llm",
             trace.to_str().unwrap(),
             "--model",
             &spec,
@@ -295,6 +297,8 @@ async fn locate_prints_verdicts_and_writes_back_labels() {
         dir.path(),
         &[
             "locate",
+            "--method",
+            "llm",
             trace.to_str().unwrap(),
             "--model",
             &spec,
@@ -469,6 +473,8 @@ async fn bad_input_is_reported_and_the_rest_goes_on() {
         &[
             "--json",
             "locate",
+            "--method",
+            "llm",
             dir.path().to_str().unwrap(),
             "--model",
             &spec,
@@ -556,6 +562,8 @@ async fn prior_method_and_prior_voter() {
         &[
             "--json",
             "locate",
+            "--method",
+            "llm",
             trace.to_str().unwrap(),
             "--model",
             &spec,
@@ -588,6 +596,8 @@ async fn prior_narrowing_replaces_windows_on_long_traces_and_prior_joins_the_bas
         let mut args = vec![
             "--json",
             "locate",
+            "--method",
+            "llm",
             trace.to_str().unwrap(),
             "--model",
             &spec,
@@ -672,6 +682,83 @@ async fn prior_narrowing_replaces_windows_on_long_traces_and_prior_joins_the_bas
     let b = &r["baselines"]["prior"];
     assert_eq!(b["agent_accuracy"]["n"], r["cases"], "{r}");
     assert!(r["baselines"]["random"].is_object());
+}
+
+/// Issue 15 item 4: `maslens locate` without --method is the stacked localizer (the pipeline's
+/// ballots and the prior combined). This fixture's ballots all name an agent who does not act at
+/// their step: the generic weights drop such ballots and the prior answers (`prior-fallback`,
+/// with the prior's evidence as rationale); weights that keep and trust them move the answer to
+/// the ballots' step, with the model's rationale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locate_defaults_to_the_stacked_localizer_and_falls_back_to_the_prior() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(fixture_handler()).await.unwrap();
+    let spec = format!("openai:fixture@{}", server.base_url());
+    let trace = data("whowhen/Algorithm-Generated/1.json");
+    let first_line = |o: &std::process::Output| -> Value {
+        assert!(o.status.success(), "{}", stderr(o));
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap()
+    };
+    let args = |stack: &str| {
+        vec![
+            "--json".to_string(),
+            "locate".into(),
+            trace.to_str().unwrap().into(),
+            "--model".into(),
+            spec.clone(),
+            "--stack".into(),
+            stack.into(),
+        ]
+    };
+    let go = |a: Vec<String>| {
+        let d = dir.path().to_path_buf();
+        async move {
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            run(maslens(&d, &a)).await
+        }
+    };
+    let v = first_line(&go(args("generic")).await);
+    assert_eq!(v["method"], "stacked", "{v}");
+    assert_eq!(v["step_source"], "prior-fallback", "{v}");
+    assert_eq!(v["pipeline"]["source"], "vote");
+    assert_eq!(v["pipeline"]["step"], 2);
+    assert_eq!(v["step"], v["prior"][1], "{v}");
+    assert_eq!(v["rationale_from"], "prior");
+    assert!(v["rationale"].as_str().unwrap().starts_with("Step "), "{v}");
+    // weights that keep the incoherent ballots and trust the Evaluators
+    let w = dir.path().join("w.json");
+    let level = json!({"judge": 0.0, "evaluators": 1000.0, "drop_incoherent": false});
+    std::fs::write(
+        &w,
+        json!({"format": "maslens-stack/v1", "model": null, "step": level, "agent": level})
+            .to_string(),
+    )
+    .unwrap();
+    let v = first_line(&go(args(w.to_str().unwrap())).await);
+    assert_eq!(
+        (v["step"].as_u64(), v["step_source"].as_str()),
+        (Some(2), Some("stack"))
+    );
+    assert_eq!(v["rationale_from"], "llm", "{v}");
+    assert_eq!(v["coherent"], true);
+    // the text says where the answer came from, why, and both single answers
+    let mut a = args("generic");
+    a.remove(0);
+    let o = go(a).await;
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(
+            "(the prior alone: every LLM answer named an agent who does not act at its step"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("why (the prior's evidence): Step "), "{out}");
+    assert!(out.contains("LLM pipeline: "), "{out}");
+    // a weights file that is not one is a clear error
+    std::fs::write(&w, "{}").unwrap();
+    let o = go(args(w.to_str().unwrap())).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("w.json"), "{}", stderr(&o));
 }
 
 /// Issue 15 item 1: `--method prior` never prints "AGENT at step N" for an agent that does not

@@ -214,7 +214,7 @@ pub async fn eval_locate_with(
         None => None,
     };
 
-    let needs_llm = opts.predictions.is_none() && opts.locate.method == Method::Llm
+    let needs_llm = opts.predictions.is_none() && opts.locate.method.needs_llm()
         || opts.export_refinement.is_some();
     let models = match (needs_llm, opened) {
         (false, _) => None,
@@ -224,6 +224,7 @@ pub async fn eval_locate_with(
     let table;
     let prior_localizer;
     let llm;
+    let stacked;
     let localizer: &dyn Localizer = if let Some(p) = &opts.predictions {
         let (predictions, skipped) = read_predictions(p)?;
         let known: std::collections::HashSet<&str> =
@@ -249,6 +250,36 @@ pub async fn eval_locate_with(
             .ok_or_else(|| CoreError::Invalid("--method prior: no prior loaded".into()))?;
         prior_localizer = PriorLocalizer(p);
         &prior_localizer
+    } else if opts.locate.method == Method::Stacked {
+        // The stack's weights as given (`builtin` unless --stack): a run of another model with
+        // the embedded model's weights says so in the report's config.
+        let models = models
+            .as_ref()
+            .ok_or_else(|| CoreError::Invalid("no model opened".into()))?;
+        let weights =
+            crate::stack::StackWeights::load(opts.locate.stack.as_deref().unwrap_or("builtin"))?;
+        let (weights, note) = weights.for_model(models.judge.model.id());
+        if let Some(n) = note {
+            tracing::warn!("{n}");
+        }
+        // The pipeline's prior-guided narrowing uses the same prior as the stack.
+        let narrowing = match opts.locate.prior_spec() {
+            Some(spec) => Some(PriorSource::load(spec)?.0),
+            None => None,
+        };
+        stacked = crate::stack::StackedLocalizer {
+            llm: LlmLocalizer {
+                models,
+                config: cfg.clone(),
+                styles: opts.locate.evaluators.clone(),
+                prior: narrowing,
+            },
+            prior: prior
+                .take()
+                .ok_or_else(|| CoreError::Invalid("--method stacked: no prior loaded".into()))?,
+            weights,
+        };
+        &stacked
     } else {
         let models = models
             .as_ref()

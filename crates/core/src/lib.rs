@@ -15,6 +15,7 @@
 
 pub mod eval_locate;
 pub mod locate;
+pub mod stack;
 pub mod refinement;
 pub mod traces;
 

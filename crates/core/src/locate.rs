@@ -26,6 +26,9 @@ pub enum Method {
     Llm,
     /// The learned localizer of maslens-prior (no LLM).
     Prior,
+    /// The pipeline's ballots and the prior combined by weights learned by cross-validation
+    /// ([`crate::stack`]): `maslens locate`'s default.
+    Stacked,
 }
 
 impl Method {
@@ -33,7 +36,18 @@ impl Method {
         match self {
             Method::Llm => "llm",
             Method::Prior => "prior",
+            Method::Stacked => "stacked",
         }
+    }
+
+    /// Whether the method runs the LLM pipeline (and so needs a model).
+    pub fn needs_llm(self) -> bool {
+        matches!(self, Method::Llm | Method::Stacked)
+    }
+
+    /// Whether the method needs the prior.
+    pub fn needs_prior(self) -> bool {
+        matches!(self, Method::Prior | Method::Stacked)
     }
 }
 
@@ -65,6 +79,10 @@ pub struct LocateOptions {
     pub prior: Option<String>,
     pub prior_weight: f64,
     pub prior_narrowing: bool,
+    /// Stack weights of `--method stacked`: `builtin` (fit for the embedded model), `generic`, or
+    /// a weights file (`maslens eval stack -o`); `None`: `builtin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<String>,
 }
 
 impl Default for LocateOptions {
@@ -81,16 +99,18 @@ impl Default for LocateOptions {
             prior: None,
             prior_weight: 1.0,
             prior_narrowing: false,
+            stack: None,
         }
     }
 }
 
 impl LocateOptions {
-    /// The prior to load: `prior`, else `builtin` when narrowing or `--method prior` needs one.
+    /// The prior to load: `prior`, else `builtin` when narrowing, `--method prior` or
+    /// `--method stacked` needs one.
     pub fn prior_spec(&self) -> Option<&str> {
         self.prior
             .as_deref()
-            .or((self.prior_narrowing || self.method == Method::Prior).then_some("builtin"))
+            .or((self.prior_narrowing || self.method.needs_prior()).then_some("builtin"))
     }
 
     /// Whether error modes are asked for a trace set (`any_aegis`: it holds Aegis traces).
@@ -116,12 +136,14 @@ impl LocateOptions {
                 },
                 max_answer_tokens: self.max_answer_tokens,
             },
-            prior_weight: if self.prior.is_some() {
+            // The stack combines the prior with the pipeline's ballots itself: no prior voter.
+            prior_weight: if self.prior.is_some() && self.method != Method::Stacked {
                 self.prior_weight
             } else {
                 0.0
             },
-            narrow_with_prior: self.prior_narrowing,
+            // The stack loads the prior anyway: it also picks the steps a long trace shows in full.
+            narrow_with_prior: self.prior_narrowing || self.method == Method::Stacked,
         }
     }
 }
@@ -129,7 +151,11 @@ impl LocateOptions {
 /// Prior distributions over steps, per trace.
 pub enum PriorSource {
     Builtin(Box<maslens_prior::PriorModel>),
+    /// Step distributions by trace id.
     File(HashMap<String, Vec<f64>>),
+    /// A prior-probabilities file as read (step distributions, and agent distributions where
+    /// the lines carry them): what [`PriorSource::load`] returns for a file.
+    Probs(maslens_prior::probs::ProbsFile),
 }
 
 impl PriorSource {
@@ -142,7 +168,31 @@ impl PriorSource {
         }
         let f = maslens_prior::probs::read(Path::new(spec))?;
         let skipped = f.skipped.iter().map(|e| e.to_string()).collect();
-        Ok((PriorSource::File(f.by_trace), skipped))
+        Ok((PriorSource::Probs(f), skipped))
+    }
+
+    /// The step and agent distributions for a trace, when known (a file without agent
+    /// distributions gives an empty agent list: summed step probabilities stand in).
+    pub fn view(&self, trace: &Trace) -> Option<crate::stack::PriorView> {
+        let steps = self.probs(trace)?;
+        let agents = match self {
+            PriorSource::Builtin(m) => m.agent_distribution(trace),
+            PriorSource::Probs(f) => f
+                .agents_by_trace
+                .get(&trace.id)
+                .cloned()
+                .unwrap_or_default(),
+            PriorSource::File(_) => Vec::new(),
+        };
+        Some(crate::stack::PriorView { steps, agents })
+    }
+
+    /// The built-in model, when this is it (its evidence explains a verdict).
+    pub fn model(&self) -> Option<&maslens_prior::PriorModel> {
+        match self {
+            PriorSource::Builtin(m) => Some(m),
+            _ => None,
+        }
     }
 
     /// Step distribution (by position) for a trace, when known.
@@ -158,6 +208,11 @@ impl PriorSource {
                 Some(probs)
             }
             PriorSource::File(map) => map
+                .get(&trace.id)
+                .filter(|p| p.len() == trace.steps.len())
+                .cloned(),
+            PriorSource::Probs(f) => f
+                .by_trace
                 .get(&trace.id)
                 .filter(|p| p.len() == trace.steps.len())
                 .cloned(),
@@ -177,7 +232,20 @@ impl PriorSource {
             .enumerate()
             .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))?
             .0;
-        Some((trace.steps[best].agent.clone(), trace.steps[best].index))
+        // A file's agent distribution, when it has one, answers the agent level (as the model's
+        // independent pair rule does).
+        let agent = match self {
+            PriorSource::Probs(f) => f
+                .agents_by_trace
+                .get(&trace.id)
+                .and_then(|a| a.first())
+                .map(|(a, _)| a.clone()),
+            _ => None,
+        };
+        Some((
+            agent.unwrap_or_else(|| trace.steps[best].agent.clone()),
+            trace.steps[best].index,
+        ))
     }
 }
 
@@ -206,6 +274,40 @@ pub fn prior_verdict_json(trace: &Trace, p: Option<&(String, usize)>) -> serde_j
     })
 }
 
+/// Why the prior chose `step` (a step index): its strongest features in words, quoting the trace
+/// ([`maslens_prior::PriorModel::explain_text`]), when the source is a model; a probabilities
+/// file only gives the step's probability.
+pub fn prior_evidence(source: &PriorSource, trace: &Trace, step: usize) -> Option<String> {
+    let pos = trace.position_of(step)?;
+    match source.model() {
+        Some(m) => Some(m.explain_text(trace, pos, 3)),
+        None => source.probs(trace).map(|p| {
+            format!(
+                "Step {step} ({}): the prior gives it probability {:.2}, the highest of the trace's steps.",
+                trace.steps[pos].agent, p[pos]
+            )
+        }),
+    }
+}
+
+/// [`prior_verdict_json`] with the evidence for the step ([`prior_evidence`]) as `rationale`.
+pub fn prior_verdict_explained(
+    source: &PriorSource,
+    trace: &Trace,
+    p: Option<&(String, usize)>,
+) -> serde_json::Value {
+    let mut v = prior_verdict_json(trace, p);
+    if let Some(text) = p.and_then(|(_, s)| prior_evidence(source, trace, *s)) {
+        v["rationale"] = text.into();
+    }
+    if let (Some(m), Some((_, s))) = (source.model(), p) {
+        if let Some(pos) = trace.position_of(*s) {
+            v["evidence"] = serde_json::to_value(m.explain(trace, pos, 3)).unwrap_or_default();
+        }
+    }
+    v
+}
+
 /// One line for a prior verdict: `AGENT at step N` when the agent acts at the step, else the
 /// two answers apart (`step N (ACTOR's); agent-level answer: AGENT`).
 pub fn prior_verdict_text(trace: &Trace, agent: &str, step: usize) -> String {
@@ -230,7 +332,7 @@ impl Localizer for PriorLocalizer {
     async fn localize(&self, trace: &Trace) -> Result<Localized, LocalizeError> {
         let start = std::time::Instant::now();
         let p = self.0.predict(trace);
-        let verdict = prior_verdict_json(trace, p.as_ref());
+        let verdict = prior_verdict_explained(&self.0, trace, p.as_ref());
         let prediction = match p {
             Some((a, s)) => Prediction {
                 agent: Some(a),

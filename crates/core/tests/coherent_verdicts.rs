@@ -94,3 +94,70 @@ async fn llm_verdicts_name_the_agent_acting_at_the_step() {
     }
     assert!(located >= 90, "{located}");
 }
+
+/// The stacked default chooses its agent-level and step-level answers apart: on every held case
+/// and for weights that lean on the prior, on the LLM, or on neither, `step_agent` is the agent
+/// acting at the step, `coherent` says whether the agent-level answer is that agent, and the
+/// headline never pairs an agent with a step it does not act at.
+#[tokio::test]
+async fn stacked_verdicts_are_coherent_or_two_answers() {
+    use maslens_core::stack::{stacked_verdict, LevelWeights, StackWeights, STACK_FORMAT};
+    let traces = whowhen();
+    let m = ScriptedModel::new("fixture").rule(
+        "",
+        r#"{"reason":"\"step 1\" gives the wrong number for the task","agent":"Nobody","step":1,"confidence":0.9}"#,
+    );
+    let locator = Locator::new(
+        &m,
+        &[Style::Base, Style::Concise, Style::Evidence],
+        LocateConfig::default(),
+    );
+    let prior = PriorSource::Builtin(Box::new(maslens_prior::load_default().unwrap()));
+    let lean = |judge: f64, evaluators: f64| {
+        let l = LevelWeights {
+            judge,
+            evaluators,
+            drop_incoherent: false,
+        };
+        StackWeights {
+            format: STACK_FORMAT.into(),
+            model: None,
+            step: l,
+            agent: l,
+            note: None,
+        }
+    };
+    let weights = [
+        maslens_core::stack::builtin().unwrap(),
+        StackWeights::generic(),
+        lean(0.0, 0.0),
+        lean(1000.0, 1000.0),
+    ];
+    let (mut separate, mut checked) = (0, 0);
+    for t in traces.iter().filter(|t| t.steps.len() > 1) {
+        let pipeline = locator.locate(t, None).await.map_err(|e| e.to_string());
+        for w in &weights {
+            let v = stacked_verdict(t, pipeline.clone(), &prior, w);
+            let (Some(agent), Some(step)) = (&v.agent, v.step) else {
+                continue;
+            };
+            let actor = actor_at(t, step).expect("the step is in the trace");
+            assert_eq!(v.step_agent.as_deref(), Some(actor), "{}", t.id);
+            assert_eq!(v.coherent, Some(agent == actor), "{}", t.id);
+            let line = v.headline(t);
+            if agent == actor {
+                assert_eq!(line, format!("{agent} at step {step}"));
+            } else {
+                assert!(!line.contains(&format!("{agent} at step")), "{line}");
+                assert!(line.contains(&format!("{actor}'s step")), "{line}");
+                separate += 1;
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4 * 90, "{checked}");
+    assert!(
+        separate > 0,
+        "some stacked verdicts answer the two levels apart"
+    );
+}

@@ -21,6 +21,46 @@ pub struct Args {
 pub enum EvalCommand {
     /// Failure localization on Who&When (`whowhen:DIR`) or Aegis-Bench (`aegis:FILE`).
     Locate(LocateArgs),
+    /// The stacked localizer (`maslens locate`'s default) against the prior alone and the LLM
+    /// pipeline alone, by nested cross-validation grouped by task question; fits and writes the
+    /// stack weights for the model (`-o`, then `maslens locate --stack FILE`).
+    Stack(StackArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StackArgs {
+    /// Labelled traces: `whowhen:DIR`, `aegis:FILE`, or a path.
+    pub dataset: String,
+    #[command(flatten)]
+    pub method: MethodArgs,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+    /// Read the pipeline's verdicts from these files (`verdicts.jsonl` of `eval locate --out`, or
+    /// `maslens locate --json` lines) instead of running it.
+    #[arg(long, value_name = "FILE")]
+    pub verdicts: Vec<PathBuf>,
+    /// Write the weights fit on every case here (for `maslens locate --stack FILE`).
+    #[arg(long, short, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Save the pipeline's verdicts in this file (JSONL, by trace id), to refit later with
+    /// --verdicts.
+    #[arg(long, value_name = "FILE")]
+    pub save_verdicts: Option<PathBuf>,
+    /// Write the evaluation report (JSON) here.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Outer folds of the nested cross-validation (grouped by task question).
+    #[arg(long, default_value_t = 10)]
+    pub folds: usize,
+    /// Folds of every selection inside an outer fold.
+    #[arg(long, default_value_t = 5)]
+    pub inner_folds: usize,
+    /// Seed of the folds, the bootstrap and the random baseline.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Only cases whose id starts with this (e.g. `Hand-Crafted/`).
+    #[arg(long)]
+    pub subset: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -81,7 +121,10 @@ pub struct LocateArgs {
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
-    let EvalCommand::Locate(a) = args.command;
+    let a = match args.command {
+        EvalCommand::Locate(a) => a,
+        EvalCommand::Stack(s) => return stack(s, global),
+    };
     let judge_ft = a.method.variant == maslens_locate::Variant::JudgeFt;
     if a.finetuned_on.is_some() && !judge_ft {
         anyhow::bail!(
@@ -173,4 +216,85 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             super::EXIT_OK
         },
     ))
+}
+
+fn stack(a: StackArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    use maslens_core::stack::{eval_stack, EvalStackOptions, StackFitOptions};
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let opts = EvalStackOptions {
+        dataset: a.dataset.clone(),
+        subset: a.subset.clone(),
+        locate: a.method.options(),
+        model: a.llm.model()?,
+        llm: a.llm.options()?,
+        verdicts: a.verdicts.clone(),
+        fit: StackFitOptions {
+            folds: a.folds,
+            inner_folds: a.inner_folds,
+            seed: a.seed,
+            eval: maslens_prior::EvalConfig {
+                seed: a.seed,
+                ..Default::default()
+            },
+            settings: Vec::new(),
+            model: String::new(),
+            command,
+        },
+    };
+    let bar = crate::progress::Bar::new(global.quiet || global.json);
+    let out = super::block_on(eval_stack(&opts, &bar))??;
+    for p in &out.problems {
+        eprintln!("warning: {p}");
+    }
+    if let Some(judge) = &out.judge {
+        crate::llm_args::finish(judge, global.quiet);
+    }
+    let report = &out.fit.report;
+    if let Some(path) = &a.report {
+        std::fs::write(path, serde_json::to_string_pretty(report)? + "\n")
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+    }
+    if let Some(path) = &a.out {
+        out.fit.weights.save(path)?;
+    }
+    if let Some(path) = &a.save_verdicts {
+        let mut ids: Vec<&String> = out.verdicts.keys().collect();
+        ids.sort();
+        let mut text = String::new();
+        for id in ids {
+            text.push_str(&serde_json::to_string(&out.verdicts[id])?);
+            text.push('\n');
+        }
+        maslens_eval::run::write_atomic(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if global.json {
+        crate::outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "report": report,
+                "weights": out.fit.weights,
+            }))?
+        );
+    } else {
+        let text = maslens_prior::run::render_text(report);
+        crate::outln!("{}", text.strip_suffix('\n').unwrap_or(&text));
+        crate::outln!(
+            "\nweights fit on every case (model {}): {}",
+            out.fit.weights.model.as_deref().unwrap_or("?"),
+            serde_json::to_string(&(&out.fit.weights.step, &out.fit.weights.agent))?
+        );
+        if let Some(path) = &a.out {
+            crate::outln!(
+                "written to {} (use: maslens locate --stack {})",
+                path.display(),
+                path.display()
+            );
+        }
+    }
+    Ok(ExitCode::from(if out.problems.is_empty() {
+        super::EXIT_OK
+    } else {
+        super::EXIT_PROBLEMS
+    }))
 }

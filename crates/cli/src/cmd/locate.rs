@@ -7,6 +7,7 @@ use crate::locate_args::MethodArgs;
 use crate::Global;
 use anyhow::Context;
 use maslens_core::locate::{LlmLocalizer, Method, Models, PriorLocalizer, PriorSource};
+use maslens_core::stack::{StackWeights, StackedLocalizer, StackedVerdict};
 use maslens_eval::run::Localizer;
 use maslens_locate::LocateVerdict;
 use std::io::Write;
@@ -81,13 +82,70 @@ fn print_steering(hits: &[maslens_locate::steering::SteeringHit]) {
     }
 }
 
+fn print_stacked(v: &StackedVerdict, t: &maslens_trace::Trace) {
+    use maslens_core::stack::StackSource;
+    let from = match (v.step_source, &v.fallback) {
+        (StackSource::PriorFallback, Some(why)) => format!("the prior alone: {why}"),
+        (StackSource::LlmOnly, _) => "the LLM pipeline alone: no prior for this trace".into(),
+        _ => "LLM pipeline + prior, stacked".to_string(),
+    };
+    crate::outln!(
+        "{}: {} ({from})",
+        crate::term::inline(&v.trace),
+        crate::term::inline(&v.headline(t))
+    );
+    if let (Some(s), Some(e)) = (v.step, &v.step_excerpt) {
+        crate::outln!("  step {s}: {}", crate::term::inline(&e.replace('\n', " ")));
+    }
+    if !v.rationale.is_empty() {
+        let whose = if v.rationale_from == "llm" {
+            "the model"
+        } else {
+            "the prior's evidence"
+        };
+        crate::outln!(
+            "  why ({whose}): {}",
+            crate::term::inline(&v.rationale.replace('\n', " "))
+        );
+    }
+    let llm = match &v.pipeline {
+        Some(p) => match (&p.agent, p.step) {
+            (Some(a), Some(s)) => format!("{a} at step {s}"),
+            _ => format!(
+                "no location ({})",
+                p.abstain_reason.clone().unwrap_or_default()
+            ),
+        },
+        None => format!("failed ({})", v.pipeline_error.clone().unwrap_or_default()),
+    };
+    let prior = match &v.prior {
+        Some((a, s)) => maslens_core::locate::prior_verdict_text(t, a, *s)
+            .replace(" (the prior's two heads answer separately)", ""),
+        None => "none".into(),
+    };
+    crate::outln!(
+        "  LLM pipeline: {}; prior: {}",
+        crate::term::inline(&llm),
+        crate::term::inline(&prior)
+    );
+    if let Some(p) = &v.pipeline {
+        print_steering(&p.steering);
+    }
+}
+
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let (mut traces, errors) = read_all(&args.input, global, "reading traces", None)?;
     let mut problems = errors.len();
     if traces.is_empty() {
         anyhow::bail!("{}", args.input.nothing_read(errors.len()));
     }
-    let opts = args.method.options();
+    let opts = args.method.options_or(Method::Stacked);
+    let stack_weights = match opts.method {
+        Method::Stacked => Some(StackWeights::load(
+            opts.stack.as_deref().unwrap_or("builtin"),
+        )?),
+        _ => None,
+    };
     let prior = match opts.prior_spec() {
         Some(spec) => {
             let (p, skipped) = PriorSource::load(spec)?;
@@ -133,23 +191,54 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         let models;
         let llm;
         let prior_only;
-        let (localizer, pipeline): (&dyn Localizer, Option<&LlmLocalizer>) =
-            if opts.method == Method::Prior {
-                prior_only = PriorLocalizer(prior.context("the prior did not load")?);
-                (&prior_only, None)
-            } else {
-                let spec = args.llm.model()?;
-                models = Models::open(&spec, &args.llm.options()?, &opts)
-                    .await
-                    .with_context(|| format!("opening model {spec}"))?;
-                llm = LlmLocalizer {
-                    models: &models,
-                    config: cfg,
-                    styles: opts.evaluators.clone(),
-                    prior,
-                };
-                (&llm, Some(&llm))
-            };
+        let stacked_localizer;
+        type Chosen<'a, 'm> = (
+            &'a dyn Localizer,
+            Option<&'a LlmLocalizer<'m>>,
+            Option<&'a StackedLocalizer<'m>>,
+        );
+        let (localizer, pipeline, stacked): Chosen = if opts.method == Method::Prior {
+            prior_only = PriorLocalizer(prior.context("the prior did not load")?);
+            (&prior_only, None, None)
+        } else {
+            let spec = args.llm.model()?;
+            models = Models::open(&spec, &args.llm.options()?, &opts)
+                .await
+                .with_context(|| format!("opening model {spec}"))?;
+            match stack_weights {
+                Some(w) => {
+                    let (weights, note) = w.for_model(models.judge.model.id());
+                    if let (Some(n), false) = (note, quiet) {
+                        eprintln!("note: {n}");
+                    }
+                    // The pipeline's prior-guided narrowing uses the stack's prior.
+                    let narrowing = match opts.prior_spec() {
+                        Some(spec) => Some(PriorSource::load(spec)?.0),
+                        None => None,
+                    };
+                    stacked_localizer = StackedLocalizer {
+                        llm: LlmLocalizer {
+                            models: &models,
+                            config: cfg,
+                            styles: opts.evaluators.clone(),
+                            prior: narrowing,
+                        },
+                        prior: prior.context("the prior did not load")?,
+                        weights,
+                    };
+                    (&stacked_localizer, None, Some(&stacked_localizer))
+                }
+                None => {
+                    llm = LlmLocalizer {
+                        models: &models,
+                        config: cfg,
+                        styles: opts.evaluators.clone(),
+                        prior,
+                    };
+                    (&llm, Some(&llm), None)
+                }
+            }
+        };
         let pb = crate::progress::bar(traces.len(), quiet || json);
         let mut problems = problems;
         let mut steered_traces = 0usize;
@@ -162,8 +251,24 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             };
             let mut diagnosis = None;
             let mut steered = false;
-            let printed = match pipeline {
-                Some(p) => p.verdict(t).await.map_err(|e| e.to_string()).map(|v| {
+            let printed = match (pipeline, stacked) {
+                (None, Some(s)) => s.verdict(t).await.map_err(|e| e.to_string()).map(|v| {
+                    steered = v.pipeline.as_ref().is_some_and(|p| !p.steering.is_empty());
+                    pb.suspend(|| match json {
+                        true => crate::outln!(
+                            "{}",
+                            crate::term::json(&serde_json::to_string(&v).unwrap_or_default())
+                        ),
+                        false => print_stacked(&v, t),
+                    });
+                    if let (Some(h), Some(p)) = (&hash, v.as_pipeline_verdict()) {
+                        diagnosis = Some(maslens_server::serve::pipeline::locate_to_diagnosis(
+                            &p, &opts, t, h, started,
+                        ));
+                    }
+                    t.labels.verdicts.push(v.to_label());
+                }),
+                (Some(p), _) => p.verdict(t).await.map_err(|e| e.to_string()).map(|v| {
                     steered = !v.steering.is_empty();
                     pb.suspend(|| match json {
                         true => crate::outln!(
@@ -179,7 +284,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                     }
                     t.labels.verdicts.push(v.to_label());
                 }),
-                None => localizer
+                (None, None) => localizer
                     .localize(t)
                     .await
                     .map_err(|e| e.to_string())
@@ -194,13 +299,20 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                                 "{}",
                                 crate::term::json(&l.verdict.unwrap_or_default().to_string())
                             ),
-                            (false, Some(a), Some(s)) => crate::outln!(
-                                "{}: {} (prior)",
-                                crate::term::inline(&t.id),
-                                crate::term::inline(&maslens_core::locate::prior_verdict_text(
-                                    t, a, s
-                                ))
-                            ),
+                            (false, Some(a), Some(s)) => {
+                                crate::outln!(
+                                    "{}: {} (prior)",
+                                    crate::term::inline(&t.id),
+                                    crate::term::inline(&maslens_core::locate::prior_verdict_text(
+                                        t, a, s
+                                    ))
+                                );
+                                if let Some(why) =
+                                    l.verdict.as_ref().and_then(|v| v["rationale"].as_str())
+                                {
+                                    crate::outln!("  why: {}", crate::term::inline(why));
+                                }
+                            }
                             _ => crate::outln!("{}: no location (prior)", t.id),
                         }
                     }),
@@ -226,6 +338,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         pb.finish_and_clear();
         if let Some(p) = pipeline {
             crate::llm_args::finish(&p.models.judge, quiet);
+        }
+        if let Some(s) = stacked {
+            crate::llm_args::finish(&s.llm.models.judge, quiet);
         }
         if steered_traces > 0 && !quiet {
             eprintln!(
