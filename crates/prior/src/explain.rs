@@ -308,6 +308,24 @@ fn describe(trace: &Trace, pos: usize, name: &str) -> String {
     }
 }
 
+/// `Step N (AGENT): A; B; C.`, a quote already shown not repeated (position facts often quote
+/// the same step start).
+fn join(index: usize, agent: &str, ev: &[Evidence]) -> String {
+    let mut shown: Vec<&str> = Vec::new();
+    let parts: Vec<&str> = ev
+        .iter()
+        .map(|e| match e.text.split_once(": \"") {
+            Some((head, quote)) if shown.contains(&quote) => head,
+            Some((_, quote)) => {
+                shown.push(quote);
+                e.text.as_str()
+            }
+            None => e.text.as_str(),
+        })
+        .collect();
+    format!("Step {index} ({agent}): {}.", parts.join("; "))
+}
+
 impl PriorModel {
     /// The `top` features that lift step position `pos` most above the trace's average step
     /// (each feature's contribution to the step head's logit, minus its mean over the trace's
@@ -364,13 +382,7 @@ impl PriorModel {
                 step.index, step.agent
             );
         }
-        let parts: Vec<String> = ev.iter().map(|e| e.text.clone()).collect();
-        format!(
-            "Step {} ({}): {}.",
-            step.index,
-            step.agent,
-            parts.join("; ")
-        )
+        join(step.index, &step.agent, &ev)
     }
 }
 
@@ -427,6 +439,32 @@ mod tests {
         let s = describe(&t, 0, "origin_final_numbers");
         assert!(s.contains("introduces 69.6"), "{s}");
         assert!(s.contains("neither the task nor an earlier step"), "{s}");
+        // the same quote twice in one explanation is shown once
+        let ev = |feature: &str, text: &str| Evidence {
+            feature: feature.into(),
+            pull: 1.0,
+            text: text.into(),
+        };
+        let text = join(
+            3,
+            "WebSurfer",
+            &[
+                ev(
+                    "nt_ord_3",
+                    "it is the third step of an acting agent: \"I searched\"",
+                ),
+                ev("kind_worker", "WebSurfer is a worker agent"),
+                ev(
+                    "agent_first_turn",
+                    "it is WebSurfer's first turn: \"I searched\"",
+                ),
+            ],
+        );
+        assert_eq!(
+            text,
+            "Step 3 (WebSurfer): it is the third step of an acting agent: \"I searched\"; \
+             WebSurfer is a worker agent; it is WebSurfer's first turn."
+        );
         let s = describe(&t, 2, "final_words");
         assert!(s.contains("\"The final answer is 69.6 N"), "{s}");
         assert_eq!(novel_numbers(&t, 2), Vec::<String>::new());
