@@ -62,13 +62,12 @@ def test_if_grpo_rewards_from_a_real_scan(serve_model: ServeModel, tmp_path: Pat
     good = f"Solver: I add the numbers.\nChecker: ANSWER {a0}"
     sloppy = f"Solver: I think it is 3.\nSolver: no, I add them again.\nChecker: ANSWER {a0}"
     wrong = "Solver: It is 5.\nChecker: ANSWER 5"
-    # Standard format, two groups of two (TRL: num_generations=2).
-    prompts = [rows[0]["prompt"][1]["content"]] * 2 + [rows[1]["prompt"][1]["content"]] * 2
-    completions = [good, wrong, f"Solver: ok\nChecker: ANSWER {a1}", f"Checker: ANSWER {a1}"]
-    answers = [a0, a0, a1, a1]
-    out = _trl_call(reward, prompts, completions, answer=answers)
+    # Standard format: a group of two and a group of one.
+    prompts = [rows[0]["prompt"][1]["content"]] * 2 + [rows[1]["prompt"][1]["content"]]
+    completions = [good, wrong, f"Checker: ANSWER {a1}"]
+    out = _trl_call(reward, prompts, completions, answer=[a0, a0, a1])
     assert out[0] > 0 > out[1], "a success beats a failure in its group"
-    assert out[2] == out[3] == 0.0, "an all-success group is not shaped"
+    assert out[2] == 0.0, "a group with one outcome is not shaped"
     # Conversational format: prompts and completions are message lists.
     conv_prompts = [rows[0]["prompt"]] * 2
     conv = [[{"role": "assistant", "content": c}] for c in (sloppy, wrong)]
