@@ -591,6 +591,9 @@ pub fn nested_cv(
     nested_out_of_fold(traces, outer, inner, seed, candidates, model_prediction)
 }
 
+/// A held-out group and the configuration the selection on the other groups chose for it.
+pub type GroupChoice = (String, String);
+
 /// Leave-one-group-out with the selection inside: for each group, [`select`] (grouped `inner`
 /// folds) and train on the other groups only, then predict the group (transfer to an unseen
 /// system). Groups with no other labelled group to train on are skipped. Returns the
@@ -600,7 +603,7 @@ pub fn leave_group_out_selected(
     inner: usize,
     seed: u64,
     candidates: &[Setting],
-) -> Result<(Vec<Prediction>, Vec<(String, String)>), PriorError> {
+) -> Result<(Vec<Prediction>, Vec<GroupChoice>), PriorError> {
     let labelled: Vec<&Trace> = traces
         .iter()
         .copied()
