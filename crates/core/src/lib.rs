@@ -15,8 +15,8 @@
 
 pub mod eval_locate;
 pub mod locate;
-pub mod stack;
 pub mod refinement;
+pub mod stack;
 pub mod traces;
 
 /// `git rev-parse HEAD` of this build, when built from a checkout.

@@ -103,9 +103,11 @@ impl std::str::FromStr for SweepAxis {
             "buffer_m" | "m" => SweepKey::BufferM,
             "only_round" | "round" => SweepKey::OnlyRound,
             "lambda" => SweepKey::Lambda,
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "{other:?}: sweepable settings are tau, buffer_m (m), only_round (round), lambda"
-            )),
+            ))
+            }
         };
         let values = vs
             .split(',')
