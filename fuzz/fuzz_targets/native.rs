@@ -1,19 +1,8 @@
-//! Fuzz the native reader: any bytes give a trace or an ImportError, never a panic; what it
-//! accepts round-trips exactly through our writer.
+//! Fuzz the native reader: any bytes give a value or an error, never a panic.
+//! The body is `maslens_fuzz::native` (fuzz/src/lib.rs), which the stable test
+//! crates/cli/tests/fuzz_corpus.rs also runs over the seeds.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use maslens_trace::import::{parse_record, Format, RecordCtx};
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(imp) = parse_record(data, Format::Native, &RecordCtx::memory("fuzz")) {
-        let line = maslens_trace::export::to_jsonl_line(&imp.trace).expect("serializable");
-        let back = parse_record(line.as_bytes(), Format::Native, &RecordCtx::memory("fuzz"))
-            .expect("native output reads back");
-        assert_eq!(back.trace, imp.trace);
-        assert_eq!(
-            maslens_trace::export::to_jsonl_line(&back.trace).expect("serializable"),
-            line
-        );
-    }
-});
+fuzz_target!(|data: &[u8]| maslens_fuzz::native(data));
