@@ -174,6 +174,8 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
             "--json",
             "locate",
             ds.join("47.json").to_str().unwrap(),
+            "--method",
+            "llm",
             "--write-back",
             wb.to_str().unwrap(),
         ],

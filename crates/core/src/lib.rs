@@ -5,6 +5,8 @@
 //!   datasets of labelled cases.
 //! - [`locate`]: failure localization with the LLM pipeline or the learned prior, as
 //!   [`maslens_eval::run::Localizer`]s.
+//! - [`localize`]: `maslens locate` over the chosen method (stacked, llm, prior) as one call, with
+//!   verdicts that render themselves as JSON, labels and text.
 //! - [`eval_locate`]: `maslens eval locate` as one function: dataset -> localizer -> scorer ->
 //!   versioned report.
 //! - [`refinement`]: AgentLocate's fine-tuning loop: the refinement export (data, manifest,
@@ -15,6 +17,7 @@
 
 pub mod eval_locate;
 pub mod locate;
+pub mod localize;
 pub mod refinement;
 pub mod stack;
 pub mod traces;

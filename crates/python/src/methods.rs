@@ -7,11 +7,11 @@ use crate::options::{from_dict, CreditOpts, EvalOpts, LocateOpts, ScanOpts};
 use crate::trace::Trace;
 use crate::{guarded, report_progress, InternalError, Interrupt, OptionsError};
 use maslens_core::eval_locate::{eval_locate_with, EvalLocateOptions, RefineExport};
-use maslens_core::locate::{LlmLocalizer, Method, Models, PriorLocalizer, PriorSource};
+use maslens_core::localize::Setup;
+use maslens_core::locate::Models;
 use maslens_eval::metrics::Scorer;
-use maslens_eval::run::{Localizer, Progress};
+use maslens_eval::run::{LocalizeError, Progress};
 use maslens_llm::ChatModel;
-use maslens_locate::LocateError;
 use maslens_trace::Trace as RsTrace;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -25,18 +25,6 @@ fn owned(traces: &[Bound<'_, Trace>]) -> Vec<Arc<RsTrace>> {
 
 fn to_text(v: &Value) -> PyResult<String> {
     serde_json::to_string(v).map_err(|e| InternalError::new_err(e.to_string()))
-}
-
-fn load_prior(spec: Option<&str>, problems: &mut Vec<String>) -> PyResult<Option<PriorSource>> {
-    match spec {
-        Some(spec) => {
-            let (p, skipped) = PriorSource::load(spec)
-                .map_err(|e| OptionsError::new_err(format!("prior: {e}")))?;
-            problems.extend(skipped);
-            Ok(Some(p))
-        }
-        None => Ok(None),
-    }
 }
 
 fn need_model<'a, 'py>(
@@ -70,12 +58,11 @@ pub fn locate(
                 .collect(),
         );
         let traces = owned(&traces);
-        let mut problems = Vec::new();
-        let prior = load_prior(opts.prior_spec(), &mut problems)?;
         let any_aegis = traces.iter().any(|t| t.source.format == "aegis");
-        let cfg = opts.config(opts.wants_error_modes(any_aegis));
-        let models = if opts.method == Method::Llm {
-            let judge = need_model(&model, "locate(method=\"llm\")")?.get().stack();
+        let models = if opts.method.needs_llm() {
+            let judge = need_model(&model, "locate with an LLM (method \"llm\" or \"stacked\")")?
+                .get()
+                .stack();
             let n = evaluator_models.len();
             if n > 1 && n != opts.evaluators.len() {
                 return Err(OptionsError::new_err(format!(
@@ -90,58 +77,36 @@ pub fn locate(
         } else {
             None
         };
+        // The localizer `maslens locate` would build for these options.
+        let setup = Setup::new(&opts, models.as_ref(), any_aegis)
+            .map_err(|e| OptionsError::new_err(e.to_string()))?;
+        let mut problems = setup.warnings;
+        problems.extend(setup.notes);
+        let chosen = setup.localizer;
+        // The prior answers in microseconds: report its progress every 64 traces.
+        let every = if opts.method.needs_llm() { 1 } else { 64 };
         let interrupt = Interrupt::default();
         let total = traces.len();
         let (results, stopped) = crate::run(py, &interrupt, async {
             let mut results = Vec::with_capacity(total);
             let mut stopped = None;
-            match &models {
-                Some(models) => {
-                    let llm = LlmLocalizer {
-                        models,
-                        config: cfg.clone(),
-                        styles: opts.evaluators.clone(),
-                        prior,
-                    };
-                    for (i, t) in traces.iter().enumerate() {
-                        if interrupt.is_set() {
-                            break;
-                        }
-                        match llm.verdict(t).await {
-                            Ok(v) => results.push(json!({"trace": t.id, "verdict": v})),
-                            Err(
-                                e @ LocateError::Llm {
-                                    source: maslens_llm::LlmError::Budget(_),
-                                    ..
-                                },
-                            ) => {
-                                results.push(json!({"trace": t.id, "error": e.to_string()}));
-                                stopped = Some(e.to_string());
-                                break;
-                            }
-                            Err(e) => results.push(json!({"trace": t.id, "error": e.to_string()})),
-                        }
-                        report_progress(&progress, &interrupt, i + 1, total, &t.id);
-                    }
+            for (i, t) in traces.iter().enumerate() {
+                if interrupt.is_set() {
+                    break;
                 }
-                None => {
-                    let Some(p) = prior else {
-                        return (results, Some("the prior did not load".to_string()));
-                    };
-                    let localizer = PriorLocalizer(p);
-                    for (i, t) in traces.iter().enumerate() {
-                        if interrupt.is_set() {
-                            break;
-                        }
-                        match localizer.localize(t).await {
-                            Ok(l) => results.push(json!({"trace": t.id, "verdict": l.verdict})),
-                            Err(e) => results.push(json!({"trace": t.id, "error": e.to_string()})),
-                        }
-                        // The prior answers in microseconds: report every 64 traces.
-                        if (i + 1) % 64 == 0 || i + 1 == total {
-                            report_progress(&progress, &interrupt, i + 1, total, &t.id);
-                        }
+                match chosen.verdict(t).await {
+                    Ok(v) => results.push(
+                        json!({"trace": t.id, "verdict": v.to_json(), "text": v.text_lines(t)}),
+                    ),
+                    Err(LocalizeError::Stop(e)) => {
+                        results.push(json!({"trace": t.id, "error": e}));
+                        stopped = Some(e);
+                        break;
                     }
+                    Err(LocalizeError::Case(e)) => results.push(json!({"trace": t.id, "error": e})),
+                }
+                if (i + 1) % every == 0 || i + 1 == total {
+                    report_progress(&progress, &interrupt, i + 1, total, &t.id);
                 }
             }
             (results, stopped)
@@ -292,8 +257,8 @@ pub fn eval_locate(
                 .map(|m| m.get().stack().model.id().to_string())
                 .collect(),
         );
-        let needs_model = (e.predictions.is_none() && locate.method == Method::Llm)
-            || e.export_refinement.is_some();
+        let needs_model =
+            (e.predictions.is_none() && locate.method.needs_llm()) || e.export_refinement.is_some();
         let opened = match (&model, needs_model) {
             (Some(m), true) => Some(Models {
                 judge: m.get().stack(),

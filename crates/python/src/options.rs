@@ -125,6 +125,8 @@ pub(crate) struct LocateOpts {
     pub prior: Option<String>,
     pub prior_weight: f64,
     pub prior_narrowing: bool,
+    /// Stack weights of `method="stacked"`: `builtin`, `generic`, or a weights file.
+    pub stack: Option<String>,
 }
 
 impl Default for LocateOpts {
@@ -141,6 +143,7 @@ impl Default for LocateOpts {
             prior: d.prior,
             prior_weight: d.prior_weight,
             prior_narrowing: d.prior_narrowing,
+            stack: d.stack,
         }
     }
 }
@@ -160,7 +163,7 @@ impl LocateOpts {
             prior: self.prior,
             prior_weight: self.prior_weight,
             prior_narrowing: self.prior_narrowing,
-            ..LocateOptions::default()
+            stack: self.stack,
         }
     }
 }
