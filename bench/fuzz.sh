@@ -10,7 +10,8 @@
 # panic (or a broken invariant of fuzz/src/lib.rs) is what the targets look for; overflow checks
 # and debug assertions are on (-a).
 #
-#   bench/fuzz.sh [--runs N] [--build-only] [TARGET...]     (default: every target)
+#   bench/fuzz.sh [--runs N] [--build-only|--no-build] [TARGET...]     (default: every target)
+#   (--no-build: run the binaries already in fuzz/target, e.g. to finish an interrupted campaign)
 #
 # Per target: the corpus grows in fuzz/corpus/TARGET (git-ignored), seeded from fuzz/seeds/TARGET;
 # a crash lands in fuzz/artifacts/TARGET/ and stops that target; logs in bench/out/fuzz/TARGET.log.
@@ -20,12 +21,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=10000000
 BUILD_ONLY=0
+NO_BUILD=0
 TARGETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
     --build-only) BUILD_ONLY=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --no-build) NO_BUILD=1; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) TARGETS+=("$1"); shift ;;
   esac
 done
@@ -33,7 +36,7 @@ ALL=(whowhen aegis chat native serve_request serve_tools otlp auto json_extract 
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL[@]}")
 
 command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz is not installed: cargo install cargo-fuzz" >&2; exit 2; }
-(cd fuzz && RUSTC_BOOTSTRAP=1 nice -n 19 cargo fuzz build -O -a -s none)
+[ "$NO_BUILD" = 1 ] || (cd fuzz && RUSTC_BOOTSTRAP=1 nice -n 19 cargo fuzz build -O -a -s none)
 [ "$BUILD_ONLY" = 1 ] && exit 0
 BIN=fuzz/target/x86_64-unknown-linux-gnu/release
 OUT=bench/out/fuzz
