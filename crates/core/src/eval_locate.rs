@@ -28,6 +28,21 @@ pub enum RefineTargets {
     Gold,
 }
 
+impl std::str::FromStr for RefineTargets {
+    type Err = CoreError;
+
+    /// `verified` or `gold` (the names the report records).
+    fn from_str(s: &str) -> Result<RefineTargets, CoreError> {
+        match s {
+            "verified" => Ok(RefineTargets::Verified),
+            "gold" => Ok(RefineTargets::Gold),
+            _ => Err(CoreError::Invalid(format!(
+                "refinement targets {s:?}: `verified` or `gold`"
+            ))),
+        }
+    }
+}
+
 /// Export of refinement data (`--export-refinement`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RefineExport {
@@ -92,6 +107,37 @@ pub struct EvalLocateOutput {
     pub problems: Vec<String>,
     /// The LLM stack of the Judge, for a usage summary (when a model was opened).
     pub judge: Option<maslens_llm::Stack>,
+}
+
+impl EvalLocateOutput {
+    /// Whether the run found problems (records skipped, cases failed) or stopped early: what the
+    /// exit code reports.
+    pub fn has_problems(&self) -> bool {
+        let report = &self.run.report;
+        !self.problems.is_empty() || !report.errors.is_empty() || report.stopped_early.is_some()
+    }
+
+    /// The report as Markdown, then where the reports were written (`written`, `--out`); no
+    /// final newline.
+    pub fn render_text(&self, written: Option<&Path>) -> String {
+        let text = maslens_eval::markdown::render(&self.run.report);
+        let mut out = text.strip_suffix('\n').unwrap_or(&text).to_string();
+        if let Some(dir) = written {
+            out.push_str(&format!("\n\nreports written to {}", dir.display()));
+        }
+        out
+    }
+
+    /// The warning of a run that stopped early (a budget), naming what the report covers.
+    pub fn stopped_early(&self) -> Option<String> {
+        let report = &self.run.report;
+        report.stopped_early.as_ref().map(|s| {
+            format!(
+                "stopped early ({s}); the report covers the {} cases run",
+                report.cases
+            )
+        })
+    }
 }
 
 /// Read an external predictions file: predictions by trace id, and the lines skipped.

@@ -270,6 +270,29 @@ pub async fn export_refinement(
     Ok(n)
 }
 
+/// Check `--finetuned-on DIR` before an evaluation runs (a wrong directory should not cost a
+/// whole evaluation): it describes a fine-tuned Judge, so it needs `--variant judge-ft`, and its
+/// manifest must read. Returns a note for a `judge-ft` run without it (the report cannot say
+/// what the Judge was fine-tuned on).
+pub fn check_finetuned_on(
+    variant: maslens_locate::Variant,
+    dir: Option<&Path>,
+) -> Result<Option<&'static str>, CoreError> {
+    let judge_ft = variant == maslens_locate::Variant::JudgeFt;
+    match dir {
+        Some(_) if !judge_ft => Err(CoreError::Invalid(
+            "--finetuned-on describes a fine-tuned Judge: use it with --variant judge-ft".into(),
+        )),
+        Some(dir) => RefinementManifest::read(dir)
+            .map(|_| None)
+            .map_err(CoreError::Invalid),
+        None if judge_ft => Ok(Some(
+            "--variant judge-ft takes --model to be the fine-tuned Judge; without --finetuned-on DIR the report cannot say what it was fine-tuned on",
+        )),
+        None => Ok(None),
+    }
+}
+
 /// Tie an evaluation of a fine-tuned Judge (`--variant judge-ft`) to the refinement data it
 /// was trained on: the report's `config.finetune` records the manifest (round, targets,
 /// protocol, base and producing models, instances, examples) and `config.output` which of the
@@ -340,6 +363,36 @@ pub fn attach_finetune(out: &mut EvalLocateOutput, dir: &Path) -> Result<(), Cor
 mod tests {
     use super::*;
     use maslens_locate::{Protocol, Settings};
+
+    #[test]
+    fn finetuned_on_goes_with_judge_ft_and_a_readable_manifest() {
+        use maslens_locate::Variant;
+        assert_eq!(check_finetuned_on(Variant::Verified, None).unwrap(), None);
+        assert!(check_finetuned_on(Variant::JudgeFt, None)
+            .unwrap()
+            .is_some());
+        let dir = tempfile::tempdir().unwrap();
+        let e = check_finetuned_on(Variant::Verified, Some(dir.path())).unwrap_err();
+        assert!(
+            e.to_string().contains("use it with --variant judge-ft"),
+            "{e}"
+        );
+        let e = check_finetuned_on(Variant::JudgeFt, Some(dir.path())).unwrap_err();
+        assert!(e.to_string().contains("manifest.json"), "{e}");
+    }
+
+    #[test]
+    fn refine_targets_parse_by_name() {
+        assert_eq!(
+            "gold".parse::<RefineTargets>().unwrap(),
+            RefineTargets::Gold
+        );
+        assert_eq!(
+            "verified".parse::<RefineTargets>().unwrap(),
+            RefineTargets::Verified
+        );
+        assert!("silver".parse::<RefineTargets>().is_err());
+    }
 
     fn manifest(split: Option<f64>, context_size: Option<usize>) -> RefinementManifest {
         RefinementManifest {

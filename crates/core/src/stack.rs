@@ -643,6 +643,26 @@ pub struct StackFitOptions {
     pub command: String,
 }
 
+impl StackFitOptions {
+    /// `maslens eval stack`'s options: `folds` outer folds, `inner_folds` inside each, `seed`
+    /// for the folds, the bootstrap and the random baseline, the frozen protocol's candidates;
+    /// the model is filled in from the verdicts.
+    pub fn nested(folds: usize, inner_folds: usize, seed: u64, command: String) -> StackFitOptions {
+        StackFitOptions {
+            folds,
+            inner_folds,
+            seed,
+            eval: maslens_prior::EvalConfig {
+                seed,
+                ..Default::default()
+            },
+            settings: Vec::new(),
+            model: String::new(),
+            command,
+        }
+    }
+}
+
 /// What [`evaluate_and_fit`] measured and fit.
 pub struct StackFitOutput {
     /// Nested cross-validation of {prior alone, LLM pipeline alone, stacked} on the same outer
@@ -918,6 +938,50 @@ pub struct EvalStackOutput {
     pub problems: Vec<String>,
     /// The Judge's model stack, when the pipeline ran (for a usage summary).
     pub judge: Option<maslens_llm::Stack>,
+}
+
+impl EvalStackOutput {
+    /// The pipeline's verdicts as JSONL, one line per trace in id order (what `--verdicts` reads
+    /// back).
+    pub fn verdicts_jsonl(&self) -> Result<String, serde_json::Error> {
+        let mut ids: Vec<&String> = self.verdicts.keys().collect();
+        ids.sort();
+        let mut text = String::new();
+        for id in ids {
+            text.push_str(&serde_json::to_string(&self.verdicts[id])?);
+            text.push('\n');
+        }
+        Ok(text)
+    }
+
+    /// The report and the weights fit on every case, as one JSON object (`--json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "report": self.fit.report,
+            "weights": self.fit.weights,
+        })
+    }
+
+    /// The report as text, then the weights fit on every case and, when they were written to
+    /// `written` (`-o`), how to use them; no final newline.
+    pub fn render_text(&self, written: Option<&Path>) -> Result<String, serde_json::Error> {
+        let weights = &self.fit.weights;
+        let text = maslens_prior::run::render_text(&self.fit.report);
+        let mut out = text.strip_suffix('\n').unwrap_or(&text).to_string();
+        out.push_str(&format!(
+            "\n\nweights fit on every case (model {}): {}",
+            weights.model.as_deref().unwrap_or("?"),
+            serde_json::to_string(&(&weights.step, &weights.agent))?
+        ));
+        if let Some(path) = written {
+            out.push_str(&format!(
+                "\nwritten to {} (use: maslens locate --stack {})",
+                path.display(),
+                path.display()
+            ));
+        }
+        Ok(out)
+    }
 }
 
 /// Read pipeline verdicts from JSONL files: lines that are a `LocateVerdict`, or a stacked

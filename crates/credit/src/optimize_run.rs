@@ -4,12 +4,14 @@
 //! `traces/<method>-seed<S>.jsonl`).
 
 use crate::config::{Blocks, DataConfig, DebateConfig, RoleSelection};
+use crate::data::{Mcq, Split};
 use crate::debate::to_trace;
 use crate::experiment::Experiment;
 use crate::CreditError;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Values that replace those of the configuration's `[optimizer]` table (`None`: keep).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -178,6 +180,23 @@ pub fn apply_setting(
     o.apply(cfg)
 }
 
+/// One configuration per setting of the grid over `axes` ([`sweep_grid`]), `cfg` with the
+/// setting applied, by [`setting_label`] (without axes: `cfg` itself, labelled "").
+pub fn sweep_configs(
+    cfg: &DebateConfig,
+    axes: &[SweepAxis],
+) -> Result<Vec<(String, Arc<DebateConfig>)>, CreditError> {
+    let mut configs = Vec::new();
+    for setting in &sweep_grid(axes) {
+        let label = setting_label(setting);
+        let mut c = cfg.clone();
+        apply_setting(&mut c, setting)
+            .map_err(|e| CreditError::Other(format!("--sweep setting {label}: {e}")))?;
+        configs.push((label, Arc::new(c)));
+    }
+    Ok(configs)
+}
+
 /// The sweep's table: one row per setting with each method's mean held-out accuracy (over
 /// seeds) and the optimizer's mean calls.
 pub fn sweep_markdown(rows: &[(String, &Experiment)]) -> String {
@@ -219,6 +238,39 @@ pub fn sweep_markdown(rows: &[(String, &Experiment)]) -> String {
         out.push_str(&format!(" {calls} |\n"));
     }
     out
+}
+
+/// A sweep's table ([`sweep_markdown`]) and its JSON: each setting's [`summary_json`], with its
+/// output folder `out/<setting>` when there is one.
+pub fn sweep_report(runs: &[(String, Experiment)], out: Option<&Path>) -> (String, Value) {
+    let table = sweep_markdown(&runs.iter().map(|(l, x)| (l.clone(), x)).collect::<Vec<_>>());
+    let json = Value::Array(
+        runs.iter()
+            .map(|(label, x)| {
+                let out = out.map(|d| d.join(label));
+                json!({"setting": label, "result": summary_json(x, out.as_deref())})
+            })
+            .collect(),
+    );
+    (table, json)
+}
+
+/// Write a sweep's folder: each setting's outputs ([`write_outputs`] with its configuration from
+/// [`sweep_configs`]) in `dir/<setting>/`, then the table in `sweep.md` and the JSON in
+/// `sweep.json` ([`sweep_report`]).
+pub fn write_sweep(
+    dir: &Path,
+    runs: &[(String, Experiment)],
+    configs: &[(String, Arc<DebateConfig>)],
+    (table, json): (&str, &Value),
+) -> std::io::Result<()> {
+    for ((label, x), (_, c)) in runs.iter().zip(configs) {
+        let d = dir.join(label);
+        write_outputs(&d, x, c)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("writing {}: {e}", d.display())))?;
+    }
+    std::fs::write(dir.join("sweep.md"), table)?;
+    std::fs::write(dir.join("sweep.json"), serde_json::to_string_pretty(json)?)
 }
 
 /// A dataset spec (`mmlu:PATH`, `aqua:PATH`, `jsonl:PATH` or a bare path) with a relative path
@@ -278,6 +330,19 @@ impl SplitSpec {
                 .unwrap_or(100),
             test_size: test_size.or(data.and_then(|d| d.test_size)),
         }
+    }
+
+    /// Split `items` ([`crate::data::split`]); an error when either side would be empty.
+    pub fn split(&self, items: &[Mcq]) -> Result<Split, CreditError> {
+        let split = crate::data::split(items, self.opt_size, self.test_size, self.seed);
+        if split.optimization.is_empty() || split.test.is_empty() {
+            return Err(CreditError::Other(format!(
+                "{} questions cannot make {} optimization and a non-empty test set",
+                items.len(),
+                self.opt_size
+            )));
+        }
+        Ok(split)
     }
 }
 
@@ -359,6 +424,38 @@ mod tests {
             ..Overrides::default()
         };
         assert!(bad.apply(&mut cfg).is_err());
+    }
+
+    #[test]
+    fn sweep_configs_label_each_setting_and_name_a_bad_one() {
+        let cfg = crate::simulation::config(2, 0, 0).unwrap();
+        let one = sweep_configs(&cfg, &[]).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!((one[0].0.as_str(), &*one[0].1), ("", &cfg));
+        let axes = ["tau=0.3,0.7".parse::<SweepAxis>().unwrap()];
+        let two = sweep_configs(&cfg, &axes).unwrap();
+        let labels: Vec<&str> = two.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["tau=0.3", "tau=0.7"]);
+        assert_eq!(two[1].1.optimizer.tau, 0.7);
+        let bad = ["round=1,9".parse::<SweepAxis>().unwrap()];
+        let e = sweep_configs(&cfg, &bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--sweep setting only_round=9: --only-round 9"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn split_spec_refuses_an_empty_side() {
+        let items = crate::simulation::questions(10, 0);
+        let sp = SplitSpec::resolve(None, Some(1), Some(4), None);
+        let s = sp.split(&items).unwrap();
+        assert_eq!((s.optimization.len(), s.test.len()), (4, 6));
+        let all = SplitSpec::resolve(None, Some(1), Some(10), None);
+        assert_eq!(
+            all.split(&items).unwrap_err().to_string(),
+            "10 questions cannot make 10 optimization and a non-empty test set"
+        );
     }
 
     #[test]

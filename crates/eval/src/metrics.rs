@@ -25,6 +25,17 @@ pub enum Scorer {
     CompatSubstring,
 }
 
+impl Scorer {
+    /// The Who&When reference scorer when `compat_substring` (`--compat-substring`), else exact.
+    pub fn from_compat(compat_substring: bool) -> Scorer {
+        if compat_substring {
+            Scorer::CompatSubstring
+        } else {
+            Scorer::Exact
+        }
+    }
+}
+
 /// The labels of one case: the one definition in `maslens-trace` ([`maslens_trace::Trace::gold`]).
 pub use maslens_trace::Gold;
 

@@ -6,8 +6,10 @@ use crate::llm_args::LlmArgs;
 use crate::locate_args::MethodArgs;
 use crate::Global;
 use anyhow::Context;
-use maslens_core::eval_locate::{eval_locate, EvalLocateOptions, RefineExport, RefineTargets};
+use maslens_core::eval_locate::{eval_locate, EvalLocateOptions, RefineExport};
+use maslens_core::refinement::{attach_finetune, check_finetuned_on};
 use maslens_eval::metrics::Scorer;
+use maslens_store::diagnosis::ReportKind;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -125,31 +127,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         EvalCommand::Locate(a) => a,
         EvalCommand::Stack(s) => return stack(s, global),
     };
-    let judge_ft = a.method.variant == maslens_locate::Variant::JudgeFt;
-    if a.finetuned_on.is_some() && !judge_ft {
-        anyhow::bail!(
-            "--finetuned-on describes a fine-tuned Judge: use it with --variant judge-ft"
-        );
-    }
-    if let Some(dir) = &a.finetuned_on {
-        // Read before the run: a wrong directory should not cost a whole evaluation.
-        maslens_locate::refine::RefinementManifest::read(dir).map_err(anyhow::Error::msg)?;
-    }
-    if judge_ft && a.finetuned_on.is_none() && !global.quiet {
-        eprintln!(
-            "note: --variant judge-ft takes --model to be the fine-tuned Judge; without --finetuned-on DIR the report cannot say what it was fine-tuned on"
-        );
+    let note = check_finetuned_on(a.method.variant, a.finetuned_on.as_deref())?;
+    if let (Some(note), false) = (note, global.quiet) {
+        eprintln!("note: {note}");
     }
     let opts = EvalLocateOptions {
         dataset: a.dataset.clone(),
         locate: a.method.options(),
         model: a.llm.model()?,
         llm: a.llm.options()?,
-        scorer: if a.compat_substring {
-            Scorer::CompatSubstring
-        } else {
-            Scorer::Exact
-        },
+        scorer: Scorer::from_compat(a.compat_substring),
         split: a.split,
         seed: a.seed,
         predictions: a.predictions.clone(),
@@ -158,11 +145,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         tolerances: a.tolerances.clone(),
         export_refinement: a.export_refinement.as_ref().map(|dir| RefineExport {
             dir: dir.clone(),
-            targets: if a.refine_targets == "gold" {
-                RefineTargets::Gold
-            } else {
-                RefineTargets::Verified
-            },
+            targets: a.refine_targets.parse().unwrap_or_default(),
             round: a.round,
             base_model: a.base_model.clone(),
         }),
@@ -170,52 +153,45 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let bar = crate::progress::Bar::new(global.quiet || global.json);
     let mut out = super::block_on(eval_locate(&opts, &bar))??;
     if let Some(dir) = &a.finetuned_on {
-        maslens_core::refinement::attach_finetune(&mut out, dir)?;
+        attach_finetune(&mut out, dir)?;
     }
-    for p in &out.problems {
-        eprintln!("warning: {p}");
-    }
-    if let Some(judge) = &out.judge {
-        crate::llm_args::finish(judge, global.quiet);
-    }
+    finish(&out.problems, out.judge.as_ref(), global);
     let report = &out.run.report;
     if let Some(dir) = &a.out {
         maslens_eval::run::write_run(&out.run, dir)
             .with_context(|| format!("writing reports to {}", dir.display()))?;
     }
     if let Some(db) = &a.db {
-        let id = crate::db::add_report(
-            db,
-            maslens_store::diagnosis::ReportKind::Eval,
-            &a.dataset,
-            None,
-            report,
-        )?;
+        let id = crate::db::add_report(db, ReportKind::Eval, &a.dataset, None, report)?;
         eprintln!("report stored in {db} as {id}");
     }
     if global.json {
         crate::outln!("{}", serde_json::to_string_pretty(report)?);
     } else {
-        let text = maslens_eval::markdown::render(report);
-        crate::outln!("{}", text.strip_suffix('\n').unwrap_or(&text));
-        if let Some(dir) = &a.out {
-            crate::outln!("\nreports written to {}", dir.display());
-        }
+        crate::outln!("{}", out.render_text(a.out.as_deref()));
     }
-    if let Some(s) = &report.stopped_early {
-        eprintln!(
-            "warning: stopped early ({s}); the report covers the {} cases run",
-            report.cases
-        );
+    if let Some(w) = out.stopped_early() {
+        eprintln!("warning: {w}");
     }
-    let problems = !out.problems.is_empty() || !report.errors.is_empty();
-    Ok(ExitCode::from(
-        if problems || report.stopped_early.is_some() {
-            super::EXIT_PROBLEMS
-        } else {
-            super::EXIT_OK
-        },
-    ))
+    Ok(exit_code(out.has_problems()))
+}
+
+/// The warnings of a finished run, then the Judge's usage summary.
+fn finish(problems: &[String], judge: Option<&maslens_llm::Stack>, global: &Global) {
+    for p in problems {
+        eprintln!("warning: {p}");
+    }
+    if let Some(judge) = judge {
+        crate::llm_args::finish(judge, global.quiet);
+    }
+}
+
+fn exit_code(problems: bool) -> ExitCode {
+    ExitCode::from(if problems {
+        super::EXIT_PROBLEMS
+    } else {
+        super::EXIT_OK
+    })
 }
 
 fn stack(a: StackArgs, global: &Global) -> anyhow::Result<ExitCode> {
@@ -228,73 +204,26 @@ fn stack(a: StackArgs, global: &Global) -> anyhow::Result<ExitCode> {
         model: a.llm.model()?,
         llm: a.llm.options()?,
         verdicts: a.verdicts.clone(),
-        fit: StackFitOptions {
-            folds: a.folds,
-            inner_folds: a.inner_folds,
-            seed: a.seed,
-            eval: maslens_prior::EvalConfig {
-                seed: a.seed,
-                ..Default::default()
-            },
-            settings: Vec::new(),
-            model: String::new(),
-            command,
-        },
+        fit: StackFitOptions::nested(a.folds, a.inner_folds, a.seed, command),
     };
     let bar = crate::progress::Bar::new(global.quiet || global.json);
     let out = super::block_on(eval_stack(&opts, &bar))??;
-    for p in &out.problems {
-        eprintln!("warning: {p}");
-    }
-    if let Some(judge) = &out.judge {
-        crate::llm_args::finish(judge, global.quiet);
-    }
-    let report = &out.fit.report;
+    finish(&out.problems, out.judge.as_ref(), global);
     if let Some(path) = &a.report {
-        std::fs::write(path, serde_json::to_string_pretty(report)? + "\n")
+        std::fs::write(path, serde_json::to_string_pretty(&out.fit.report)? + "\n")
             .with_context(|| format!("writing the report to {}", path.display()))?;
     }
     if let Some(path) = &a.out {
         out.fit.weights.save(path)?;
     }
     if let Some(path) = &a.save_verdicts {
-        let mut ids: Vec<&String> = out.verdicts.keys().collect();
-        ids.sort();
-        let mut text = String::new();
-        for id in ids {
-            text.push_str(&serde_json::to_string(&out.verdicts[id])?);
-            text.push('\n');
-        }
-        maslens_eval::run::write_atomic(path, text.as_bytes())
+        maslens_eval::run::write_atomic(path, out.verdicts_jsonl()?.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if global.json {
-        crate::outln!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "report": report,
-                "weights": out.fit.weights,
-            }))?
-        );
+        crate::outln!("{}", serde_json::to_string_pretty(&out.to_json())?);
     } else {
-        let text = maslens_prior::run::render_text(report);
-        crate::outln!("{}", text.strip_suffix('\n').unwrap_or(&text));
-        crate::outln!(
-            "\nweights fit on every case (model {}): {}",
-            out.fit.weights.model.as_deref().unwrap_or("?"),
-            serde_json::to_string(&(&out.fit.weights.step, &out.fit.weights.agent))?
-        );
-        if let Some(path) = &a.out {
-            crate::outln!(
-                "written to {} (use: maslens locate --stack {})",
-                path.display(),
-                path.display()
-            );
-        }
+        crate::outln!("{}", out.render_text(a.out.as_deref())?);
     }
-    Ok(ExitCode::from(if out.problems.is_empty() {
-        super::EXIT_OK
-    } else {
-        super::EXIT_PROBLEMS
-    }))
+    Ok(exit_code(!out.problems.is_empty()))
 }

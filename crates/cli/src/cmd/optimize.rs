@@ -8,12 +8,12 @@ use crate::llm_args::LlmArgs;
 use crate::Global;
 use anyhow::{bail, Context};
 use maslens_credit::config::{Blocks, DebateConfig};
-use maslens_credit::data::{load_spec, split, Mcq};
+use maslens_credit::data::{load_spec, Mcq};
 use maslens_credit::debate::ModelSet;
 use maslens_credit::experiment::{run_experiment, Experiment, ExperimentOptions};
 use maslens_credit::optimize_run::{
-    apply_setting, dataset_spec, setting_label, summary_json, sweep_grid, sweep_markdown,
-    write_outputs, Overrides, SplitSpec, SweepAxis,
+    dataset_spec, summary_json, sweep_configs, sweep_report, write_outputs, write_sweep, Overrides,
+    SplitSpec, SweepAxis,
 };
 use maslens_credit::simulation::{self, SimulatedMas};
 use std::io::Write;
@@ -162,23 +162,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         }
         (loaded.items, spec)
     };
-    let split = split(&questions, sp.opt_size, sp.test_size, sp.seed);
-    if split.optimization.is_empty() || split.test.is_empty() {
-        bail!(
-            "{} questions cannot make {} optimization and a non-empty test set",
-            questions.len(),
-            sp.opt_size
-        );
-    }
+    let split = sp.split(&questions)?;
     // One experiment per sweep setting (one, the configuration's, without --sweep).
-    let grid = sweep_grid(&args.sweep);
-    let mut configs = Vec::new();
-    for setting in &grid {
-        let mut c = cfg.clone();
-        apply_setting(&mut c, setting)
-            .with_context(|| format!("--sweep setting {}", setting_label(setting)))?;
-        configs.push((setting_label(setting), Arc::new(c)));
-    }
+    let configs = sweep_configs(&cfg, &args.sweep)?;
     let cfg = Arc::new(cfg);
     let options = ExperimentOptions {
         seeds: if args.seeds.is_empty() {
@@ -219,22 +205,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         anyhow::Ok(runs)
     })??;
     if !args.sweep.is_empty() {
-        let table = sweep_markdown(&runs.iter().map(|(l, x)| (l.clone(), x)).collect::<Vec<_>>());
-        let json = serde_json::Value::Array(
-            runs.iter()
-                .map(|(label, x)| {
-                    let out = args.out.as_ref().map(|d| d.join(label));
-                    serde_json::json!({"setting": label, "result": summary_json(x, out.as_deref())})
-                })
-                .collect(),
-        );
+        let (table, json) = sweep_report(&runs, args.out.as_deref());
         if let Some(dir) = &args.out {
-            for ((label, x), (_, c)) in runs.iter().zip(&configs) {
-                let d = dir.join(label);
-                write_outputs(&d, x, c).with_context(|| format!("writing {}", d.display()))?;
-            }
-            std::fs::write(dir.join("sweep.md"), &table)?;
-            std::fs::write(dir.join("sweep.json"), serde_json::to_string_pretty(&json)?)?;
+            write_sweep(dir, &runs, &configs, (&table, &json))?;
         }
         let mut out = std::io::stdout().lock();
         if global.json {
