@@ -16,8 +16,8 @@
 //! (cli, server, python). It never prints: progress goes through [`maslens_eval::run::Progress`].
 
 pub mod eval_locate;
-pub mod locate;
 pub mod localize;
+pub mod locate;
 pub mod refinement;
 pub mod stack;
 pub mod traces;
