@@ -155,7 +155,10 @@ def _traces(traces: Traces) -> list[Trace]:
     return out
 
 
-Method = Literal["llm", "prior"]
+#: ``stacked``: the LLM pipeline's ballots and the learned prior combined by cross-validated weights,
+#: falling back to the prior when the model abstains or answers incoherently (``locate``'s default,
+#: as on the CLI); ``llm``: AgentLocate alone (``eval_locate``'s default); ``prior``: no model.
+Method = Literal["stacked", "llm", "prior"]
 Protocol = Literal["all-at-once", "step-by-step", "binary-search"]
 #: AgentLocate's outputs (section 5): ``verified`` (Variant II, the Evaluators' vote; old name
 #: ``full``), ``judge`` (Variant I, the Judge's hypothesis; old name ``judge-only``), ``judge-ft``
@@ -176,6 +179,7 @@ def _locate_options(
     prior: PathLike | None,
     prior_weight: float,
     prior_narrowing: bool,
+    stack: PathLike | None = None,
 ) -> dict[str, Any]:
     return _clean(
         {
@@ -189,6 +193,7 @@ def _locate_options(
             "prior": prior,
             "prior_weight": prior_weight,
             "prior_narrowing": prior_narrowing,
+            "stack": stack,
         }
     )
 
@@ -200,7 +205,7 @@ def _evaluator_models(specs: Sequence[Model | str], options: Mapping[str, Any]) 
 def locate(
     traces: Traces,
     *,
-    method: Method = "llm",
+    method: Method = "stacked",
     model: ModelArg = None,
     protocol: Protocol = "all-at-once",
     variant: Variant = "verified",
@@ -212,14 +217,18 @@ def locate(
     prior: PathLike | None = None,
     prior_weight: float = 1.0,
     prior_narrowing: bool = False,
+    stack: PathLike | None = None,
     progress: ProgressArg = None,
     **llm: Unpack[LlmOptions],
 ) -> Verdicts:
     """Which agent and which step decided each run's failure (``maslens locate``).
 
-    ``method="llm"``: AgentLocate, a Judge (``protocol``) re-checked by Evaluators (``evaluators``
-    styles, ``evaluator_models``) and a confidence-weighted vote (``variant`` picks the output);
-    ``method="prior"``: the learned localizer, no model. ``prior="builtin"`` (or a probabilities
+    ``method="stacked"`` (default, as on the CLI): the LLM pipeline's ballots and the learned prior
+    combined by weights fit by cross-validation (``stack``: ``builtin``, ``generic`` or a weights
+    file from ``maslens eval stack``), the prior alone when the model abstains or answers
+    incoherently; ``method="llm"``: AgentLocate, a Judge (``protocol``) re-checked by Evaluators
+    (``evaluators`` styles, ``evaluator_models``) and a confidence-weighted vote (``variant`` picks
+    the output); ``method="prior"``: the learned localizer, no model. ``prior="builtin"`` (or a probabilities
     file) lets the prior vote in the LLM pipeline; ``prior_narrowing`` lets it pick the steps a
     long trace shows in full. ``model`` is a :class:`Model` or a spec opened with ``llm``
     options for this call.
@@ -228,9 +237,9 @@ def locate(
     ts = _traces(traces)
     opts = _locate_options(
         method, protocol, variant, evaluators, with_ground_truth, error_modes,
-        max_answer_tokens, prior, prior_weight, prior_narrowing,
+        max_answer_tokens, prior, prior_weight, prior_narrowing, stack,
     )
-    if method == "llm":
+    if method != "prior":
         m: _native.Model | None = _model(model, llm)
         evs = _evaluator_models(evaluator_models, llm)
     else:
@@ -370,6 +379,7 @@ def eval_locate(
     prior: PathLike | None = None,
     prior_weight: float = 1.0,
     prior_narrowing: bool = False,
+    stack: PathLike | None = None,
     compat_substring: bool = False,
     split: float | None = None,
     seed: int = 0,
@@ -392,7 +402,7 @@ def eval_locate(
     _check_llm("eval_locate", llm)
     opts = _locate_options(
         method, protocol, variant, evaluators, with_ground_truth, error_modes,
-        max_answer_tokens, prior, prior_weight, prior_narrowing,
+        max_answer_tokens, prior, prior_weight, prior_narrowing, stack,
     )
     eopts = _clean(
         {
@@ -410,7 +420,7 @@ def eval_locate(
             "base_model": base_model,
         }
     )
-    needs_model = (predictions is None and method == "llm") or export_refinement is not None
+    needs_model = (predictions is None and method != "prior") or export_refinement is not None
     m = _model(model, llm) if needs_model else None
     evs = _evaluator_models(evaluator_models, llm) if needs_model else []
     with progress_callback(progress, "eval locate") as cb:

@@ -81,6 +81,13 @@ class Verdict:
     abstain_reason: str | None
     error: str | None
     raw: dict[str, Any] = field(repr=False)
+    #: The verdict for a person, as ``maslens locate`` prints it (several lines).
+    text: str = field(default="", repr=False)
+
+    def __str__(self) -> str:
+        if self.error is not None:
+            return f"{self.trace}: error: {self.error}"
+        return self.text or f"{self.trace}: {self.agent} at step {self.step}"
 
     @property
     def ok(self) -> bool:
@@ -124,6 +131,7 @@ class Verdict:
             abstain_reason=v.get("abstain_reason"),
             error=None,
             raw=v,
+            text="\n".join(str(line) for line in entry.get("text") or []),
         )
 
 

@@ -105,7 +105,7 @@ def test_eval_locate_prior_matches_the_cli(data: Path, maslens_bin: Path, tmp_pa
 
 def test_locate_llm_against_a_real_model(root: Path, serve_model: ServeModel, cache: str) -> None:
     model = maslens.Model(serve_model.spec, cache_path=cache)
-    verdicts = maslens.locate(root / "examples" / "whowhen-style.json", model=model, progress=False)
+    verdicts = maslens.locate(root / "examples" / "whowhen-style.json", method="llm", model=model, progress=False)
     (v,) = verdicts
     assert v.error is None, v.error
     assert v.method.startswith("locate/")
@@ -117,9 +117,26 @@ def test_locate_llm_against_a_real_model(root: Path, serve_model: ServeModel, ca
     assert usage["total"]["calls"] >= 2
     # The same request again comes from the cache: no new model call.
     calls = usage["total"]["calls"] - usage["total"].get("cache_hits", 0)
-    maslens.locate(root / "examples" / "whowhen-style.json", model=model, progress=False)
+    maslens.locate(root / "examples" / "whowhen-style.json", method="llm", model=model, progress=False)
     again = model.usage()["total"]
     assert again["calls"] - again.get("cache_hits", 0) == calls
+
+
+def test_the_default_stacked_locate_equals_the_cli(root: Path, serve_model: ServeModel, maslens_bin: Path, cache: str) -> None:
+    """`maslens.locate(trace)` is `maslens locate TRACE` (stacked by default): with the same model
+    and cache, the same verdict."""
+    path = root / "examples" / "whowhen-style.json"
+    (v,) = maslens.locate(path, model=serve_model.spec, cache_path=cache, progress=False)
+    assert v.method == "stacked" and v.error is None, v
+    assert v.raw["pipeline"] is not None or v.raw["pipeline_error"], "the pipeline ran"
+    cli = run_cli(maslens_bin, "locate", str(path), "--model", serve_model.spec, "--cache", cache, "--json", "--quiet")
+    assert cli.returncode in (0, 1), cli.stderr
+    expected = json.loads(cli.stdout.splitlines()[0])
+    for key in ("agent", "step", "step_agent", "step_source", "agent_source", "rationale"):
+        assert v.raw[key] == expected[key], key
+    # The text is the CLI's, line for line.
+    human = run_cli(maslens_bin, "locate", str(path), "--model", serve_model.spec, "--cache", cache, "--quiet")
+    assert str(v) == human.stdout.rstrip("\n"), (str(v), human.stdout)
 
 
 def test_llm_calls_release_the_gil(root: Path, serve_model: ServeModel, cache: str) -> None:
