@@ -1,0 +1,103 @@
+//! The fault-figure scripts of issue 16 (bench/, docs/security.md "Fault figures") at a small
+//! scale, so they keep working: the chaos run (SIGKILL and resume of `eval locate`), the LLM
+//! faults through the fault-injecting proxy, and serve-model under load (embedded model: e2e).
+//! Each script checks its own figures and exits 1 when one misses.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn script(name: &str, args: &[&str]) -> (i32, String) {
+    let out = Command::new("python3")
+        .arg(repo().join("bench").join(name))
+        .arg("--bin")
+        .arg(env!("CARGO_BIN_EXE_maslens"))
+        .args(args)
+        .env_remove("MASLENS_MODEL")
+        .output()
+        .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn chaos_script_kills_resumes_and_matches_the_uninterrupted_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("chaos");
+    let (code, out) = script(
+        "chaos_eval_locate.py",
+        &[
+            "--traces",
+            "6",
+            "--kills",
+            "3",
+            "--delay-ms",
+            "30",
+            "--work",
+            work.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("chaos: PASS: 3 kills, 0 repeated calls"),
+        "{out}"
+    );
+    assert!(out.contains("\"lost_verdicts\": 0"), "{out}");
+    assert!(out.contains("report identical"), "{out}");
+}
+
+#[test]
+fn llm_faults_script_ends_every_case_with_a_verdict_or_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("faults");
+    let (code, out) = script(
+        "llm_faults.py",
+        &[
+            "--traces",
+            "6",
+            "--rate",
+            "0.5",
+            "--work",
+            work.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("llm faults: PASS"), "{out}");
+    assert!(out.contains("faults injected"), "{out}");
+    assert!(out.contains("neither 0"), "{out}");
+}
+
+/// The embedded model behind serve-model for 30 s of mixed load: the server stays up, answers
+/// no 5xx, and the probe episodes run. The figures' pass/fail (RSS, queueing delay) is the full
+/// run's business (docs/security.md); half a minute on a shared machine is too short for them.
+#[test]
+fn e2e_serve_model_load_script_runs_briefly() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("load.json");
+    let (_, out) = script(
+        "serve_model_load.py",
+        &[
+            "--minutes",
+            "0.5",
+            "--mixed-s",
+            "5",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let figures: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("no figures ({e}): {out}"));
+    assert_eq!(figures["server_alive_at_end"], true, "{out}");
+    assert_eq!(figures["bad_5xx"], 0, "{out}");
+    assert_eq!(figures["errors"], 0, "{out}");
+    assert_eq!(figures["good_bad_status"], 0, "{out}");
+    assert!(figures["probes"].as_u64().unwrap_or(0) >= 3, "{out}");
+}
