@@ -1023,3 +1023,75 @@ async fn judge_ft_loop_exports_protocol_examples_and_evaluates_the_served_adapte
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--variant judge-ft"));
 }
+
+/// `locate --out FILE` killed half-way leaves no half-written FILE (issue 16 item 11): the file
+/// is written beside it and renamed once complete. The model here accepts the connection and
+/// never answers, so the run is killed while it waits; before, FILE existed (empty) by then.
+#[test]
+fn killed_locate_leaves_no_partial_out_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Accept and hold the connections: no answer ever comes.
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept() {
+            held.push(s);
+            let _ = tx.send(());
+        }
+    });
+    let out = dir.path().join("verdicts.jsonl");
+    let model = format!("openai:silent@http://127.0.0.1:{port}/v1");
+    let mut child = maslens(
+        dir.path(),
+        &[
+            "locate",
+            data("whowhen/Hand-Crafted/10.json").to_str().unwrap(),
+            "--method",
+            "llm",
+            "--model",
+            &model,
+            "--request-timeout",
+            "600",
+            "--cache",
+            "off",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    // The run is waiting for its first model answer.
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("locate called the model");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!out.exists(), "a killed run left {}", out.display());
+    // A complete run puts the file under its name, with the trace and its verdict.
+    let o = maslens(
+        dir.path(),
+        &[
+            "locate",
+            data("whowhen/Hand-Crafted/10.json").to_str().unwrap(),
+            "--method",
+            "prior",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = std::fs::read_to_string(&out).unwrap();
+    let t: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    assert_eq!(t["labels"]["verdicts"][0]["method"], "prior");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("verdicts") && n != "verdicts.jsonl")
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}

@@ -113,12 +113,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(p) = &args.write_verdicts {
-        let mut f = std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        );
+        // Written beside the path and renamed once complete (crate::ui::sink).
+        let mut f = crate::ui::sink(Some(p))?;
         for t in run.with_verdicts(&traces)? {
             writeln!(f, "{}", serde_json::to_string(&t)?)?;
         }
+        f.finish()?;
     }
     let mut out = std::io::stdout().lock();
     if global.json {

@@ -10,7 +10,6 @@ use maslens_core::localize::Setup;
 use maslens_core::locate::{Method, Models};
 use maslens_eval::run::LocalizeError;
 use maslens_server::serve::pipeline::{locate_to_diagnosis, prior_to_diagnosis};
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -46,10 +45,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             o.output
         );
     }
+    // Written beside the path and renamed once complete: a killed run leaves no half file.
     let mut out = match &args.write_back {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
+        Some(p) => Some(crate::ui::sink(Some(p))?),
         None => None,
     };
     let (quiet, json) = (global.quiet, global.json);
@@ -148,8 +146,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         }
         anyhow::Ok(problems)
     })??;
-    if let Some(mut w) = out {
-        w.flush()?;
+    if let Some(w) = out {
+        w.finish()?;
     }
     Ok(ExitCode::from(if problems > 0 {
         super::EXIT_PROBLEMS
