@@ -204,6 +204,8 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
             data("whowhen/Algorithm-Generated/35.json")
                 .to_str()
                 .unwrap(),
+            "--method",
+            "llm",
             "--variant",
             "judge-only",
             "--context-size",
