@@ -454,6 +454,44 @@ fn duplicate_trace_ids_are_named_at_the_second_copy() {
     assert_eq!(summary["traces"], 3, "every record is still written");
 }
 
+/// Issue 16 item 8: `eval locate` scores one copy of a duplicated trace id and says so, with exit 1
+/// (it dropped the copy silently: "2 cases", exit 0).
+#[test]
+fn eval_locate_names_duplicate_trace_ids_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dups.jsonl");
+    let rec = |id: &str, text: &str| {
+        serde_json::json!({"id": id, "task": "q", "agents": [{"name": "A"}, {"name": "B"}],
+                           "steps": [{"index": 0, "agent": "A", "content": text},
+                                     {"index": 1, "agent": "B", "content": "done"}],
+                           "labels": {"decisive": {"agent": "A", "step": 0}}})
+        .to_string()
+    };
+    std::fs::write(
+        &file,
+        [rec("a", "x"), rec("b", "y"), rec("a", "z")].join("\n"),
+    )
+    .unwrap();
+    let o = maslens(&[
+        "--json",
+        "eval",
+        "locate",
+        file.to_str().unwrap(),
+        "--method",
+        "prior",
+        "--prior",
+        "builtin",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("a: trace id appears more than once; one copy kept"),
+        "{err}"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["agent_accuracy"]["n"], 2, "{r}");
+}
+
 /// Issue 16 item 10: a named input that does not exist stops the command with exit 2 ("could
 /// not run"), for `validate` as for every trace reader (it was a skipped record and exit 1); a
 /// pretty-printed JSON document on stdin is one trace (it was one error per line), with a
