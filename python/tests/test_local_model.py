@@ -1,0 +1,29 @@
+"""The optional embedded-model build (`maturin build --features local`, docs/python.md): run by
+scripts/python-test.sh after it installs that wheel, not in the main pytest run (whose wheel is the
+default, HTTP-only one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import maslens
+
+
+def test_the_local_wheel_runs_the_embedded_model(root: Path) -> None:
+    assert maslens.has_local_model(), "this run needs the --features local wheel installed"
+    verdicts = maslens.locate(
+        root / "examples" / "whowhen-style.json",
+        model="local:smollm2-135m",
+        method="llm",
+        variant="judge",
+        cache="off",
+        progress=False,
+    )
+    assert len(verdicts) == 1
+    v = verdicts[0]
+    assert v.error is None, v.error
+    raw = v.to_dict()
+    assert raw["model"] == "local:smollm2-135m", raw
+    assert raw["usage"]["calls"] >= 1, raw["usage"]
+    n_steps = len(maslens.read(root / "examples" / "whowhen-style.json")[0].to_dict()["steps"])
+    assert (v.step is not None and 0 <= v.step < n_steps) or v.abstain_reason, raw
