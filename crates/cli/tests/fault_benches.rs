@@ -100,4 +100,13 @@ fn e2e_serve_model_load_script_runs_briefly() {
     assert_eq!(figures["errors"], 0, "{out}");
     assert_eq!(figures["good_bad_status"], 0, "{out}");
     assert!(figures["probes"].as_u64().unwrap_or(0) >= 3, "{out}");
+    // Every probe got the server's own measure of its wait (the x-maslens-queue-ms header).
+    let probes = figures["probe_detail"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        probes.iter().all(|p| p["server_queue_ms"].is_number()),
+        "{out}"
+    );
 }

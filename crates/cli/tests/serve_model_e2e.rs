@@ -413,17 +413,44 @@ fn e2e_an_abandoned_request_does_not_hold_the_model() {
             "curl gave up at its 2 s limit (exit 28)"
         );
         let started = std::time::Instant::now();
-        let (code, body) = post(
-            &url,
-            &json!({"max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}),
-        );
+        // The reply's headers: how long it waited for the model, and (when the model was busy)
+        // how long the request holding it spent on its last step before handing it over.
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "120", "-o", "/dev/null", "-w"])
+            .arg("%{http_code} %header{x-maslens-queue-ms} %header{x-maslens-queue-holder-step-ms}")
+            .args(["-H", "content-type: application/json", "--data-binary"])
+            .arg(
+                json!({"max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+                    .to_string(),
+            )
+            .arg(&url)
+            .output()
+            .expect("curl");
         let waited = started.elapsed();
-        assert_eq!(code, 200, "{body}");
+        let written = String::from_utf8_lossy(&out.stdout).into_owned();
+        let fields: Vec<&str> = written.split_whitespace().collect();
+        assert_eq!(fields.first(), Some(&"200"), "{written}");
+        let queue_ms: f64 = fields
+            .get(1)
+            .and_then(|q| q.parse().ok())
+            .unwrap_or_else(|| panic!("no x-maslens-queue-ms header: {written:?}"));
+        let holder_step_ms: Option<f64> = fields.get(2).and_then(|h| h.parse().ok());
         assert!(
-            waited < std::time::Duration::from_secs(10),
-            "stream={stream}: the next request waited {waited:?} behind an abandoned one"
+            waited < std::time::Duration::from_secs(10) && queue_ms < 10_000.0,
+            "stream={stream}: the next request waited {waited:?} ({queue_ms} ms for the model) behind an abandoned one"
         );
-        eprintln!("stream={stream}: next request answered in {waited:?}");
+        // Behind the one step the abandoned request was computing, not behind its answer: the
+        // 250 ms allow for waking this request's thread on a busy machine.
+        if let Some(step) = holder_step_ms {
+            assert!(
+                queue_ms <= step + 250.0,
+                "stream={stream}: waited {queue_ms} ms for the model behind a last step of {step} ms"
+            );
+        }
+        eprintln!(
+            "stream={stream}: next request answered in {waited:?}, {queue_ms} ms of it waiting for the model \
+             (the holder's last step: {holder_step_ms:?} ms)"
+        );
     }
 }
 

@@ -512,6 +512,7 @@ impl ChatModel for SimulatedMas {
             .map(|m| maslens_llm::estimate_tokens(&m.content))
             .sum();
         Ok(ChatResponse {
+            queue: Default::default(),
             usage: Usage {
                 prompt_tokens: prompt_tokens as u64,
                 completion_tokens: maslens_llm::estimate_tokens(&text) as u64,

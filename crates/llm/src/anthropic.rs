@@ -235,6 +235,7 @@ pub fn parse_messages_response(body: &Value, wrapped: bool) -> Result<ChatRespon
         cached_tokens: cache_read,
     };
     Ok(ChatResponse {
+        queue: Default::default(),
         text,
         finish_reason,
         usage,

@@ -173,6 +173,7 @@ pub fn parse_chat_response(body: &Value) -> Result<ChatResponse, String> {
             .and_then(|d| d.get("cached_tokens"))),
     };
     Ok(ChatResponse {
+        queue: Default::default(),
         text,
         finish_reason,
         usage,

@@ -104,6 +104,7 @@ impl ChatModel for ScriptedModel {
             .map(|m| crate::estimate_tokens(&m.content))
             .sum();
         Ok(ChatResponse {
+            queue: Default::default(),
             usage: Usage {
                 prompt_tokens: prompt_tokens as u64,
                 completion_tokens: crate::estimate_tokens(&text) as u64,

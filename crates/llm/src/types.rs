@@ -140,6 +140,23 @@ pub struct ChatResponse {
     /// True when this response came from the maslens cache rather than the backend.
     #[serde(default, skip_serializing)]
     pub from_cache: bool,
+    /// How long this call waited for the embedded model while another call held it (zero for
+    /// remote backends and cached answers). Not stored in the cache. `serve-model` reports it in
+    /// the `x-maslens-queue-ms` and `x-maslens-queue-holder-step-ms` headers.
+    #[serde(skip)]
+    pub queue: QueueWait,
+}
+
+/// The time a call waited for an embedded model that another call held ([`ChatResponse::queue`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueWait {
+    /// Microseconds between asking for the model and getting it.
+    pub waited_us: u64,
+    /// When the model was busy: microseconds the call holding it spent from its last check for
+    /// cancellation (made before every generated token and prompt batch) to handing the model
+    /// over, i.e. the one step it was computing. A waiting time not much above this says the
+    /// holder stopped within its current step (the bound for an abandoned request).
+    pub holder_last_step_us: Option<u64>,
 }
 
 /// Errors of the LLM layer.

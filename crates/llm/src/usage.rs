@@ -539,6 +539,7 @@ mod tests {
     #[tokio::test]
     async fn cache_hits_cost_nothing_unless_counted() {
         let hit = ChatResponse {
+            queue: Default::default(),
             text: "x".into(),
             finish_reason: "stop".into(),
             usage: Usage {

@@ -529,6 +529,7 @@ impl ChatModel for Teacher<'_> {
             st.last_answer = text.clone();
         }
         Ok(ChatResponse {
+            queue: Default::default(),
             text,
             finish_reason: "stop".into(),
             usage: Usage::default(),

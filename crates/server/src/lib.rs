@@ -231,11 +231,21 @@ async fn chat_completions(
     let tools = parsed.tools.clone();
     let answer = |response: &ChatResponse| -> Response {
         let calls = tools.as_ref().and_then(|t| t.calls_in(&response.text, &id));
-        if parsed.stream {
+        let mut reply = if parsed.stream {
             sse_response(&state.name, &id, response, calls)
         } else {
             Json(completion_json_with(&state.name, &id, response, calls)).into_response()
+        };
+        // How long the request waited for the model (behind another request), measured where
+        // the model is taken: what a client-side timing cannot separate from its own jitter.
+        let ms = |us: u64| header::HeaderValue::from_str(&format!("{:.3}", us as f64 / 1000.0));
+        if let Ok(v) = ms(response.queue.waited_us) {
+            reply.headers_mut().insert(QUEUE_HEADER, v);
         }
+        if let Some(Ok(v)) = response.queue.holder_last_step_us.map(ms) {
+            reply.headers_mut().insert(QUEUE_HOLDER_STEP_HEADER, v);
+        }
+        reply
     };
     if let Some(streamer) = state.streamer.clone() {
         if parsed.stream && tools.is_none() {
@@ -348,6 +358,15 @@ fn sse_chunk(
     }
     format!("data: {c}\n\n")
 }
+
+/// Response header of a chat completion answered whole (not token-streamed): milliseconds the
+/// request waited for the model while another request held it.
+pub const QUEUE_HEADER: &str = "x-maslens-queue-ms";
+
+/// Response header next to [`QUEUE_HEADER`] when the model was busy: milliseconds the request
+/// holding it spent on its last step (from its last check for cancellation to handing the model
+/// over). An abandoned request stops at its next check, so the wait behind it is about this.
+pub const QUEUE_HOLDER_STEP_HEADER: &str = "x-maslens-queue-holder-step-ms";
 
 const SSE_HEADERS: [(header::HeaderName, &str); 2] = [
     (header::CONTENT_TYPE, "text/event-stream"),
@@ -741,6 +760,7 @@ mod tests {
         assert_eq!(schema["properties"]["name"]["const"], "transfer_to_math");
         // A forced call's answer comes back as tool_calls.
         let r = ChatResponse {
+            queue: Default::default(),
             text: r#"{"name": "transfer_to_math", "arguments": {}}"#.into(),
             finish_reason: "stop".into(),
             usage: Default::default(),

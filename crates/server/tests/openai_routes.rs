@@ -147,6 +147,10 @@ impl maslens_server::StreamingModel for PiecesFixture {
             on_text(p);
         }
         Ok(maslens_llm::ChatResponse {
+            queue: maslens_llm::QueueWait {
+                waited_us: 2_500,
+                holder_last_step_us: Some(1_250),
+            },
             text: "{\"a\": 1}".into(),
             finish_reason: "stop".into(),
             usage: maslens_llm::Usage {
@@ -201,6 +205,20 @@ async fn stream_true_sends_each_piece_as_it_comes() {
         2
     );
     assert_eq!(events[5], "data: [DONE]");
+
+    // Answered whole, the reply says how long the request waited for the model.
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()[maslens_server::QUEUE_HEADER], "2.500");
+    assert_eq!(
+        resp.headers()[maslens_server::QUEUE_HOLDER_STEP_HEADER],
+        "1.250"
+    );
 }
 
 /// Hand-written fixture (not a model): hands out a piece every 5 ms for up to 20 s, and notes

@@ -2,7 +2,9 @@
 //! prefix-reusing KV-cache slots, grammar-constrained sampling.
 
 use super::{LocalOptions, LocalSpec};
-use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Message, Role, Totals, Usage};
+use crate::{
+    ChatModel, ChatRequest, ChatResponse, LlmError, Message, QueueWait, Role, Totals, Usage,
+};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -169,6 +171,9 @@ struct State {
     ctx: LlamaContext<'static>,
     slots: Vec<Slot>,
     tick: u64,
+    /// Microseconds the last call to hold the context spent from its last check for
+    /// cancellation to handing the context over ([`QueueWait::holder_last_step_us`]).
+    last_step_us: u64,
 }
 
 impl State {
@@ -277,6 +282,7 @@ impl Inner {
                 ctx,
                 slots: (0..slots).map(|_| Slot::default()).collect(),
                 tick: 0,
+                last_step_us: 0,
             }),
             counters: Counters::default(),
         };
@@ -485,7 +491,16 @@ impl Inner {
         }
         let mut sampler = self.sampler(request)?;
 
-        let mut guard = self.lock_state();
+        let waiting = Instant::now();
+        let (mut guard, contended) = match self.state.try_lock() {
+            Ok(g) => (g, false),
+            Err(std::sync::TryLockError::WouldBlock) => (self.lock_state(), true),
+            Err(std::sync::TryLockError::Poisoned(_)) => (self.lock_state(), false),
+        };
+        let queue = QueueWait {
+            waited_us: waiting.elapsed().as_micros() as u64,
+            holder_last_step_us: contended.then_some(guard.last_step_us),
+        };
         let state = &mut *guard;
         state.tick += 1;
         let tick = state.tick;
@@ -509,6 +524,15 @@ impl Inner {
         state.slots[seq].tokens.truncate(common);
         state.slots[seq].last_used = tick;
 
+        // When `cancelled` last said no: what is left of the call after it is one step.
+        let last_check = std::cell::Cell::new(Instant::now());
+        let checked = || {
+            let gone = cancelled();
+            if !gone {
+                last_check.set(Instant::now());
+            }
+            gone
+        };
         let result = self.run(
             state,
             seq,
@@ -517,7 +541,7 @@ impl Inner {
             &mut sampler,
             request,
             on_text,
-            cancelled,
+            &checked,
         );
         if result
             .as_ref()
@@ -528,6 +552,7 @@ impl Inner {
             let _ = state.ctx.kv_cache_seq_rm(seq_id, None, None);
             state.slots[seq].tokens.clear();
         }
+        state.last_step_us = last_check.get().elapsed().as_micros() as u64;
         drop(guard);
         let (text, finish_reason, completion_tokens) = result?;
 
@@ -554,6 +579,7 @@ impl Inner {
             "local completion"
         );
         Ok(ChatResponse {
+            queue,
             text,
             finish_reason,
             usage,
