@@ -10,8 +10,10 @@
 # panic (or a broken invariant of fuzz/src/lib.rs) is what the targets look for; overflow checks
 # and debug assertions are on (-a).
 #
-#   bench/fuzz.sh [--runs N] [--build-only|--no-build] [TARGET...]     (default: every target)
-#   (--no-build: run the binaries already in fuzz/target, e.g. to finish an interrupted campaign)
+#   bench/fuzz.sh [--runs N] [--workers W] [--build-only|--no-build] [TARGET...]   (default: every target)
+#   (--no-build: run the binaries already in fuzz/target, e.g. to finish an interrupted campaign;
+#    --workers W: W processes per target sharing its corpus, N/W executions each, seeds 1..W,
+#    the executions summed: as libFuzzer's -jobs, for a machine with W free cores)
 #
 # Per target: the corpus grows in fuzz/corpus/TARGET (git-ignored), seeded from fuzz/seeds/TARGET;
 # a crash lands in fuzz/artifacts/TARGET/ and stops that target; logs in bench/out/fuzz/TARGET.log.
@@ -20,15 +22,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=10000000
+WORKERS=1
 BUILD_ONLY=0
 NO_BUILD=0
 TARGETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
+    --workers) WORKERS="$2"; shift 2 ;;
     --build-only) BUILD_ONLY=1; shift ;;
     --no-build) NO_BUILD=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) TARGETS+=("$1"); shift ;;
   esac
 done
@@ -55,17 +59,31 @@ for t in "${TARGETS[@]}"; do
   before=$(ls "fuzz/artifacts/$t" | wc -l)
   start=$(date +%s)
   rc=0
-  # nice alone does not lower the fuzzer's share against other sessions' processes under Linux
-  # autogroup scheduling: run it in its own session and give that session's autogroup nice 19.
-  TMPDIR="$SCRATCH" setsid --wait sh -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' \
-    fuzz "$BIN/$t" -runs="$RUNS" -max_len="$max_len" -timeout=10 \
-    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" \
-    "fuzz/corpus/$t" "fuzz/seeds/$t" > "$OUT/$t.log" 2>&1 || rc=$?
+  per=$(( (RUNS + WORKERS - 1) / WORKERS ))
+  logs=()
+  pids=()
+  for w in $(seq 1 "$WORKERS"); do
+    log="$OUT/$t.log"
+    [ "$w" -gt 1 ] && log="$OUT/$t.w$w.log"
+    logs+=("$log")
+    # nice alone does not lower the fuzzer's share against other sessions' processes under Linux
+    # autogroup scheduling: run it in its own session and give that session's autogroup nice 19.
+    TMPDIR="$SCRATCH" setsid --wait sh -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' \
+      fuzz "$BIN/$t" -runs="$per" -seed="$w" -max_len="$max_len" -timeout=10 \
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" \
+      "fuzz/corpus/$t" "fuzz/seeds/$t" > "$log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
   secs=$(( $(date +%s) - start ))
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$OUT/$t.log" | grep -o '[0-9]*$' || echo 0)
+  execs=0
+  for log in "${logs[@]}"; do
+    n=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+    execs=$(( execs + n ))
+  done
   crashes=$(( $(ls "fuzz/artifacts/$t" | wc -l) - before ))
   [ "$rc" -ne 0 ] && [ "$crashes" -eq 0 ] && crashes="rc=$rc"
   printf '%-14s %12s %8s %9s %8s %s\n' "$t" "$execs" "$secs" "$(( execs / (secs > 0 ? secs : 1) ))" "$crashes" "$max_len"
-  if [ "$rc" -ne 0 ]; then status=1; grep -m5 -E 'panicked|ERROR|SUMMARY' "$OUT/$t.log" >&2 || true; fi
+  if [ "$rc" -ne 0 ]; then status=1; grep -m5 -E 'panicked|ERROR|SUMMARY' "${logs[@]}" >&2 || true; fi
 done
 exit $status
