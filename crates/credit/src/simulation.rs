@@ -512,7 +512,6 @@ impl ChatModel for SimulatedMas {
             .map(|m| maslens_llm::estimate_tokens(&m.content))
             .sum();
         Ok(ChatResponse {
-            queue: Default::default(),
             usage: Usage {
                 prompt_tokens: prompt_tokens as u64,
                 completion_tokens: maslens_llm::estimate_tokens(&text) as u64,
@@ -522,6 +521,7 @@ impl ChatModel for SimulatedMas {
             finish_reason: "stop".into(),
             latency_ms: 0,
             from_cache: false,
+            queue: Default::default(),
         })
     }
 }

@@ -235,12 +235,12 @@ pub fn parse_messages_response(body: &Value, wrapped: bool) -> Result<ChatRespon
         cached_tokens: cache_read,
     };
     Ok(ChatResponse {
-        queue: Default::default(),
         text,
         finish_reason,
         usage,
         latency_ms: 0,
         from_cache: false,
+        queue: Default::default(),
     })
 }
 

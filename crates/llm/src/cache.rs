@@ -876,12 +876,12 @@ mod tests {
             self.0.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(50)).await;
             Ok(ChatResponse {
-                queue: Default::default(),
                 text: r.messages[0].content.clone(),
                 finish_reason: "stop".into(),
                 usage: Default::default(),
                 latency_ms: 50,
                 from_cache: false,
+                queue: Default::default(),
             })
         }
     }
@@ -1010,12 +1010,12 @@ mod tests {
                     let c = Cache::open(&path).unwrap();
                     for i in 0..50 {
                         let resp = ChatResponse {
-                            queue: Default::default(),
                             text: format!("{t}-{i}"),
                             finish_reason: "stop".into(),
                             usage: Default::default(),
                             latency_ms: 1,
                             from_cache: false,
+                            queue: Default::default(),
                         };
                         c.put(&format!("k{t}-{i}"), "m", &Value::Null, &resp)
                             .unwrap();

@@ -173,12 +173,12 @@ pub fn parse_chat_response(body: &Value) -> Result<ChatResponse, String> {
             .and_then(|d| d.get("cached_tokens"))),
     };
     Ok(ChatResponse {
-        queue: Default::default(),
         text,
         finish_reason,
         usage,
         latency_ms: 0,
         from_cache: false,
+        queue: Default::default(),
     })
 }
 

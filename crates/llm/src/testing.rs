@@ -104,7 +104,6 @@ impl ChatModel for ScriptedModel {
             .map(|m| crate::estimate_tokens(&m.content))
             .sum();
         Ok(ChatResponse {
-            queue: Default::default(),
             usage: Usage {
                 prompt_tokens: prompt_tokens as u64,
                 completion_tokens: crate::estimate_tokens(&text) as u64,
@@ -114,6 +113,7 @@ impl ChatModel for ScriptedModel {
             finish_reason: "stop".into(),
             latency_ms: 0,
             from_cache: false,
+            queue: Default::default(),
         })
     }
 }

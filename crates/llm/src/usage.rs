@@ -539,7 +539,6 @@ mod tests {
     #[tokio::test]
     async fn cache_hits_cost_nothing_unless_counted() {
         let hit = ChatResponse {
-            queue: Default::default(),
             text: "x".into(),
             finish_reason: "stop".into(),
             usage: Usage {
@@ -549,6 +548,7 @@ mod tests {
             },
             latency_ms: 0,
             from_cache: true,
+            queue: Default::default(),
         };
         let plain = UsageTracker::new("openai:gpt-4o-mini", &PriceTable::defaults());
         plain.record("s", Ok(&hit), 3);

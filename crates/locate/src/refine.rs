@@ -529,12 +529,12 @@ impl ChatModel for Teacher<'_> {
             st.last_answer = text.clone();
         }
         Ok(ChatResponse {
-            queue: Default::default(),
             text,
             finish_reason: "stop".into(),
             usage: Usage::default(),
             latency_ms: 0,
             from_cache: false,
+            queue: Default::default(),
         })
     }
 }

@@ -760,12 +760,12 @@ mod tests {
         assert_eq!(schema["properties"]["name"]["const"], "transfer_to_math");
         // A forced call's answer comes back as tool_calls.
         let r = ChatResponse {
-            queue: Default::default(),
             text: r#"{"name": "transfer_to_math", "arguments": {}}"#.into(),
             finish_reason: "stop".into(),
             usage: Default::default(),
             latency_ms: 0,
             from_cache: false,
+            queue: Default::default(),
         };
         let calls = p.tools.as_ref().unwrap().calls_in(&r.text, "chatcmpl-1");
         let j = completion_json_with("m", "chatcmpl-1", &r, calls);

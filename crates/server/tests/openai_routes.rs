@@ -147,10 +147,6 @@ impl maslens_server::StreamingModel for PiecesFixture {
             on_text(p);
         }
         Ok(maslens_llm::ChatResponse {
-            queue: maslens_llm::QueueWait {
-                waited_us: 2_500,
-                holder_last_step_us: Some(1_250),
-            },
             text: "{\"a\": 1}".into(),
             finish_reason: "stop".into(),
             usage: maslens_llm::Usage {
@@ -160,6 +156,10 @@ impl maslens_server::StreamingModel for PiecesFixture {
             },
             latency_ms: 1,
             from_cache: false,
+            queue: maslens_llm::QueueWait {
+                waited_us: 2_500,
+                holder_last_step_us: Some(1_250),
+            },
         })
     }
 }

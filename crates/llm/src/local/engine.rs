@@ -435,15 +435,21 @@ impl Inner {
             .tokenize(text.as_bytes(), special, special)
     }
 
-    fn lock_state(&self) -> MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(g) => g,
+    /// The context, and whether another call held it when asked (so this one waited).
+    fn lock_state(&self) -> (MutexGuard<'_, State>, bool) {
+        let (taken, contended) = match self.state.try_lock() {
+            Ok(g) => (Ok(g), false),
+            Err(std::sync::TryLockError::WouldBlock) => (self.state.lock(), true),
+            Err(std::sync::TryLockError::Poisoned(p)) => (Err(p), false),
+        };
+        match taken {
+            Ok(g) => (g, contended),
             Err(poisoned) => {
                 // A panic mid-call leaves the KV cache in an unknown state: start clean.
                 self.state.clear_poison();
                 let mut g = poisoned.into_inner();
                 g.reset();
-                g
+                (g, contended)
             }
         }
     }
@@ -492,11 +498,7 @@ impl Inner {
         let mut sampler = self.sampler(request)?;
 
         let waiting = Instant::now();
-        let (mut guard, contended) = match self.state.try_lock() {
-            Ok(g) => (g, false),
-            Err(std::sync::TryLockError::WouldBlock) => (self.lock_state(), true),
-            Err(std::sync::TryLockError::Poisoned(_)) => (self.lock_state(), false),
-        };
+        let (mut guard, contended) = self.lock_state();
         let queue = QueueWait {
             waited_us: waiting.elapsed().as_micros() as u64,
             holder_last_step_us: contended.then_some(guard.last_step_us),
@@ -579,12 +581,12 @@ impl Inner {
             "local completion"
         );
         Ok(ChatResponse {
-            queue,
             text,
             finish_reason,
             usage,
             latency_ms,
             from_cache: false,
+            queue,
         })
     }
 
