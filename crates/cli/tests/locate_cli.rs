@@ -1054,7 +1054,7 @@ fn killed_locate_leaves_no_partial_out_file() {
             &model,
             "--request-timeout",
             "600",
-            "--cache",
+            "--cache-mode",
             "off",
             "--out",
             out.to_str().unwrap(),
