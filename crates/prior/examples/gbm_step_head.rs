@@ -20,6 +20,7 @@
 use hessboost::objective::LambdaRank;
 use hessboost::prelude::*;
 use maslens_prior::eval::{fold_assignment, group_of, nested_cv, protocol_settings};
+use maslens_prior::model::argmax;
 use maslens_prior::{extract, TrainConfig, N_FEATURES};
 use maslens_trace::import::{read_paths, Format};
 use maslens_trace::Trace;
@@ -58,24 +59,24 @@ fn candidates() -> Vec<Cand> {
     out
 }
 
-/// One labelled trace: its feature rows and the position of its decisive step.
+/// One labelled trace: its feature rows (row-major, as the booster reads them), their count, and
+/// the position of its decisive step.
 struct Case<'a> {
     trace: &'a Trace,
-    rows: Vec<[f64; N_FEATURES]>,
+    x: Vec<f32>,
+    steps: usize,
     label: usize,
 }
 
 fn train(cases: &[&Case], c: Cand, seed: u64) -> Result<BoostedModel> {
-    let n: usize = cases.iter().map(|k| k.rows.len()).sum();
+    let n: usize = cases.iter().map(|k| k.steps).sum();
     let mut x = Vec::with_capacity(n * N_FEATURES);
     let mut y = Vec::with_capacity(n);
     let mut sizes = Vec::with_capacity(cases.len());
     for k in cases {
-        for (i, r) in k.rows.iter().enumerate() {
-            x.extend(r.iter().map(|v| *v as f32));
-            y.push(if i == k.label { 1.0 } else { 0.0 });
-        }
-        sizes.push(k.rows.len());
+        x.extend_from_slice(&k.x);
+        y.extend((0..k.steps).map(|i| if i == k.label { 1.0 } else { 0.0 }));
+        sizes.push(k.steps);
     }
     let mut d = DMatrix::from_dense(&x, n, N_FEATURES)?.with_labels(&y)?;
     let objective = match c.obj {
@@ -96,21 +97,16 @@ fn train(cases: &[&Case], c: Cand, seed: u64) -> Result<BoostedModel> {
     Ok(Trainer::new(&params, &d, c.rounds).train()?.model)
 }
 
+/// The step the model ranks first (earliest on ties, as the linear head's argmax).
 fn predict(model: &BoostedModel, k: &Case) -> Result<Option<usize>> {
-    let x: Vec<f32> = k
-        .rows
-        .iter()
-        .flat_map(|r| r.iter().map(|v| *v as f32))
+    let d = DMatrix::from_dense(&k.x, k.steps, N_FEATURES)?;
+    let margins: Vec<f64> = model
+        .predict_margin(&d, Iterations::Best)?
+        .into_vec()
+        .into_iter()
+        .map(f64::from)
         .collect();
-    let d = DMatrix::from_dense(&x, k.rows.len(), N_FEATURES)?;
-    let p = model.predict_margin(&d, Iterations::Best)?.into_vec();
-    let mut best: Option<(usize, f32)> = None;
-    for (i, v) in p.iter().enumerate() {
-        if best.is_none_or(|(_, b)| *v > b) {
-            best = Some((i, *v));
-        }
-    }
-    Ok(best.map(|(i, _)| i))
+    Ok(argmax(&margins))
 }
 
 /// Step hits of candidate `c` by grouped `k`-fold CV over `cases`.
@@ -119,18 +115,13 @@ fn cv_hits(cases: &[&Case], c: Cand, k: usize, seed: u64) -> Result<usize> {
     let folds = fold_assignment(&traces, k, seed);
     let mut hits = 0;
     for f in 0..k {
-        let tr: Vec<&Case> = cases
-            .iter()
-            .zip(&folds)
-            .filter(|(_, g)| **g != f)
-            .map(|(x, _)| *x)
-            .collect();
-        if tr.len() == cases.len() {
+        let (te, tr) = split(cases, &folds, f);
+        if te.is_empty() {
             continue;
         }
         let m = train(&tr, c, seed)?;
-        for (x, g) in cases.iter().zip(&folds) {
-            if *g == f && predict(&m, x)? == Some(x.label) {
+        for x in te {
+            if predict(&m, x)? == Some(x.label) {
                 hits += 1;
             }
         }
@@ -252,9 +243,11 @@ fn main() -> Result<()> {
         .filter_map(|t| {
             let d = t.labels.decisive.as_ref()?;
             let label = t.steps.iter().position(|s| s.index == d.step)?;
+            let rows = extract(t);
             Some(Case {
                 trace: t,
-                rows: extract(t),
+                x: rows.iter().flatten().map(|v| *v as f32).collect(),
+                steps: rows.len(),
                 label,
             })
         })
