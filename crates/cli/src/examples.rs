@@ -55,6 +55,10 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
         "maslens optimize examples/debate-smoke.toml --simulation --sweep tau=0.3,0.5,0.7 --sweep m=3,5 -o sweep/",
         "maslens optimize examples/debate-smoke.toml --simulation --sweep round=1,2   # one round at a time",
     ]),
+    ("inject", &[
+        "maslens inject --simulation --questions 8 -o injected/",
+        "maslens inject examples/debate-smoke.toml --model local:smollm2-135m --dataset mmlu:../shared/data/mmlu/test/high_school_geography_test.csv --questions 20 -o injected/",
+    ]),
     ("completions", &["maslens completions bash > ~/.local/share/bash-completion/completions/maslens"]),
     ("config show", &[
         "maslens config show                        # what LLM-backed commands use now, and why",

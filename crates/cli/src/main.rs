@@ -85,6 +85,8 @@ pub enum Command {
     Credit(cmd::credit::Args),
     /// Credit-guided prompt optimization of a multi-role debate (verbalized BCD).
     Optimize(cmd::optimize::Args),
+    /// Fault injection: labelled failure traces from a debate's successful runs.
+    Inject(cmd::inject::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::Args),
     /// Write man pages (roff), one per command.

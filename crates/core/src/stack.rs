@@ -751,16 +751,7 @@ pub fn evaluate_and_fit(
         select_cached, Prediction,
     };
     let refs: Vec<&Trace> = traces.iter().collect();
-    let labelled: Vec<&Trace> = refs
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_some())
-        .collect();
-    let agent_only: Vec<&Trace> = refs
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
-        .collect();
+    let (labelled, agent_only) = maslens_prior::eval::sides(&refs);
     if labelled.len() < 2 * opts.folds.max(2) {
         return Err(CoreError::Invalid(format!(
             "{} traces with a decisive label: the nested cross-validation needs at least {}",
@@ -1061,16 +1052,7 @@ pub async fn eval_stack(
         let mut lopts = opts.locate.clone();
         lopts.method = crate::locate::Method::Stacked;
         let refs: Vec<&Trace> = traces.iter().collect();
-        let labelled: Vec<&Trace> = refs
-            .iter()
-            .copied()
-            .filter(|t| t.labels.decisive.is_some())
-            .collect();
-        let agent_only: Vec<&Trace> = refs
-            .iter()
-            .copied()
-            .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
-            .collect();
+        let (labelled, agent_only) = maslens_prior::eval::sides(&refs);
         let cfg = maslens_prior::TrainConfig {
             seed: fit_opts.seed,
             ..Default::default()

@@ -125,7 +125,13 @@ impl DebateRun {
     }
 }
 
-fn request(system: &str, user: Rendered, dec: &Decoding, seed: u64, stage: String) -> ChatRequest {
+pub(crate) fn request(
+    system: &str,
+    user: Rendered,
+    dec: &Decoding,
+    seed: u64,
+    stage: String,
+) -> ChatRequest {
     let mut r = ChatRequest::new(vec![Message::system(system), Message::user(user.text)])
         .max_tokens(dec.max_tokens)
         .temperature(dec.temperature)
@@ -160,6 +166,20 @@ pub async fn run_debate(
     q: &Mcq,
     seed: u64,
 ) -> Result<DebateRun, CreditError> {
+    run_debate_with(models, cfg, prompts, q, seed, None).await
+}
+
+/// Run one debate, with one role turn replaced by an injected fault when `injection` is given
+/// (crate::inject). Every other call is the clean run's own request, so a cached model stack
+/// answers the turns before the injection from the clean run.
+pub async fn run_debate_with(
+    models: &ModelSet,
+    cfg: &DebateConfig,
+    prompts: &PromptSet,
+    q: &Mcq,
+    seed: u64,
+    injection: Option<&crate::inject::Injection>,
+) -> Result<DebateRun, CreditError> {
     let n_opt = q.options.len();
     let (question, options) = question_blocks(q);
     let letters = letters_phrase(n_opt);
@@ -182,24 +202,38 @@ pub async fn run_debate(
                 .get(i)
                 .map(String::as_str)
                 .unwrap_or(&role.prompt);
-            let req = request(
-                theta,
-                user,
-                dec,
-                seed,
-                format!("debate/role/{}/r{}", role.name, t + 1),
-            );
             let model = models.get(role.model.as_deref())?;
-            let resp = model.complete(&req).await?;
-            calls += 1;
-            usage += resp.usage;
-            let answer = extract_choice(&resp.text, n_opt);
+            let text = match injection.filter(|inj| inj.round == t && inj.role == i) {
+                Some(inj) => {
+                    let (req, forced) = crate::inject::injected_request(
+                        inj, q, theta, &role.name, t, rounds, dec, seed,
+                    )?;
+                    let resp = model.complete(&req).await?;
+                    calls += 1;
+                    usage += resp.usage;
+                    crate::inject::finish_injected(inj, resp.text, forced, n_opt)
+                }
+                None => {
+                    let req = request(
+                        theta,
+                        user,
+                        dec,
+                        seed,
+                        format!("debate/role/{}/r{}", role.name, t + 1),
+                    );
+                    let resp = model.complete(&req).await?;
+                    calls += 1;
+                    usage += resp.usage;
+                    resp.text
+                }
+            };
+            let answer = extract_choice(&text, n_opt);
             round_utts.push(Utterance {
                 role: role.name.clone(),
                 round: t,
                 correct: answer == Some(q.answer),
                 answer,
-                text: resp.text,
+                text,
             });
         }
         let msgs: Vec<String> = round_utts

@@ -12,6 +12,7 @@
 //! - [`credit`]: fusion, structural and temporal credit, EMA temporal credit, selection.
 //! - [`optimize`]: Phase A (AgentDiagnosis B.2 + RolePromptOptimize B.3) and Phase B (aggregator
 //!   rewrite), the black-box baseline, ablations, budgets.
+//! - [`inject`]: fault injection into successful debates (labelled failure traces).
 //! - [`simulation`]: a **simulated** multi-agent system (not a model) for testing the optimizer.
 //! - [`trace_credit`]: role x round credit for any imported trace.
 //! - [`report`]: tables, JSON, Markdown and HTML with plots.
@@ -24,6 +25,7 @@ pub mod critic;
 pub mod data;
 pub mod debate;
 pub mod experiment;
+pub mod inject;
 pub mod optimize;
 pub mod optimize_run;
 pub mod report;

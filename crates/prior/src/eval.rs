@@ -68,9 +68,22 @@ pub fn metric(hits: &[bool], cfg: &EvalConfig) -> Accuracy {
 }
 
 /// Whether a trace carries a label the metrics can use: a decisive (agent, step) label, or
-/// faulty agents (Aegis-style, agent level only).
+/// faulty agents (Aegis-style, agent level only). Fault-injected traces (`Trace::is_injected`)
+/// are training data only and never scored.
 pub fn is_labelled(t: &Trace) -> bool {
-    t.gold().is_some()
+    t.gold().is_some() && !t.is_injected()
+}
+
+/// The two sides of every cross-validation loop here: the traces that are scored (a decisive
+/// label, not fault-injected), split into folds; and the training-only traces, which join every
+/// training set and are never predicted: traces with agent-level labels only (they train the
+/// agent head) and fault-injected traces with a decisive label (docs/inject.md).
+pub fn sides<'a>(traces: &[&'a Trace]) -> (Vec<&'a Trace>, Vec<&'a Trace>) {
+    traces
+        .iter()
+        .copied()
+        .filter(|t| t.labels.decisive.is_some() || !t.labels.faulty_agents.is_empty())
+        .partition(|t| t.labels.decisive.is_some() && !t.is_injected())
 }
 
 /// Score predictions against the labels of `traces` (matched by trace id; unlabelled traces are
@@ -225,16 +238,7 @@ pub fn out_of_fold<T>(
     if k < 2 {
         return Err(PriorError::Train(format!("folds must be >= 2, got {k}")));
     }
-    let labelled: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_some())
-        .collect();
-    let agent_only: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
-        .collect();
+    let (labelled, train_only) = sides(traces);
     let folds = fold_assignment(&labelled, k, cfg.seed);
     let mut out: Vec<Option<T>> = (0..labelled.len()).map(|_| None).collect();
     for fold in 0..k {
@@ -243,7 +247,7 @@ pub fn out_of_fold<T>(
             .zip(&folds)
             .filter(|(_, f)| **f != fold)
             .map(|(t, _)| *t)
-            .chain(agent_only.iter().copied())
+            .chain(train_only.iter().copied())
             .collect();
         let test: Vec<usize> = (0..labelled.len()).filter(|&i| folds[i] == fold).collect();
         if test.is_empty() {
@@ -393,16 +397,7 @@ pub fn select_cached(
             scores: Vec::new(),
         });
     }
-    let labelled: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_some())
-        .collect();
-    let agent_only: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
-        .collect();
+    let (labelled, train_only) = sides(traces);
     let mut scores: Vec<CandidateScore> = candidates
         .iter()
         .map(|c| CandidateScore {
@@ -431,7 +426,7 @@ pub fn select_cached(
             .zip(&folds)
             .filter(|(_, f)| **f != fold)
             .map(|(t, _)| *t)
-            .chain(agent_only.iter().copied())
+            .chain(train_only.iter().copied())
             .collect();
         let test: Vec<&Trace> = labelled
             .iter()
@@ -541,16 +536,7 @@ pub fn nested_out_of_fold<T>(
             "folds must be >= 2, got {outer} outer and {inner} inner"
         )));
     }
-    let labelled: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_some())
-        .collect();
-    let agent_only: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_none() && !t.labels.faulty_agents.is_empty())
-        .collect();
+    let (labelled, train_only) = sides(traces);
     let cache = RowCache::new(traces);
     let folds = fold_assignment(&labelled, outer, seed);
     let mut out: Vec<Option<T>> = (0..labelled.len()).map(|_| None).collect();
@@ -565,7 +551,7 @@ pub fn nested_out_of_fold<T>(
             .zip(&folds)
             .filter(|(_, f)| **f != fold)
             .map(|(t, _)| *t)
-            .chain(agent_only.iter().copied())
+            .chain(train_only.iter().copied())
             .collect();
         let (model, sel) = select_and_train_cached(&train, inner, seed, candidates, &cache)?;
         chosen.push(sel.name);
@@ -604,11 +590,7 @@ pub fn leave_group_out_selected(
     seed: u64,
     candidates: &[Setting],
 ) -> Result<(Vec<Prediction>, Vec<GroupChoice>), PriorError> {
-    let labelled: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_some())
-        .collect();
+    let (labelled, train_only) = sides(traces);
     let groups: Vec<String> = labelled.iter().map(|t| group_of(t)).collect();
     let mut names: Vec<&String> = groups.iter().collect();
     names.sort();
@@ -625,6 +607,7 @@ pub fn leave_group_out_selected(
             .zip(&groups)
             .filter(|(_, gg)| *gg != g)
             .map(|(t, _)| *t)
+            .chain(train_only.iter().copied())
             .collect();
         let (model, sel) = select_and_train_cached(&train, inner, seed, candidates, &cache)?;
         chosen.push((g.clone(), sel.name));
@@ -645,11 +628,7 @@ pub fn leave_group_out(
     traces: &[&Trace],
     cfg: &TrainConfig,
 ) -> Result<Vec<Prediction>, PriorError> {
-    let labelled: Vec<&Trace> = traces
-        .iter()
-        .copied()
-        .filter(|t| t.labels.decisive.is_some())
-        .collect();
+    let (labelled, train_only) = sides(traces);
     let groups: Vec<String> = labelled.iter().map(|t| group_of(t)).collect();
     let mut names: Vec<&String> = groups.iter().collect();
     names.sort();
@@ -664,6 +643,7 @@ pub fn leave_group_out(
             .zip(&groups)
             .filter(|(_, gg)| *gg != g)
             .map(|(t, _)| *t)
+            .chain(train_only.iter().copied())
             .collect();
         let model = PriorModel::train(&train, cfg)?;
         preds.extend(
@@ -938,6 +918,50 @@ mod tests {
         assert_ne!(models[0].agent, models[1].agent);
         assert_eq!(models[1].training.agent_alpha, Some(1e6));
         assert_eq!(protocol_settings(&TrainConfig::default()).len(), 18);
+    }
+
+    #[test]
+    fn injected_traces_train_every_fold_and_are_never_scored() {
+        let mut data = synthetic_corpus(20, 2);
+        let mut injected = synthetic_corpus(20, 9);
+        for (i, t) in injected.iter_mut().enumerate() {
+            t.id = format!("injected/{i}");
+            t.task = format!("Injected question {i}?");
+            t.metadata
+                .insert(maslens_trace::INJECTION_KEY.into(), serde_json::json!({}));
+        }
+        let plain: Vec<&Trace> = data.iter().collect();
+        let oof_plain =
+            out_of_fold(&plain, 4, &TrainConfig::default(), |m, _| m.step.clone()).unwrap();
+        data.extend(injected);
+        let refs: Vec<&Trace> = data.iter().collect();
+        let (scored, train_only) = sides(&refs);
+        assert_eq!((scored.len(), train_only.len()), (20, 20));
+        assert!(scored.iter().all(|t| !t.is_injected()));
+        assert!(refs
+            .iter()
+            .filter(|t| is_labelled(t))
+            .all(|t| !t.is_injected()));
+        // Same folds over the scored traces, and every fold's model saw the injected traces.
+        let oof = out_of_fold(&refs, 4, &TrainConfig::default(), |m, _| m.step.clone()).unwrap();
+        assert_eq!(oof.len(), 20);
+        assert!(oof.iter().zip(&oof_plain).all(|(a, b)| a != b));
+        let settings = [Setting::new(
+            "all",
+            TrainConfig {
+                alpha: 1.0,
+                ..TrainConfig::default()
+            },
+        )];
+        let nested = nested_cv(&refs, 4, 2, 7, &settings).unwrap();
+        assert_eq!(nested.out.len(), 20);
+        assert!(nested.out.iter().all(|p| !p.trace.starts_with("injected/")));
+        let ecfg = EvalConfig {
+            bootstrap: 20,
+            ..EvalConfig::default()
+        };
+        let r = report("prior/nested", &refs, &nested.out, &ecfg);
+        assert_eq!(r.groups["all"].step.n, 20);
     }
 
     #[test]

@@ -173,10 +173,22 @@ pub fn model_note(opts: &TrainOptions, chosen: &Setting) -> String {
 /// `skipped` is the number of unreadable records (reported, not used).
 pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Trained, RunError> {
     let refs: Vec<&Trace> = traces.iter().collect();
-    let labelled = refs.iter().filter(|t| t.labels.decisive.is_some()).count();
+    let labelled = refs
+        .iter()
+        .filter(|t| t.labels.decisive.is_some() && !t.is_injected())
+        .count();
     if labelled == 0 {
         return Err(RunError::NoDecisiveLabel(traces.len()));
     }
+    let injected = refs.iter().filter(|t| t.is_injected()).count();
+    let injected_note = if injected == 0 {
+        String::new()
+    } else {
+        format!(
+            "; {injected} fault-injected traces join every training set and are never scored \
+             (docs/inject.md)"
+        )
+    };
     let (ecfg, k, inner) = (&opts.eval, opts.folds, opts.inner_folds.max(2));
     let seed = opts.train.seed;
     let candidates = if opts.candidates.is_empty() {
@@ -232,7 +244,7 @@ pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Tr
             description: format!(
                 "out-of-fold predictions of the whole training procedure; {k} outer folds \
                  grouped by task question (runs of one question never on both sides), seed \
-                 {seed}; {selection}{lgo_note}"
+                 {seed}; {selection}{lgo_note}{injected_note}"
             ),
             methods,
         });

@@ -60,7 +60,17 @@ pub struct Gold {
     pub faulty: Vec<(String, Option<String>)>,
 }
 
+/// The metadata key of a fault-injected trace (`maslens inject`, docs/inject.md): its decisive
+/// label is known by construction, and it serves as training data only.
+pub const INJECTION_KEY: &str = "injection";
+
 impl Trace {
+    /// Whether the trace was made by fault injection ([`INJECTION_KEY`] in its metadata).
+    /// Learned methods train on such traces but never report figures on them.
+    pub fn is_injected(&self) -> bool {
+        self.metadata.contains_key(INJECTION_KEY)
+    }
+
     /// Whether `agent` is an acting (non-terminal) agent here (see the module docs).
     pub fn is_acting(&self, agent: &str) -> bool {
         match self.agent_kind(agent) {

@@ -32,7 +32,7 @@ pub mod stats;
 pub mod validate;
 
 pub use builder::TraceBuilder;
-pub use concepts::{fnv1a, seeded_hash, seeded_order, seeded_rng, Gold};
+pub use concepts::{fnv1a, seeded_hash, seeded_order, seeded_rng, Gold, INJECTION_KEY};
 pub use diag::{Diagnostic, Severity};
 pub use import::{read_path, read_trace, Format, ImportError, Imported};
 pub use model::*;

@@ -8,6 +8,7 @@ pub mod config;
 pub mod credit;
 pub mod eval;
 pub mod import;
+pub mod inject;
 pub mod locate;
 pub mod man;
 pub mod model;
@@ -59,6 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Advantages(args) => advantages::run(args, &global),
         Command::Credit(args) => credit::run(args, &global),
         Command::Optimize(args) => optimize::run(args, &global),
+        Command::Inject(args) => inject::run(args, &global),
         Command::Completions(args) => completions::run(args, &global),
         Command::Config(args) => config::run(args, &global),
         Command::Man(args) => man::run(args, &global),

@@ -1,0 +1,174 @@
+//! `maslens inject`: fault injection into a debate's successful runs, writing the runs the fault
+//! turned wrong as labelled failure traces (training data for `maslens prior train`; docs/inject.md).
+
+use crate::cmd::{block_on, EXIT_OK};
+use crate::llm_args::LlmArgs;
+use crate::Global;
+use anyhow::{bail, Context};
+use maslens_credit::config::DebateConfig;
+use maslens_credit::data::{load_spec, Mcq};
+use maslens_credit::debate::ModelSet;
+use maslens_credit::inject::{inject_question, FaultKind, InjectOptions, InjectSummary};
+use maslens_credit::optimize_run::dataset_spec;
+use maslens_credit::simulation::{self, SimulatedMas};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Debate configuration (TOML, as for `maslens optimize`). Optional with --simulation.
+    pub config: Option<PathBuf>,
+    /// Dataset: `mmlu:PATH` (CSV file or folder), `aqua:PATH`, `jsonl:PATH`; overrides [data].
+    #[arg(long)]
+    pub dataset: Option<String>,
+    /// Questions to run (the dataset's first N in a seeded order).
+    #[arg(long, default_value_t = 20)]
+    pub questions: usize,
+    /// Fault kinds, comma-separated: wrong-fact, dropped-instruction.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "wrong-fact,dropped-instruction"
+    )]
+    pub kinds: Vec<FaultKind>,
+    /// Injected runs per successful clean run at most (positions in a seeded order).
+    #[arg(long, default_value_t = 4)]
+    pub per_run: usize,
+    /// Seed of the question order, the positions, the wrong options and every run's decoding.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output folder: traces.jsonl (the labelled failure traces, native JSONL) and
+    /// summary.json (every question: the clean answer, each injection and whether it flipped).
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// Run the SIMULATED multi-agent system (a deterministic test environment, not a model)
+    /// on synthetic questions instead of an LLM.
+    #[arg(long)]
+    pub simulation: bool,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+}
+
+pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
+    if args.kinds.is_empty() {
+        bail!("--kinds needs at least one fault kind");
+    }
+    let cfg: DebateConfig = match (&args.config, args.simulation) {
+        (Some(p), _) => DebateConfig::from_path(p)?,
+        (None, true) => simulation::config(2, 0, 0)?,
+        (None, false) => bail!("a debate configuration file is required (or --simulation)"),
+    };
+    let (mut questions, dataset): (Vec<Mcq>, String) = if args.simulation && args.dataset.is_none()
+    {
+        (
+            simulation::questions(args.questions, args.seed),
+            "simulation".into(),
+        )
+    } else {
+        let spec = dataset_spec(
+            args.dataset.as_deref(),
+            cfg.data.as_ref(),
+            args.config.as_deref(),
+        )?;
+        let loaded = load_spec(&spec)?;
+        for p in &loaded.problems {
+            eprintln!("warning: skipped {p}");
+        }
+        (loaded.items, spec)
+    };
+    questions.sort_by_key(|q| maslens_trace::seeded_hash(args.seed, &q.id));
+    questions.truncate(args.questions);
+    let opts = InjectOptions {
+        kinds: args.kinds.clone(),
+        per_run: args.per_run,
+        seed: args.seed,
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let traces_path = args.out.join("traces.jsonl");
+    let tmp = args.out.join("traces.jsonl.partial");
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?,
+    );
+    let run_id = format!("inject-{}", cfg.name);
+    let (summary, outcomes) = block_on(async {
+        let models = if args.simulation {
+            ModelSet::single(Arc::new(SimulatedMas::new(&questions)))
+        } else {
+            let mut set = ModelSet::single(args.llm.build().await?.model);
+            for spec in cfg.model_specs() {
+                let mut a = args.llm.clone();
+                a.model = Some(spec.clone());
+                let m = a
+                    .build()
+                    .await
+                    .with_context(|| format!("building model {spec}"))?
+                    .model;
+                set = set.with(spec, m);
+            }
+            set
+        };
+        let prompts = cfg.prompts();
+        let mut summary = InjectSummary::default();
+        let mut outcomes = Vec::new();
+        for (n, q) in questions.iter().enumerate() {
+            let o = inject_question(&models, &cfg, &prompts, q, &opts, &run_id).await?;
+            for t in &o.traces {
+                writeln!(file, "{}", serde_json::to_string(t)?)?;
+            }
+            summary.add(&o);
+            if !global.quiet {
+                eprintln!(
+                    "[{}/{}] {}: clean {} ({}), {} injected, {} labelled",
+                    n + 1,
+                    questions.len(),
+                    q.id,
+                    o.clean_answer.map_or("-".into(), |c| c.to_string()),
+                    if o.clean_correct { "right" } else { "wrong" },
+                    o.tried.len(),
+                    o.traces.len()
+                );
+            }
+            outcomes.push(o);
+        }
+        anyhow::Ok((summary, outcomes))
+    })??;
+    file.flush()?;
+    drop(file);
+    std::fs::rename(&tmp, &traces_path)
+        .with_context(|| format!("writing {}", traces_path.display()))?;
+    let json = serde_json::json!({
+        "dataset": dataset,
+        "debate": cfg.name,
+        "options": opts,
+        "summary": summary,
+        "questions": outcomes,
+    });
+    let summary_path = args.out.join("summary.json");
+    std::fs::write(&summary_path, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", summary_path.display()))?;
+    let mut out = std::io::stdout().lock();
+    if global.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&json["summary"])?)?;
+    } else {
+        writeln!(
+            out,
+            "{} questions, {} answered right by the clean debate; {} injected runs, {} turned \
+             wrong and written as labelled traces to {}",
+            summary.questions,
+            summary.clean_correct,
+            summary.tried,
+            summary.labelled,
+            traces_path.display()
+        )?;
+        for (kind, (tried, flipped)) in &summary.by_kind {
+            writeln!(
+                out,
+                "  {kind}: {flipped} of {tried} injected runs turned wrong"
+            )?;
+        }
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
