@@ -57,7 +57,7 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
     ]),
     ("inject", &[
         "maslens inject --simulation --questions 8 -o injected/",
-        "maslens inject examples/debate-smoke.toml --model local:smollm2-135m --dataset jsonl:examples/easy-mcq.jsonl --per-run 2 -o injected/",
+        "maslens inject examples/debate-smoke.toml --model local:smollm2-135m --dataset jsonl:examples/inputs/easy-mcq.jsonl --per-run 2 -o injected/",
     ]),
     ("completions", &["maslens completions bash > ~/.local/share/bash-completion/completions/maslens"]),
     ("config show", &[

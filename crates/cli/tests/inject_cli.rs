@@ -150,7 +150,7 @@ fn example(name: &str) -> PathBuf {
 }
 
 /// The embedded SmolLM2-135M end to end: the documented command (docs/inject.md) on the six
-/// hand-written easy questions of `examples/easy-mcq.jsonl`, where the model's clean debates do
+/// hand-written easy questions of `examples/inputs/easy-mcq.jsonl`, where the model's clean debates do
 /// answer right, so real injected turns are asked and re-run. The model is far too small to debate
 /// well: how many runs flip is not asserted, the pipeline is.
 #[cfg(feature = "local")]
@@ -166,7 +166,7 @@ fn e2e_inject_easy_questions_smollm2() {
             .args(["--model", "local:smollm2-135m", "--threads", "2", "-q"])
             .args([
                 "--dataset",
-                "jsonl:examples/easy-mcq.jsonl",
+                "jsonl:examples/inputs/easy-mcq.jsonl",
                 "--per-run",
                 "2",
                 "-o",
