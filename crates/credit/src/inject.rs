@@ -28,6 +28,9 @@ pub const INJECT_WRONG_FACT: maslens_llm::prompt::Template =
     prompt_template!("credit/inject_wrong_fact.v1");
 pub const INJECT_DROPPED_INSTRUCTION: maslens_llm::prompt::Template =
     prompt_template!("credit/inject_dropped_instruction.v1");
+/// The generic system prompt that stands in for the dropped role instruction.
+pub const INJECT_DROPPED_INSTRUCTION_SYSTEM: maslens_llm::prompt::Template =
+    prompt_template!("credit/inject_dropped_instruction_system.v1");
 
 /// The fault put into one role turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -112,10 +115,8 @@ pub(crate) fn injected_request(
                 "question": question,
             }))?;
             // The role's own instruction (theta) is what is dropped.
-            Ok((
-                request("You are a helpful assistant.", user, dec, seed, stage),
-                None,
-            ))
+            let system = INJECT_DROPPED_INSTRUCTION_SYSTEM.render(serde_json::json!({}))?;
+            Ok((request(system.trim(), user, dec, seed, stage), None))
         }
     }
 }
