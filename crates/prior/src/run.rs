@@ -173,10 +173,7 @@ pub fn model_note(opts: &TrainOptions, chosen: &Setting) -> String {
 /// `skipped` is the number of unreadable records (reported, not used).
 pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Trained, RunError> {
     let refs: Vec<&Trace> = traces.iter().collect();
-    let labelled = refs
-        .iter()
-        .filter(|t| t.labels.decisive.is_some() && !t.is_injected())
-        .count();
+    let labelled = crate::eval::sides(&refs).0.len();
     if labelled == 0 {
         return Err(RunError::NoDecisiveLabel(traces.len()));
     }

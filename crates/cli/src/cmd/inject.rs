@@ -1,20 +1,18 @@
 //! `maslens inject`: fault injection into a debate's successful runs, writing the runs the fault
 //! turned wrong as labelled failure traces (training data for `maslens prior train`; docs/inject.md).
 
+use crate::cmd::optimize::{debate_models, load_questions};
 use crate::cmd::{block_on, EXIT_OK};
 use crate::llm_args::LlmArgs;
 use crate::Global;
 use anyhow::{bail, Context};
 use maslens_credit::config::DebateConfig;
-use maslens_credit::data::{load_spec, Mcq};
-use maslens_credit::debate::ModelSet;
+use maslens_credit::data::Mcq;
 use maslens_credit::inject::{inject_question, FaultKind, InjectOptions, InjectSummary};
-use maslens_credit::optimize_run::dataset_spec;
-use maslens_credit::simulation::{self, SimulatedMas};
+use maslens_credit::simulation;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -67,16 +65,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             "simulation".into(),
         )
     } else {
-        let spec = dataset_spec(
-            args.dataset.as_deref(),
-            cfg.data.as_ref(),
-            args.config.as_deref(),
-        )?;
-        let loaded = load_spec(&spec)?;
-        for p in &loaded.problems {
-            eprintln!("warning: skipped {p}");
-        }
-        (loaded.items, spec)
+        load_questions(args.dataset.as_deref(), &cfg, args.config.as_deref())?
     };
     questions.sort_by_key(|q| maslens_trace::seeded_hash(args.seed, &q.id));
     questions.truncate(args.questions);
@@ -94,22 +83,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     );
     let run_id = format!("inject-{}", cfg.name);
     let (summary, outcomes) = block_on(async {
-        let models = if args.simulation {
-            ModelSet::single(Arc::new(SimulatedMas::new(&questions)))
-        } else {
-            let mut set = ModelSet::single(args.llm.build().await?.model);
-            for spec in cfg.model_specs() {
-                let mut a = args.llm.clone();
-                a.model = Some(spec.clone());
-                let m = a
-                    .build()
-                    .await
-                    .with_context(|| format!("building model {spec}"))?
-                    .model;
-                set = set.with(spec, m);
-            }
-            set
-        };
+        let models =
+            debate_models(&args.llm, &cfg, args.simulation.then_some(&questions[..])).await?;
         let prompts = cfg.prompts();
         let mut summary = InjectSummary::default();
         let mut outcomes = Vec::new();

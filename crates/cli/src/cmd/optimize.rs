@@ -17,7 +17,7 @@ use maslens_credit::optimize_run::{
 };
 use maslens_credit::simulation::{self, SimulatedMas};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -128,6 +128,45 @@ fn overrides(a: &Args) -> Overrides {
     }
 }
 
+/// The questions of a debate's dataset: `--dataset`, else the configuration's `[data]` (relative
+/// to the configuration file); skipped records are reported on stderr. Returns the spec read.
+pub(crate) fn load_questions(
+    dataset: Option<&str>,
+    cfg: &DebateConfig,
+    config_path: Option<&Path>,
+) -> anyhow::Result<(Vec<Mcq>, String)> {
+    let spec = dataset_spec(dataset, cfg.data.as_ref(), config_path)?;
+    let loaded = load_spec(&spec)?;
+    for p in &loaded.problems {
+        eprintln!("warning: skipped {p}");
+    }
+    Ok((loaded.items, spec))
+}
+
+/// The models a debate uses: the SIMULATED system over `simulated` questions, or the `--model`
+/// default plus every model the configuration names (built with the same LLM options).
+pub(crate) async fn debate_models(
+    llm: &LlmArgs,
+    cfg: &DebateConfig,
+    simulated: Option<&[Mcq]>,
+) -> anyhow::Result<ModelSet> {
+    if let Some(questions) = simulated {
+        return Ok(ModelSet::single(Arc::new(SimulatedMas::new(questions))));
+    }
+    let mut set = ModelSet::single(llm.build().await?.model);
+    for spec in cfg.model_specs() {
+        let mut a = llm.clone();
+        a.model = Some(spec.clone());
+        let m = a
+            .build()
+            .await
+            .with_context(|| format!("building model {spec}"))?
+            .model;
+        set = set.with(spec, m);
+    }
+    Ok(set)
+}
+
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let mut cfg: DebateConfig = match (&args.config, args.simulation) {
         (Some(p), _) => DebateConfig::from_path(p)?,
@@ -151,16 +190,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             format!("simulation ({} synthetic questions)", args.sim_questions),
         )
     } else {
-        let spec = dataset_spec(
-            args.dataset.as_deref(),
-            data.as_ref(),
-            args.config.as_deref(),
-        )?;
-        let loaded = load_spec(&spec)?;
-        for p in &loaded.problems {
-            eprintln!("warning: skipped {p}");
-        }
-        (loaded.items, spec)
+        load_questions(args.dataset.as_deref(), &cfg, args.config.as_deref())?
     };
     let split = sp.split(&questions)?;
     // One experiment per sweep setting (one, the configuration's, without --sweep).
@@ -177,21 +207,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         final_critic: !args.no_final_critic,
     };
     let runs: Vec<(String, Experiment)> = block_on(async {
-        let models = if args.simulation {
-            ModelSet::single(Arc::new(SimulatedMas::new(&questions)))
-        } else {
-            let mut set = ModelSet::single(args.llm.build().await?.model);
-            for spec in cfg.model_specs() {
-                let mut a = args.llm.clone();
-                a.model = Some(spec.clone());
-                let built = a.build().await;
-                let m = built
-                    .with_context(|| format!("building model {spec}"))?
-                    .model;
-                set = set.with(spec, m);
-            }
-            set
-        };
+        let models =
+            debate_models(&args.llm, &cfg, args.simulation.then_some(&questions[..])).await?;
         let (opt, test) = (&split.optimization, &split.test);
         let mut runs = Vec::new();
         for (label, c) in &configs {
