@@ -5,6 +5,7 @@ mod cmd;
 #[cfg(test)]
 mod conventions;
 mod db;
+mod debate_args;
 mod examples;
 mod inputs;
 mod llm_args;

@@ -1,8 +1,8 @@
 //! `maslens inject`: fault injection into a debate's successful runs, writing the runs the fault
 //! turned wrong as labelled failure traces (training data for `maslens prior train`; docs/inject.md).
 
-use crate::cmd::optimize::{debate_models, load_questions};
 use crate::cmd::{block_on, EXIT_OK};
+use crate::debate_args::{debate_models, load_questions};
 use crate::llm_args::LlmArgs;
 use crate::Global;
 use anyhow::{bail, Context};
