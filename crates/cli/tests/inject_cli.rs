@@ -123,6 +123,56 @@ fn inject_simulation_writes_labelled_traces_that_prior_train_only_trains_on() {
     for m in nested["methods"].as_array().unwrap() {
         assert_eq!(m["groups"]["all"]["step"]["n"], 31, "{}", m["method"]);
     }
+    // The frozen protocol (no fixed settings) also weighs every candidate without the injected
+    // traces, and the model file says which it chose and how many injected traces it used.
+    let o = maslens(home.path())
+        .args(["--json", "prior", "train"])
+        .arg(format!("{DATA}/whowhen/Hand-Crafted"))
+        .arg(out.join("traces.jsonl"))
+        .args([
+            "--folds",
+            "3",
+            "--inner-folds",
+            "2",
+            "--bootstrap",
+            "50",
+            "--out",
+        ])
+        .arg(home.path().join("model.json"))
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    ok(&o);
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let description = r["protocols"][0]["description"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        description.contains("among 54 candidate configurations"),
+        "{description}"
+    );
+    assert!(
+        description.contains("each selection also weighs every candidate with them for the agent head only and without them"),
+        "{description}"
+    );
+    let model: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join("model.json")).unwrap())
+            .unwrap();
+    let note = model["training"]["note"].as_str().unwrap();
+    let used = model["training"]["injected_traces"].as_u64().unwrap_or(0);
+    let agent_only = model["training"]["injected_use"] == "agent-head";
+    if note.ends_with("without injected") {
+        assert_eq!(used, 0, "{note}");
+    } else {
+        assert_eq!(used, traces.len() as u64, "{note}");
+        assert_eq!(
+            agent_only,
+            note.ends_with("injected for agents only"),
+            "{note}"
+        );
+    }
 }
 
 #[test]

@@ -761,10 +761,11 @@ pub fn evaluate_and_fit(
     }
     let (k, inner, seed) = (opts.folds.max(2), opts.inner_folds.max(2), opts.seed);
     let settings = if opts.settings.is_empty() {
-        protocol_settings(&maslens_prior::TrainConfig {
+        let base = protocol_settings(&maslens_prior::TrainConfig {
             seed,
             ..Default::default()
-        })
+        });
+        maslens_prior::eval::with_injected_choice(&refs, &base)
     } else {
         opts.settings.clone()
     };

@@ -5,7 +5,7 @@
 //! The bootstrap is the shared one in `maslens_eval::stats`; metrics follow the conventions of
 //! `maslens_eval::metrics` (exact name/integer comparison, `{value, k, n, ci95}`).
 
-use crate::model::{PriorModel, RowCache, TrainConfig};
+use crate::model::{InjectedUse, PriorModel, RowCache, TrainConfig};
 use crate::PriorError;
 use maslens_eval::metrics::{Accuracy, Scorer};
 use maslens_eval::run::{evaluate_now, EvalSpec, LabelledCase, Table};
@@ -301,8 +301,8 @@ impl Setting {
             match cfg.objective {
                 crate::Objective::Listwise => " listwise",
                 crate::Objective::Pointwise => "",
-            }
-        );
+            },
+        ) + cfg.injected.suffix();
         Setting { name, cfg }
     }
 }
@@ -329,6 +329,31 @@ pub fn protocol_settings(base: &TrainConfig) -> Vec<Setting> {
                     },
                 ));
             }
+        }
+    }
+    out
+}
+
+/// `candidates`, and when `traces` hold fault-injected traces (docs/inject.md) each candidate
+/// that trains both heads on them again with them for the agent head only (named `... injected
+/// for agents only`) and without them (`... without injected`), so that model selection, on
+/// training folds only, decides whether and where the injected traces help. With no injected
+/// trace: `candidates` unchanged.
+pub fn with_injected_choice(traces: &[&Trace], candidates: &[Setting]) -> Vec<Setting> {
+    let mut out = candidates.to_vec();
+    if traces.iter().any(|t| t.is_injected()) {
+        for use_ in [InjectedUse::AgentHead, InjectedUse::Unused] {
+            out.extend(
+                candidates
+                    .iter()
+                    .filter(|c| c.cfg.injected == InjectedUse::BothHeads)
+                    .map(|c| {
+                        let mut cfg = c.cfg.clone();
+                        cfg.injected = use_;
+                        let name = format!("{}{}", c.name, use_.suffix());
+                        Setting { name, cfg }
+                    }),
+            );
         }
     }
     out
@@ -962,6 +987,77 @@ mod tests {
         };
         let r = report("prior/nested", &refs, &nested.out, &ecfg);
         assert_eq!(r.groups["all"].step.n, 20);
+    }
+
+    #[test]
+    fn selection_chooses_where_injected_traces_train() {
+        let mut data = synthetic_corpus(24, 2);
+        // Injected traces whose labels point at the first step instead of the placeholder
+        // step: training on them teaches the wrong cue.
+        let mut injected = synthetic_corpus(48, 9);
+        for (i, t) in injected.iter_mut().enumerate() {
+            t.id = format!("injected/{i}");
+            t.task = format!("Injected question {i}?");
+            t.metadata
+                .insert(maslens_trace::INJECTION_KEY.into(), serde_json::json!({}));
+            let first = t.steps[0].agent.clone();
+            if let Some(l) = t.labels.decisive.as_mut() {
+                (l.agent, l.step) = (first, 0);
+            }
+        }
+        let plain: Vec<&Trace> = data.iter().collect();
+        let base = TrainConfig {
+            alpha: 1.0,
+            ..TrainConfig::default()
+        };
+        let oof_plain = out_of_fold(&plain, 4, &base, |m, _| m.step.clone()).unwrap();
+        let plain_data = data.clone();
+        let plain_refs: Vec<&Trace> = plain_data.iter().collect();
+        let one = [Setting::new("all", base.clone())];
+        assert_eq!(with_injected_choice(&plain, &one), one.to_vec());
+        data.extend(injected);
+        let refs: Vec<&Trace> = data.iter().collect();
+        // Without injected traces a model is the one trained on the plain corpus.
+        let without = TrainConfig {
+            injected: InjectedUse::Unused,
+            ..base.clone()
+        };
+        let oof = out_of_fold(&refs, 4, &without, |m, _| m.step.clone()).unwrap();
+        assert_eq!(oof, oof_plain);
+        let with = PriorModel::train(&refs, &base).unwrap();
+        assert_eq!(with.training.injected_traces, 48);
+        assert_eq!(
+            PriorModel::train(&refs, &without)
+                .unwrap()
+                .training
+                .injected_traces,
+            0
+        );
+        // The choice doubles the candidates only when there are injected traces.
+        let both = with_injected_choice(&refs, &one);
+        assert_eq!(both.len(), 3);
+        assert_eq!(both[1].name, "all a=1 agent a=50 injected for agents only");
+        assert_eq!(both[2].name, "all a=1 agent a=50 without injected");
+        assert_eq!(both[2].name, Setting::new("all", without).name);
+        // For the agent head only: the step head is the plain corpus's, the agent head saw them.
+        let agents_only = PriorModel::train(&refs, &both[1].cfg).unwrap();
+        let plain_model = PriorModel::train(&plain_refs, &base).unwrap();
+        assert_eq!(agents_only.step, plain_model.step);
+        assert_ne!(agents_only.agent, plain_model.agent);
+        assert_eq!(agents_only.training.injected_traces, 48);
+        assert_eq!(agents_only.training.injected_use, InjectedUse::AgentHead);
+        assert_eq!(agents_only.training.traces, 24);
+        // The selection sees that the misleading steps hurt.
+        let sel = select(&refs, 3, 7, &both).unwrap();
+        assert_ne!(sel.chosen, 0, "{sel:?}");
+        assert!(sel.scores[2].step_hits > sel.scores[0].step_hits, "{sel:?}");
+        let nested = nested_cv(&refs, 3, 3, 7, &both).unwrap();
+        assert_eq!(nested.out.len(), 24);
+        assert!(
+            nested.chosen.iter().all(|c| c != &both[0].name),
+            "{:?}",
+            nested.chosen
+        );
     }
 
     #[test]

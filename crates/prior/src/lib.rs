@@ -21,7 +21,8 @@ pub use features::{extract, FEATURE_NAMES, N_FEATURES};
 pub use maslens_eval::metrics::Accuracy;
 pub use model::AGENT_FEATURE_NAMES;
 pub use model::{
-    AgentAggregation, Candidate, Objective, PairRule, PriorModel, TrainConfig, MODEL_FORMAT,
+    AgentAggregation, Candidate, InjectedUse, Objective, PairRule, PriorModel, TrainConfig,
+    MODEL_FORMAT,
 };
 
 /// The default model shipped with maslens (trained on the Who&When dev traces; provenance in

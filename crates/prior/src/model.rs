@@ -86,6 +86,34 @@ pub struct TrainConfig {
     /// Step features held at zero during training (ablations): their weights come out 0, so
     /// the model ignores them when scoring.
     pub exclude_features: Vec<String>,
+    /// What training does with the fault-injected traces (`Trace::is_injected`, docs/inject.md)
+    /// among those given; model selection can choose ([`crate::eval::with_injected_choice`]).
+    pub injected: InjectedUse,
+}
+
+/// How a training uses the fault-injected traces among those it is given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InjectedUse {
+    /// Both heads, like any trace with a decisive label.
+    #[default]
+    BothHeads,
+    /// The agent head only (the injected agent as the faulty one, like Aegis's agent-level
+    /// labels): the step head never sees them.
+    AgentHead,
+    /// Not at all.
+    Unused,
+}
+
+impl InjectedUse {
+    /// What a candidate's name says about it (empty for [`InjectedUse::BothHeads`]).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            InjectedUse::BothHeads => "",
+            InjectedUse::AgentHead => " injected for agents only",
+            InjectedUse::Unused => " without injected",
+        }
+    }
 }
 
 impl Default for TrainConfig {
@@ -101,6 +129,7 @@ impl Default for TrainConfig {
             agent_head: true,
             inner_folds: 5,
             exclude_features: Vec::new(),
+            injected: InjectedUse::BothHeads,
         }
     }
 }
@@ -117,6 +146,12 @@ pub struct TrainingInfo {
     /// Traces with faulty-agent labels only (Aegis), used by the agent head alone.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub agent_only_traces: usize,
+    /// Fault-injected traces trained on (docs/inject.md); absent: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub injected_traces: usize,
+    /// Which heads the injected traces trained (absent: both, or none were given).
+    #[serde(default, skip_serializing_if = "is_both_heads")]
+    pub injected_use: InjectedUse,
     pub alpha: f64,
     /// L2 weight of the agent head (absent: `alpha`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,6 +173,10 @@ pub struct TrainingInfo {
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+fn is_both_heads(u: &InjectedUse) -> bool {
+    *u == InjectedUse::BothHeads
 }
 
 /// A standardized linear scorer (logistic regression weights over named features).
@@ -609,6 +648,11 @@ impl TrainingInfo {
             pair_rule,
             agent_head,
             exclude_features: self.exclude_features.clone(),
+            injected: if self.injected_traces > 0 {
+                self.injected_use
+            } else {
+                InjectedUse::Unused
+            },
             ..TrainConfig::default()
         }
     }
@@ -647,7 +691,15 @@ impl PriorModel {
         agent_alphas: &[f64],
         cache: &RowCache,
     ) -> Result<Vec<PriorModel>, PriorError> {
-        let (data, skipped) = prepare(traces, &cfg.exclude_features, cache);
+        let (injected, traces): (Vec<&Trace>, Vec<&Trace>) =
+            traces.iter().copied().partition(|t| t.is_injected());
+        let (step_injected, agent_injected) = match cfg.injected {
+            InjectedUse::BothHeads => (injected, Vec::new()),
+            InjectedUse::AgentHead => (Vec::new(), injected),
+            InjectedUse::Unused => (Vec::new(), Vec::new()),
+        };
+        let traces: Vec<&Trace> = traces.into_iter().chain(step_injected).collect();
+        let (data, skipped) = prepare(&traces, &cfg.exclude_features, cache);
         if data.is_empty() {
             return Err(PriorError::Train(format!(
                 "no usable labelled traces ({skipped} skipped: no decisive label or step out of range)"
@@ -655,7 +707,8 @@ impl PriorModel {
         }
         let all: Vec<&Prepared> = data.iter().collect();
         let step = fit_step_head(&all, cfg)?;
-        let agent_only: Vec<&Trace> = if cfg.agent_head {
+        // Agent-level training only: (trace, its faulty agents).
+        let agent_only: Vec<(&Trace, Vec<&str>)> = if cfg.agent_head {
             traces
                 .iter()
                 .copied()
@@ -664,10 +717,19 @@ impl PriorModel {
                         && !t.labels.faulty_agents.is_empty()
                         && !t.steps.is_empty()
                 })
+                .map(|t| {
+                    let faulty = t.labels.faulty_agents.iter().map(|f| f.agent.as_str());
+                    (t, faulty.collect())
+                })
+                .chain(agent_injected.iter().filter_map(|t| {
+                    let label = t.labels.decisive.as_ref()?;
+                    (!t.steps.is_empty()).then(|| (*t, vec![label.agent.as_str()]))
+                }))
                 .collect()
         } else {
             Vec::new()
         };
+        let agent_injected_used = agent_only.iter().filter(|(t, _)| t.is_injected()).count();
         let agent = if cfg.agent_head && data.len() >= 2 * cfg.inner_folds.max(2) {
             let k = cfg.inner_folds.max(2);
             let ts: Vec<&Trace> = data.iter().map(|p| p.trace).collect();
@@ -698,21 +760,17 @@ impl PriorModel {
                     .collect();
                 groups.push((ar.into_iter().map(|(_, r)| r).collect(), pos));
             }
-            // Agent-level labels only (Aegis faulty agents): the step head above never saw
-            // these traces, so its probabilities are out of sample for them too.
-            for t in &agent_only {
+            // Agent-level labels only (Aegis faulty agents, injected traces for the agent
+            // head): the step head above never saw these traces, so its probabilities are out
+            // of sample for them too.
+            for (t, faulty) in &agent_only {
                 let rows = cache.rows(t);
                 let pr = head_distribution(&step, &rows);
                 let ar = agent_rows(t, &rows, &pr);
                 let pos: Vec<usize> = ar
                     .iter()
                     .enumerate()
-                    .filter(|(_, (name, _))| {
-                        t.labels
-                            .faulty_agents
-                            .iter()
-                            .any(|f| f.agent.eq_ignore_ascii_case(name))
-                    })
+                    .filter(|(_, (name, _))| faulty.iter().any(|f| f.eq_ignore_ascii_case(name)))
                     .map(|(i, _)| i)
                     .collect();
                 groups.push((ar.into_iter().map(|(_, r)| r).collect(), pos));
@@ -734,7 +792,12 @@ impl PriorModel {
             .into_iter()
             .zip(agent_alphas)
             .map(|(agent, &alpha)| {
-                let agent_used = if agent.is_some() { agent_only.len() } else { 0 };
+                let (agent_used, injected_agent) = if agent.is_some() {
+                    (agent_only.len() - agent_injected_used, agent_injected_used)
+                } else {
+                    (0, 0)
+                };
+                let injected_step = data.iter().filter(|p| p.trace.is_injected()).count();
                 let agent_alpha = agent.as_ref().map(|_| alpha);
                 PriorModel {
                     format: MODEL_FORMAT.to_string(),
@@ -747,6 +810,12 @@ impl PriorModel {
                         steps: data.iter().map(|p| p.rows.len()).sum(),
                         skipped: skipped - agent_used,
                         agent_only_traces: agent_used,
+                        injected_traces: injected_step + injected_agent,
+                        injected_use: if injected_agent > 0 {
+                            InjectedUse::AgentHead
+                        } else {
+                            InjectedUse::BothHeads
+                        },
                         alpha: cfg.alpha,
                         agent_alpha,
                         objective: cfg.objective,

@@ -6,7 +6,8 @@
 
 use crate::eval::{
     baseline_reports, is_labelled, leave_group_out_selected, model_prediction, nested_out_of_fold,
-    protocol_settings, report, select, EvalConfig, MethodReport, Prediction, Selection, Setting,
+    protocol_settings, report, select, with_injected_choice, EvalConfig, MethodReport, Prediction,
+    Selection, Setting,
 };
 use crate::model::{Candidate, Objective, PairRule, PriorModel, TrainConfig};
 use crate::probs::ProbsLine;
@@ -95,8 +96,9 @@ pub struct TrainOptions {
     /// Model training options (seed included: it also seeds the folds); the base of the
     /// candidates.
     pub train: TrainConfig,
-    /// Configurations to choose among (empty: [`protocol_settings`] of `train`; one: that
-    /// configuration, no selection).
+    /// Configurations to choose among (empty: [`protocol_settings`] of `train`, each also
+    /// without the fault-injected traces when there are some ([`with_injected_choice`]); one:
+    /// that configuration, no selection).
     pub candidates: Vec<Setting>,
     /// Bootstrap resamples and seed of the metrics.
     pub eval: EvalConfig,
@@ -182,14 +184,19 @@ pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Tr
         String::new()
     } else {
         format!(
-            "; {injected} fault-injected traces join every training set and are never scored \
-             (docs/inject.md)"
+            "; {injected} fault-injected traces are offered to every training set and never \
+             scored (docs/inject.md){}",
+            if opts.candidates.is_empty() {
+                ": each selection also weighs every candidate with them for the agent head only and without them"
+            } else {
+                ""
+            }
         )
     };
     let (ecfg, k, inner) = (&opts.eval, opts.folds, opts.inner_folds.max(2));
     let seed = opts.train.seed;
     let candidates = if opts.candidates.is_empty() {
-        protocol_settings(&opts.train)
+        with_injected_choice(&refs, &protocol_settings(&opts.train))
     } else {
         opts.candidates.clone()
     };
