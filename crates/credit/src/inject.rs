@@ -23,6 +23,7 @@ use maslens_llm::{prompt_template, ChatRequest};
 use maslens_trace::{concepts::seeded_hash, DecisiveLabel, Trace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub const INJECT_WRONG_FACT: maslens_llm::prompt::Template =
     prompt_template!("credit/inject_wrong_fact.v1");
@@ -272,6 +273,35 @@ pub async fn inject_question(
     Ok(out)
 }
 
+/// [`inject_question`] on each of `questions`, at most `cfg.concurrency` questions at a time
+/// (the injected runs of one question run one after the other: each needs its clean run).
+/// Outcomes are in question order whatever the concurrency, and every request is the same, so
+/// the output and the LLM cache entries do not depend on it. The first backend error stops the
+/// batch (a rerun resumes through the cache).
+pub async fn inject_many(
+    models: &ModelSet,
+    cfg: &DebateConfig,
+    prompts: &PromptSet,
+    questions: &[Mcq],
+    opts: &InjectOptions,
+    run_id: &str,
+) -> Result<Vec<QuestionOutcome>, CreditError> {
+    let shared = Arc::new((
+        cfg.clone(),
+        prompts.clone(),
+        opts.clone(),
+        run_id.to_string(),
+    ));
+    let tasks = questions.iter().map(|q| {
+        let (models, shared, q) = (models.clone(), shared.clone(), q.clone());
+        async move {
+            let (cfg, prompts, opts, run_id) = &*shared;
+            inject_question(&models, cfg, prompts, &q, opts, run_id).await
+        }
+    });
+    crate::debate::run_ordered(cfg.concurrency, "inject", tasks).await
+}
+
 /// The injected run as a trace labelled with its fault (None when the injected turn is not in
 /// the trace, which cannot happen for a planned injection).
 pub fn labelled_trace(
@@ -486,6 +516,28 @@ mod tests {
         assert!(
             !traces.is_empty(),
             "the simulation flips some runs: {summary:?}"
+        );
+        // Many questions at once give the same outcomes, in question order.
+        let many = |concurrency: usize| {
+            let c = DebateConfig {
+                concurrency,
+                ..cfg.clone()
+            };
+            rt.block_on(inject_many(&models, &c, &prompts, &qs, &opts, "t"))
+                .unwrap()
+        };
+        let (one, five) = (many(1), many(5));
+        assert_eq!(
+            serde_json::to_value(&one).unwrap(),
+            serde_json::to_value(&five).unwrap()
+        );
+        let questions: Vec<&str> = five.iter().map(|o| o.question.as_str()).collect();
+        let ids: Vec<&str> = qs.iter().map(|q| q.id.as_str()).collect();
+        assert_eq!(questions, ids);
+        let from_many: Vec<Trace> = one.into_iter().flat_map(|o| o.traces).collect();
+        assert_eq!(
+            serde_json::to_value(&from_many).unwrap(),
+            serde_json::to_value(&traces).unwrap()
         );
     }
 }

@@ -8,7 +8,7 @@ use crate::Global;
 use anyhow::{bail, Context};
 use maslens_credit::config::DebateConfig;
 use maslens_credit::data::Mcq;
-use maslens_credit::inject::{inject_question, FaultKind, InjectOptions, InjectSummary};
+use maslens_credit::inject::{inject_many, FaultKind, InjectOptions, InjectSummary};
 use maslens_credit::simulation;
 use std::io::Write;
 use std::path::PathBuf;
@@ -88,25 +88,27 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         let prompts = cfg.prompts();
         let mut summary = InjectSummary::default();
         let mut outcomes = Vec::new();
-        for (n, q) in questions.iter().enumerate() {
-            let o = inject_question(&models, &cfg, &prompts, q, &opts, &run_id).await?;
-            for t in &o.traces {
-                writeln!(file, "{}", serde_json::to_string(t)?)?;
+        // `concurrency` questions at a time (the configuration's), reported after each batch.
+        for batch in questions.chunks(cfg.concurrency.max(1)) {
+            for o in inject_many(&models, &cfg, &prompts, batch, &opts, &run_id).await? {
+                for t in &o.traces {
+                    writeln!(file, "{}", serde_json::to_string(t)?)?;
+                }
+                summary.add(&o);
+                if !global.quiet {
+                    eprintln!(
+                        "[{}/{}] {}: clean {} ({}), {} injected, {} labelled",
+                        outcomes.len() + 1,
+                        questions.len(),
+                        o.question,
+                        o.clean_answer.map_or("-".into(), |c| c.to_string()),
+                        if o.clean_correct { "right" } else { "wrong" },
+                        o.tried.len(),
+                        o.traces.len()
+                    );
+                }
+                outcomes.push(o);
             }
-            summary.add(&o);
-            if !global.quiet {
-                eprintln!(
-                    "[{}/{}] {}: clean {} ({}), {} injected, {} labelled",
-                    n + 1,
-                    questions.len(),
-                    q.id,
-                    o.clean_answer.map_or("-".into(), |c| c.to_string()),
-                    if o.clean_correct { "right" } else { "wrong" },
-                    o.tried.len(),
-                    o.traces.len()
-                );
-            }
-            outcomes.push(o);
         }
         anyhow::Ok((summary, outcomes))
     })??;
