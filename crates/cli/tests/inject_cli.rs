@@ -96,21 +96,27 @@ fn inject_simulation_writes_labelled_traces_that_prior_train_only_trains_on() {
         std::fs::read_to_string(out.join("traces.jsonl")).unwrap(),
         std::fs::read_to_string(again.join("traces.jsonl")).unwrap()
     );
-    // prior train: the injected traces join every training set, the figures are Hand-Crafted's.
+    // prior train on Hand-Crafted plus the injected traces (`extra` flags added), its report.
     let report = home.path().join("report.json");
-    let o = maslens(home.path())
-        .args(["--json", "prior", "train"])
-        .arg(format!("{DATA}/whowhen/Hand-Crafted"))
-        .arg(out.join("traces.jsonl"))
-        .args(["--folds", "3", "--inner-folds", "2", "--alpha", "150"])
-        .args(["--bootstrap", "50", "--out"])
-        .arg(home.path().join("model.json"))
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
-    ok(&o);
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let prior_train = |extra: &[&str]| -> Value {
+        let o = maslens(home.path())
+            .args(["--json", "prior", "train"])
+            .arg(format!("{DATA}/whowhen/Hand-Crafted"))
+            .arg(out.join("traces.jsonl"))
+            .args(["--folds", "3", "--inner-folds", "2", "--bootstrap", "50"])
+            .args(extra)
+            .arg("--out")
+            .arg(home.path().join("model.json"))
+            .arg("--report")
+            .arg(&report)
+            .output()
+            .unwrap();
+        ok(&o);
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap()
+    };
+    // With fixed settings: the injected traces join every training set, the figures are
+    // Hand-Crafted's.
+    let r = prior_train(&["--alpha", "150"]);
     assert_eq!(r["labelled"], 31, "{r}");
     let nested = &r["protocols"][0];
     assert!(
@@ -123,28 +129,10 @@ fn inject_simulation_writes_labelled_traces_that_prior_train_only_trains_on() {
     for m in nested["methods"].as_array().unwrap() {
         assert_eq!(m["groups"]["all"]["step"]["n"], 31, "{}", m["method"]);
     }
-    // The frozen protocol (no fixed settings) also weighs every candidate without the injected
-    // traces, and the model file says which it chose and how many injected traces it used.
-    let o = maslens(home.path())
-        .args(["--json", "prior", "train"])
-        .arg(format!("{DATA}/whowhen/Hand-Crafted"))
-        .arg(out.join("traces.jsonl"))
-        .args([
-            "--folds",
-            "3",
-            "--inner-folds",
-            "2",
-            "--bootstrap",
-            "50",
-            "--out",
-        ])
-        .arg(home.path().join("model.json"))
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
-    ok(&o);
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    // The frozen protocol (no fixed settings) also weighs every candidate with the injected
+    // traces for the agent head only and without them, and the model file says which it chose
+    // and how many injected traces it used.
+    let r = prior_train(&[]);
     let description = r["protocols"][0]["description"]
         .as_str()
         .unwrap()

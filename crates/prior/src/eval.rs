@@ -945,16 +945,22 @@ mod tests {
         assert_eq!(protocol_settings(&TrainConfig::default()).len(), 18);
     }
 
-    #[test]
-    fn injected_traces_train_every_fold_and_are_never_scored() {
-        let mut data = synthetic_corpus(20, 2);
-        let mut injected = synthetic_corpus(20, 9);
+    /// `n` synthetic traces marked fault-injected, each its own task question.
+    fn injected_corpus(n: usize) -> Vec<Trace> {
+        let mut injected = synthetic_corpus(n, 9);
         for (i, t) in injected.iter_mut().enumerate() {
             t.id = format!("injected/{i}");
             t.task = format!("Injected question {i}?");
             t.metadata
                 .insert(maslens_trace::INJECTION_KEY.into(), serde_json::json!({}));
         }
+        injected
+    }
+
+    #[test]
+    fn injected_traces_train_every_fold_and_are_never_scored() {
+        let mut data = synthetic_corpus(20, 2);
+        let injected = injected_corpus(20);
         let plain: Vec<&Trace> = data.iter().collect();
         let oof_plain =
             out_of_fold(&plain, 4, &TrainConfig::default(), |m, _| m.step.clone()).unwrap();
@@ -994,12 +1000,8 @@ mod tests {
         let mut data = synthetic_corpus(24, 2);
         // Injected traces whose labels point at the first step instead of the placeholder
         // step: training on them teaches the wrong cue.
-        let mut injected = synthetic_corpus(48, 9);
-        for (i, t) in injected.iter_mut().enumerate() {
-            t.id = format!("injected/{i}");
-            t.task = format!("Injected question {i}?");
-            t.metadata
-                .insert(maslens_trace::INJECTION_KEY.into(), serde_json::json!({}));
+        let mut injected = injected_corpus(48);
+        for t in &mut injected {
             let first = t.steps[0].agent.clone();
             if let Some(l) = t.labels.decisive.as_mut() {
                 (l.agent, l.step) = (first, 0);

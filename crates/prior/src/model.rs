@@ -730,6 +730,7 @@ impl PriorModel {
             Vec::new()
         };
         let agent_injected_used = agent_only.iter().filter(|(t, _)| t.is_injected()).count();
+        let injected_step = data.iter().filter(|p| p.trace.is_injected()).count();
         let agent = if cfg.agent_head && data.len() >= 2 * cfg.inner_folds.max(2) {
             let k = cfg.inner_folds.max(2);
             let ts: Vec<&Trace> = data.iter().map(|p| p.trace).collect();
@@ -797,7 +798,6 @@ impl PriorModel {
                 } else {
                     (0, 0)
                 };
-                let injected_step = data.iter().filter(|p| p.trace.is_injected()).count();
                 let agent_alpha = agent.as_ref().map(|_| alpha);
                 PriorModel {
                     format: MODEL_FORMAT.to_string(),

@@ -138,9 +138,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     if !args.sweep.is_empty() && args.db.is_some() {
         bail!("--db stores one experiment: run the settings of --sweep one by one to store them");
     }
-    let data = cfg.data.clone();
     let sp = SplitSpec::resolve(
-        data.as_ref(),
+        cfg.data.as_ref(),
         args.split_seed,
         args.opt_size,
         args.test_size,
