@@ -91,6 +91,8 @@ fn eval_stack_reports_three_methods_on_the_same_folds_and_fits_weights() {
             weights.to_str().unwrap(),
             "--report",
             report.to_str().unwrap(),
+            "--repeat-seeds",
+            "3,7",
         ])
         .output()
         .unwrap();
@@ -144,4 +146,80 @@ fn eval_stack_reports_three_methods_on_the_same_folds_and_fits_weights() {
     assert!(w["note"].as_str().unwrap().contains("eval stack"), "{w}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r, v["report"]);
+
+    // the fold seeds: the report's (7) first, 7 again not repeated, then 3; the report's row is
+    // the report's pooled hits
+    let seeds = v["seeds"].as_array().unwrap();
+    assert_eq!(seeds.len(), 2, "{seeds:?}");
+    assert_eq!(
+        (seeds[0]["seed"].as_u64(), seeds[1]["seed"].as_u64()),
+        (Some(7), Some(3))
+    );
+    assert_eq!(
+        seeds[0]["stacked"][1].as_u64().unwrap(),
+        step("stacked (nested)")
+    );
+    assert_eq!(
+        seeds[0]["prior"][1].as_u64().unwrap(),
+        step("prior (nested)")
+    );
+    assert_eq!(seeds[0]["llm"][1].as_u64().unwrap(), step("llm pipeline"));
+    assert_eq!(seeds[0]["cases"].as_u64().unwrap(), cases);
+    // a repeated seed gives what a run with that --seed reports; the text shows the table
+    let report3 = dir.path().join("report3.json");
+    let out = maslens(dir.path())
+        .args([
+            "eval",
+            "stack",
+            &format!("whowhen:{DATA}"),
+            "--subset",
+            "Algorithm-Generated/1",
+            "--verdicts",
+            vfile.to_str().unwrap(),
+            "--folds",
+            "3",
+            "--inner-folds",
+            "2",
+            "--seed",
+            "3",
+            "--report",
+            report3.to_str().unwrap(),
+            "--repeat-seeds",
+            "7",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let r3: Value = serde_json::from_str(&std::fs::read_to_string(&report3).unwrap()).unwrap();
+    let hits = |m: &str| -> [u64; 2] {
+        let g = &r3["protocols"][0]["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["method"] == m)
+            .unwrap()["groups"]["all"];
+        [
+            g["agent"]["k"].as_u64().unwrap(),
+            g["step"]["k"].as_u64().unwrap(),
+        ]
+    };
+    let pair = |x: &Value| [x[0].as_u64().unwrap(), x[1].as_u64().unwrap()];
+    assert_eq!(hits("stacked (nested)"), pair(&seeds[1]["stacked"]));
+    assert_eq!(hits("prior (nested)"), pair(&seeds[1]["prior"]));
+    assert_eq!(hits("llm pipeline"), pair(&seeds[1]["llm"]));
+    let row = |h: &Value| {
+        let f = |k: &str| format!("{} / {}", h[k][0], h[k][1]);
+        format!(
+            "| {} | {} | {} | {} | {} |",
+            h["seed"],
+            h["cases"],
+            f("stacked"),
+            f("prior"),
+            f("llm")
+        )
+    };
+    for h in seeds {
+        assert!(text.contains(&row(h)), "{text}");
+    }
+    assert!(text.contains("| sum of 2 |"), "{text}");
 }

@@ -641,6 +641,9 @@ pub struct StackFitOptions {
     pub model: String,
     /// The command line, for the weights' note.
     pub command: String,
+    /// Further fold seeds: the same nested protocol on other outer folds, pooled hits per seed
+    /// ([`StackFitOutput::seeds`]), to see how much one split's differences are noise.
+    pub repeat_seeds: Vec<u64>,
 }
 
 impl StackFitOptions {
@@ -659,6 +662,7 @@ impl StackFitOptions {
             settings: Vec::new(),
             model: String::new(),
             command,
+            repeat_seeds: Vec::new(),
         }
     }
 }
@@ -672,6 +676,88 @@ pub struct StackFitOutput {
     pub weights: StackWeights,
     /// The weights each outer fold chose.
     pub chosen: Vec<StackWeights>,
+    /// Pooled hits of the three methods per fold seed: the report's seed first, then
+    /// [`StackFitOptions::repeat_seeds`].
+    pub seeds: Vec<SeedHits>,
+}
+
+/// Pooled hits of {stacked, prior alone, pipeline alone} under one fold seed's nested protocol,
+/// each `[agent, step]` of `cases`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeedHits {
+    pub seed: u64,
+    pub cases: usize,
+    pub stacked: [usize; 2],
+    pub prior: [usize; 2],
+    pub llm: [usize; 2],
+}
+
+impl SeedHits {
+    fn of(seed: u64, protocol: &maslens_prior::run::Protocol) -> SeedHits {
+        let hits = |name: &str| -> ([usize; 2], usize) {
+            protocol
+                .methods
+                .iter()
+                .find(|m| m.method == name)
+                .and_then(|m| m.groups.get("all"))
+                .map_or(([0, 0], 0), |g| ([g.agent.k, g.step.k], g.agent.n))
+        };
+        let (stacked, cases) = hits(STACKED_METHOD);
+        SeedHits {
+            seed,
+            cases,
+            stacked,
+            prior: hits(PRIOR_METHOD).0,
+            llm: hits(LLM_METHOD).0,
+        }
+    }
+}
+
+const STACKED_METHOD: &str = "stacked (nested)";
+const PRIOR_METHOD: &str = "prior (nested)";
+const LLM_METHOD: &str = "llm pipeline";
+
+/// The per-seed table of [`SeedHits`] with the sums, as text (Markdown table).
+pub fn render_seed_table(seeds: &[SeedHits]) -> String {
+    let pair = |h: [usize; 2]| format!("{} / {}", h[0], h[1]);
+    let mut out = String::from(
+        "agent / step hits per fold seed (nested, grouped):\n\n| fold seed | cases | stacked | prior alone | pipeline alone |\n| --- | --- | --- | --- | --- |\n",
+    );
+    let mut sum = SeedHits {
+        seed: 0,
+        cases: 0,
+        stacked: [0, 0],
+        prior: [0, 0],
+        llm: [0, 0],
+    };
+    for h in seeds {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            h.seed,
+            h.cases,
+            pair(h.stacked),
+            pair(h.prior),
+            pair(h.llm)
+        ));
+        sum.cases += h.cases;
+        for (acc, x) in [
+            (&mut sum.stacked, h.stacked),
+            (&mut sum.prior, h.prior),
+            (&mut sum.llm, h.llm),
+        ] {
+            acc[0] += x[0];
+            acc[1] += x[1];
+        }
+    }
+    out.push_str(&format!(
+        "| sum of {} | {} | {} | {} | {} |",
+        seeds.len(),
+        sum.cases,
+        pair(sum.stacked),
+        pair(sum.prior),
+        pair(sum.llm)
+    ));
+    out
 }
 
 fn view(m: &maslens_prior::PriorModel, t: &Trace) -> PriorView {
@@ -734,43 +820,42 @@ fn cross_fitted_views(
     Ok(out)
 }
 
-/// Measure the stacked localizer by nested cross-validation, grouped by task question, and fit
-/// its weights: for each outer fold, the prior's configuration is chosen and the prior trained on
-/// the outer training traces only; the stack's weights are chosen on those traces with prior
-/// views cross-fitted inside them; the outer fold is then answered by the prior alone, by the
-/// pipeline alone (its verdict as given) and by the stack. `verdicts` are the LLM pipeline's
-/// verdicts by trace id (a labelled trace without one counts as an abstention of the pipeline).
-/// The weights returned are fit on every case with cross-fitted prior views.
-pub fn evaluate_and_fit(
-    traces: &[Trace],
-    verdicts: &std::collections::HashMap<String, LocateVerdict>,
+/// The prior's candidate configurations for fold seed `seed`: the options' own, or the frozen
+/// protocol's (offered three ways when fault-injected traces are among `refs`).
+fn candidate_settings(
+    refs: &[&Trace],
     opts: &StackFitOptions,
-) -> Result<StackFitOutput, CoreError> {
-    use maslens_prior::eval::{
-        baseline_reports, fold_assignment, protocol_settings, report, select_and_train_cached,
-        select_cached, Prediction,
-    };
-    let refs: Vec<&Trace> = traces.iter().collect();
-    let (labelled, agent_only) = maslens_prior::eval::sides(&refs);
-    if labelled.len() < 2 * opts.folds.max(2) {
-        return Err(CoreError::Invalid(format!(
-            "{} traces with a decisive label: the nested cross-validation needs at least {}",
-            labelled.len(),
-            2 * opts.folds.max(2)
-        )));
-    }
-    let (k, inner, seed) = (opts.folds.max(2), opts.inner_folds.max(2), opts.seed);
-    let settings = if opts.settings.is_empty() {
-        let base = protocol_settings(&maslens_prior::TrainConfig {
+    seed: u64,
+) -> Vec<maslens_prior::eval::Setting> {
+    if opts.settings.is_empty() {
+        let base = maslens_prior::eval::protocol_settings(&maslens_prior::TrainConfig {
             seed,
             ..Default::default()
         });
-        maslens_prior::eval::with_injected_choice(&refs, &base)
+        maslens_prior::eval::with_injected_choice(refs, &base)
     } else {
         opts.settings.clone()
+    }
+}
+
+/// One fold seed's nested protocol: {baselines, prior alone, pipeline alone, stacked} on the same
+/// outer folds, and the weights each outer fold chose.
+#[allow(clippy::too_many_arguments)] // private: the data, the seed and the config of one run
+fn nested_protocol(
+    labelled: &[&Trace],
+    agent_only: &[&Trace],
+    verdicts: &std::collections::HashMap<String, LocateVerdict>,
+    opts: &StackFitOptions,
+    seed: u64,
+    settings: &[maslens_prior::eval::Setting],
+    cache: &maslens_prior::model::RowCache,
+    ecfg: &maslens_prior::EvalConfig,
+) -> Result<(maslens_prior::run::Protocol, Vec<StackWeights>), CoreError> {
+    use maslens_prior::eval::{
+        baseline_reports, fold_assignment, report, select_and_train_cached, Prediction,
     };
-    let cache = maslens_prior::model::RowCache::new(&refs);
-    let folds = fold_assignment(&labelled, k, seed);
+    let (k, inner) = (opts.folds.max(2), opts.inner_folds.max(2));
+    let folds = fold_assignment(labelled, k, seed);
     let n = labelled.len();
     let mut prior_preds: Vec<Option<Prediction>> = vec![None; n];
     let mut llm_preds: Vec<Option<Prediction>> = vec![None; n];
@@ -791,9 +876,9 @@ pub fn evaluate_and_fit(
             .copied()
             .chain(agent_only.iter().copied())
             .collect();
-        let (model, sel) = select_and_train_cached(&train, inner, seed, &settings, &cache)?;
+        let (model, sel) = select_and_train_cached(&train, inner, seed, settings, cache)?;
         let cfg = &settings[sel.chosen].cfg;
-        let views = cross_fitted_views(&train_lab, &agent_only, inner, seed, cfg, &cache)?;
+        let views = cross_fitted_views(&train_lab, agent_only, inner, seed, cfg, cache)?;
         let cases: Vec<FitCase> = train_lab
             .iter()
             .zip(views)
@@ -829,21 +914,10 @@ pub fn evaluate_and_fit(
     }
     let flat =
         |p: Vec<Option<Prediction>>| -> Vec<Prediction> { p.into_iter().flatten().collect() };
-    let ecfg = &opts.eval;
-    let mut methods = baseline_reports(&labelled, ecfg);
-    methods.push(report(
-        "prior (nested)",
-        &labelled,
-        &flat(prior_preds),
-        ecfg,
-    ));
-    methods.push(report("llm pipeline", &labelled, &flat(llm_preds), ecfg));
-    methods.push(report(
-        "stacked (nested)",
-        &labelled,
-        &flat(stack_preds),
-        ecfg,
-    ));
+    let mut methods = baseline_reports(labelled, ecfg);
+    methods.push(report(PRIOR_METHOD, labelled, &flat(prior_preds), ecfg));
+    methods.push(report(LLM_METHOD, labelled, &flat(llm_preds), ecfg));
+    methods.push(report(STACKED_METHOD, labelled, &flat(stack_preds), ecfg));
     let with_verdict = labelled
         .iter()
         .filter(|t| verdicts.contains_key(&t.id))
@@ -858,6 +932,72 @@ pub fn evaluate_and_fit(
         ),
         methods,
     };
+    Ok((protocol, chosen))
+}
+
+/// Measure the stacked localizer by nested cross-validation, grouped by task question, and fit
+/// its weights: for each outer fold, the prior's configuration is chosen and the prior trained on
+/// the outer training traces only; the stack's weights are chosen on those traces with prior
+/// views cross-fitted inside them; the outer fold is then answered by the prior alone, by the
+/// pipeline alone (its verdict as given) and by the stack. `verdicts` are the LLM pipeline's
+/// verdicts by trace id (a labelled trace without one counts as an abstention of the pipeline).
+/// The weights returned are fit on every case with cross-fitted prior views.
+pub fn evaluate_and_fit(
+    traces: &[Trace],
+    verdicts: &std::collections::HashMap<String, LocateVerdict>,
+    opts: &StackFitOptions,
+) -> Result<StackFitOutput, CoreError> {
+    use maslens_prior::eval::select_cached;
+    let refs: Vec<&Trace> = traces.iter().collect();
+    let (labelled, agent_only) = maslens_prior::eval::sides(&refs);
+    if labelled.len() < 2 * opts.folds.max(2) {
+        return Err(CoreError::Invalid(format!(
+            "{} traces with a decisive label: the nested cross-validation needs at least {}",
+            labelled.len(),
+            2 * opts.folds.max(2)
+        )));
+    }
+    let (k, inner, seed) = (opts.folds.max(2), opts.inner_folds.max(2), opts.seed);
+    let cache = maslens_prior::model::RowCache::new(&refs);
+    let settings = candidate_settings(&refs, opts, seed);
+    let (protocol, chosen) = nested_protocol(
+        &labelled,
+        &agent_only,
+        verdicts,
+        opts,
+        seed,
+        &settings,
+        &cache,
+        &opts.eval,
+    )?;
+    let mut seeds = vec![SeedHits::of(seed, &protocol)];
+    for &s in &opts.repeat_seeds {
+        if seeds.iter().any(|h| h.seed == s) {
+            continue;
+        }
+        let settings = candidate_settings(&refs, opts, s);
+        let ecfg = maslens_prior::EvalConfig {
+            seed: s,
+            ..opts.eval.clone()
+        };
+        let (p, _) = nested_protocol(
+            &labelled,
+            &agent_only,
+            verdicts,
+            opts,
+            s,
+            &settings,
+            &cache,
+            &ecfg,
+        )?;
+        seeds.push(SeedHits::of(s, &p));
+    }
+    let n = labelled.len();
+    let with_verdict = labelled
+        .iter()
+        .filter(|t| verdicts.contains_key(&t.id))
+        .count();
+    let ecfg = &opts.eval;
     // The weights to ship: chosen on every case, with cross-fitted prior views of the
     // configuration the prior's selection chooses on every case.
     let sel = select_cached(&refs, inner, seed, &settings, &cache)?;
@@ -900,6 +1040,7 @@ pub fn evaluate_and_fit(
         report,
         weights,
         chosen,
+        seeds,
     })
 }
 
@@ -946,11 +1087,13 @@ impl EvalStackOutput {
         Ok(text)
     }
 
-    /// The report and the weights fit on every case, as one JSON object (`--json`).
+    /// The report, the weights fit on every case and the pooled hits per fold seed, as one JSON
+    /// object (`--json`).
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "report": self.fit.report,
             "weights": self.fit.weights,
+            "seeds": self.fit.seeds,
         })
     }
 
@@ -960,6 +1103,10 @@ impl EvalStackOutput {
         let weights = &self.fit.weights;
         let text = maslens_prior::run::render_text(&self.fit.report);
         let mut out = text.strip_suffix('\n').unwrap_or(&text).to_string();
+        if self.fit.seeds.len() > 1 {
+            out.push_str("\n\n");
+            out.push_str(&render_seed_table(&self.fit.seeds));
+        }
         out.push_str(&format!(
             "\n\nweights fit on every case (model {}): {}",
             weights.model.as_deref().unwrap_or("?"),

@@ -60,6 +60,10 @@ pub struct StackArgs {
     /// Seed of the folds, the bootstrap and the random baseline.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Also run the nested protocol on these fold seeds (comma-separated) and print each seed's
+    /// pooled hits with the sums: how much of one split's difference is noise.
+    #[arg(long, value_name = "SEEDS", value_delimiter = ',')]
+    pub repeat_seeds: Vec<u64>,
     /// Only cases whose id starts with this (e.g. `Hand-Crafted/`).
     #[arg(long)]
     pub subset: Option<String>,
@@ -204,7 +208,10 @@ fn stack(a: StackArgs, global: &Global) -> anyhow::Result<ExitCode> {
         model: a.llm.model()?,
         llm: a.llm.options()?,
         verdicts: a.verdicts.clone(),
-        fit: StackFitOptions::nested(a.folds, a.inner_folds, a.seed, command),
+        fit: StackFitOptions {
+            repeat_seeds: a.repeat_seeds.clone(),
+            ..StackFitOptions::nested(a.folds, a.inner_folds, a.seed, command)
+        },
     };
     let bar = crate::progress::Bar::new(global.quiet || global.json);
     let out = super::block_on(eval_stack(&opts, &bar))??;
