@@ -167,6 +167,47 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// WAL, then the tables, in one write transaction taken up front (`BEGIN IMMEDIATE`, so a
+/// concurrent opener waits in the busy handler instead of failing a read-to-write upgrade).
+fn init_schema(conn: &mut Connection) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    tx.execute_batch(SCHEMA)?;
+    tx.commit()
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS calls (
+        key TEXT PRIMARY KEY,
+        model TEXT NOT NULL,
+        request TEXT NOT NULL,
+        response TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        cached_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        latency_ms INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS calls_model ON calls(model);
+    CREATE TABLE IF NOT EXISTS pending (
+        key TEXT PRIMARY KEY,
+        model TEXT NOT NULL,
+        request TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS inflight (
+        key TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        expires_ms INTEGER NOT NULL
+    );";
+
 impl Cache {
     /// Open (creating it and its directory if needed) the cache at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Cache, LlmError> {
@@ -179,38 +220,27 @@ impl Cache {
             }
         }
         let err = db_err(&path);
-        let conn = Connection::open(&path).map_err(&err)?;
+        let mut conn = Connection::open(&path).map_err(&err)?;
         conn.busy_timeout(Duration::from_secs(30)).map_err(&err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(&err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(&err)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS calls (
-                key TEXT PRIMARY KEY,
-                model TEXT NOT NULL,
-                request TEXT NOT NULL,
-                response TEXT NOT NULL,
-                prompt_tokens INTEGER NOT NULL,
-                cached_tokens INTEGER NOT NULL,
-                completion_tokens INTEGER NOT NULL,
-                latency_ms INTEGER NOT NULL,
-                created_at INTEGER NOT NULL
-            );
-            CREATE INDEX IF NOT EXISTS calls_model ON calls(model);
-            CREATE TABLE IF NOT EXISTS pending (
-                key TEXT PRIMARY KEY,
-                model TEXT NOT NULL,
-                request TEXT NOT NULL,
-                created_at INTEGER NOT NULL
-            );
-            CREATE TABLE IF NOT EXISTS inflight (
-                key TEXT PRIMARY KEY,
-                owner TEXT NOT NULL,
-                expires_ms INTEGER NOT NULL
-            );",
-        )
-        .map_err(&err)?;
+        // Processes that open one new file together race on the journal mode and the schema;
+        // SQLite answers some of those lock upgrades with SQLITE_BUSY at once, without the busy
+        // handler, so the set-up is retried until the busy timeout's deadline.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match init_schema(&mut conn) {
+                Ok(()) => break,
+                Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                    tracing::debug!(
+                        "{}: busy while setting up the cache, retrying: {e}",
+                        path.display()
+                    );
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                Err(e) => return Err(err(e)),
+            }
+        }
         drop(err);
         Ok(Cache {
             path,
@@ -996,6 +1026,43 @@ mod tests {
                 .unwrap(),
             Claim::Owned
         ));
+    }
+
+    /// Openers (threads here, each with its own connection, as separate processes would have)
+    /// that create one new cache file together all get a usable cache: the set-up race that
+    /// made two `batch run`s started together on a new cache fail now and then.
+    #[test]
+    fn concurrent_first_opens_of_one_new_file() {
+        const OPENERS: usize = 4;
+        for round in 0..30 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("new.sqlite");
+            let barrier = Arc::new(std::sync::Barrier::new(OPENERS));
+            let handles: Vec<_> = (0..OPENERS)
+                .map(|t| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || -> Result<(), String> {
+                        barrier.wait();
+                        let c = Cache::open(&path)
+                            .map_err(|e| format!("round {round}, opener {t}: {e}"))?;
+                        let resp = ChatResponse {
+                            text: format!("{t}"),
+                            finish_reason: "stop".into(),
+                            usage: Default::default(),
+                            latency_ms: 1,
+                            from_cache: false,
+                            queue: Default::default(),
+                        };
+                        c.put(&format!("k{t}"), "m", &Value::Null, &resp)
+                            .map_err(|e| format!("round {round}, opener {t}: {e}"))
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap().unwrap();
+            }
+            assert_eq!(Cache::open(&path).unwrap().len().unwrap(), OPENERS as u64);
+        }
     }
 
     #[test]
