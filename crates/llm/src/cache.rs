@@ -184,6 +184,10 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
+/// How long an opener waits for another connection's lock: SQLite's busy handler, and the
+/// deadline of [`Cache::open`]'s set-up retries.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS calls (
         key TEXT PRIMARY KEY,
         model TEXT NOT NULL,
@@ -221,11 +225,11 @@ impl Cache {
         }
         let err = db_err(&path);
         let mut conn = Connection::open(&path).map_err(&err)?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(&err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(&err)?;
         // Processes that open one new file together race on the journal mode and the schema;
         // SQLite answers some of those lock upgrades with SQLITE_BUSY at once, without the busy
         // handler, so the set-up is retried until the busy timeout's deadline.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
         let mut pause = Duration::from_millis(5);
         loop {
             match init_schema(&mut conn) {
@@ -1028,6 +1032,18 @@ mod tests {
         ));
     }
 
+    /// A finished response with `text`, as the writers in the tests below store it.
+    fn stored(text: String) -> ChatResponse {
+        ChatResponse {
+            text,
+            finish_reason: "stop".into(),
+            usage: Default::default(),
+            latency_ms: 1,
+            from_cache: false,
+            queue: Default::default(),
+        }
+    }
+
     /// Openers (threads here, each with its own connection, as separate processes would have)
     /// that create one new cache file together all get a usable cache: the set-up race that
     /// made two `batch run`s started together on a new cache fail now and then.
@@ -1045,15 +1061,7 @@ mod tests {
                         barrier.wait();
                         let c = Cache::open(&path)
                             .map_err(|e| format!("round {round}, opener {t}: {e}"))?;
-                        let resp = ChatResponse {
-                            text: format!("{t}"),
-                            finish_reason: "stop".into(),
-                            usage: Default::default(),
-                            latency_ms: 1,
-                            from_cache: false,
-                            queue: Default::default(),
-                        };
-                        c.put(&format!("k{t}"), "m", &Value::Null, &resp)
+                        c.put(&format!("k{t}"), "m", &Value::Null, &stored(format!("{t}")))
                             .map_err(|e| format!("round {round}, opener {t}: {e}"))
                     })
                 })
@@ -1076,16 +1084,13 @@ mod tests {
                 std::thread::spawn(move || {
                     let c = Cache::open(&path).unwrap();
                     for i in 0..50 {
-                        let resp = ChatResponse {
-                            text: format!("{t}-{i}"),
-                            finish_reason: "stop".into(),
-                            usage: Default::default(),
-                            latency_ms: 1,
-                            from_cache: false,
-                            queue: Default::default(),
-                        };
-                        c.put(&format!("k{t}-{i}"), "m", &Value::Null, &resp)
-                            .unwrap();
+                        c.put(
+                            &format!("k{t}-{i}"),
+                            "m",
+                            &Value::Null,
+                            &stored(format!("{t}-{i}")),
+                        )
+                        .unwrap();
                     }
                 })
             })
