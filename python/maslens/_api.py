@@ -156,9 +156,13 @@ def _traces(traces: Traces) -> list[Trace]:
 
 
 #: ``stacked``: the LLM pipeline's ballots and the learned prior combined by cross-validated weights,
-#: falling back to the prior when the model abstains or answers incoherently (``locate``'s default,
-#: as on the CLI); ``llm``: AgentLocate alone (``eval_locate``'s default); ``prior``: no model.
+#: falling back to the prior when the model abstains or answers incoherently (the one default of
+#: ``locate``, ``eval_locate``, the CLI and ``maslens serve``); ``llm``: AgentLocate alone;
+#: ``prior``: no model.
 Method = Literal["stacked", "llm", "prior"]
+#: Which pair ``eval_locate`` scores: ``coherent`` (the verdict's primary pair, the default) or
+#: ``independent`` (Who&When's tables: the agent-level and step-level answers apart).
+PairRule = Literal["coherent", "independent"]
 Protocol = Literal["all-at-once", "step-by-step", "binary-search"]
 #: AgentLocate's outputs (section 5): ``verified`` (Variant II, the Evaluators' vote; old name
 #: ``full``), ``judge`` (Variant I, the Judge's hypothesis; old name ``judge-only``), ``judge-ft``
@@ -180,6 +184,8 @@ def _locate_options(
     prior_weight: float,
     prior_narrowing: bool,
     stack: PathLike | None = None,
+    allow_non_acting: bool = False,
+    pair_rule: PairRule = "coherent",
 ) -> dict[str, Any]:
     return _clean(
         {
@@ -194,6 +200,8 @@ def _locate_options(
             "prior_weight": prior_weight,
             "prior_narrowing": prior_narrowing,
             "stack": stack,
+            "allow_non_acting": allow_non_acting,
+            "pair_rule": pair_rule,
         }
     )
 
@@ -218,6 +226,7 @@ def locate(
     prior_weight: float = 1.0,
     prior_narrowing: bool = False,
     stack: PathLike | None = None,
+    allow_non_acting: bool = False,
     progress: ProgressArg = None,
     **llm: Unpack[LlmOptions],
 ) -> Verdicts:
@@ -232,12 +241,16 @@ def locate(
     file) lets the prior vote in the LLM pipeline; ``prior_narrowing`` lets it pick the steps a
     long trace shows in full. ``model`` is a :class:`Model` or a spec opened with ``llm``
     options for this call.
+
+    Each verdict's ``agent`` acts at its ``step`` and is never a tool, terminal or the human user
+    unless ``allow_non_acting``; ``alternatives`` lists the other answers (a method's agent-level
+    answer where it differs, runner-ups), each saying what it is.
     """
     _check_llm("locate", llm)
     ts = _traces(traces)
     opts = _locate_options(
         method, protocol, variant, evaluators, with_ground_truth, error_modes,
-        max_answer_tokens, prior, prior_weight, prior_narrowing, stack,
+        max_answer_tokens, prior, prior_weight, prior_narrowing, stack, allow_non_acting,
     )
     if method != "prior":
         m: _native.Model | None = _model(model, llm)
@@ -367,7 +380,7 @@ def advantages(records: Iterable[Mapping[str, Any]]) -> Advantages:
 def eval_locate(
     dataset: str,
     *,
-    method: Method = "llm",
+    method: Method = "stacked",
     model: ModelArg = None,
     protocol: Protocol = "all-at-once",
     variant: Variant = "verified",
@@ -380,6 +393,8 @@ def eval_locate(
     prior_weight: float = 1.0,
     prior_narrowing: bool = False,
     stack: PathLike | None = None,
+    allow_non_acting: bool = False,
+    pair_rule: PairRule = "coherent",
     compat_substring: bool = False,
     split: float | None = None,
     seed: int = 0,
@@ -398,11 +413,13 @@ def eval_locate(
     """Benchmark failure localization on labelled traces (``maslens eval locate``): ``dataset``
     is ``whowhen:DIR``, ``aegis:FILE`` or a path. Exact agent and step accuracy with bootstrap
     intervals, the trivial baselines on the same cases, per-case rows; ``out`` writes
-    report.json, report.md, report.html and verdicts.jsonl there."""
+    report.json, report.md, report.html and verdicts.jsonl there. ``pair_rule`` says which pair
+    is scored (``coherent``: the verdict's primary pair; ``independent``: Who&When's rule, the
+    agent-level and step-level answers apart); the report records it."""
     _check_llm("eval_locate", llm)
     opts = _locate_options(
         method, protocol, variant, evaluators, with_ground_truth, error_modes,
-        max_answer_tokens, prior, prior_weight, prior_narrowing, stack,
+        max_answer_tokens, prior, prior_weight, prior_narrowing, stack, allow_non_acting, pair_rule,
     )
     eopts = _clean(
         {

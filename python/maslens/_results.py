@@ -72,10 +72,12 @@ class Verdict:
 
     trace: str
     method: str
+    #: The responsible agent: it acts at ``step`` (the one verdict's primary pair).
     agent: str | None
     step: int | None
-    #: The agent acting at ``step`` (equal to ``agent`` for a coherent verdict).
+    #: The agent acting at ``step`` (always ``agent``: kept for code written before the one verdict).
     step_agent: str | None
+    #: The method's probability for (agent, step), when it has one.
     confidence: float | None
     rationale: str
     abstain_reason: str | None
@@ -83,6 +85,11 @@ class Verdict:
     raw: dict[str, Any] = field(repr=False)
     #: The verdict for a person, as ``maslens locate`` prints it (several lines).
     text: str = field(default="", repr=False)
+    #: Other answers, best first: dicts with ``agent``, ``step``, ``probability``, ``kind``.
+    alternatives: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    #: The model and the maslens revision that gave the verdict.
+    model: str | None = None
+    revision: str | None = None
 
     def __str__(self) -> str:
         if self.error is not None:
@@ -117,21 +124,22 @@ class Verdict:
             return Verdict(trace, "", None, None, None, None, "", None, str(entry["error"]), {})
         v: dict[str, Any] = entry.get("verdict") or {}
         step = v.get("step")
-        step_agent = v.get("step_agent")
-        if step_agent is None and step is not None and steps_agents is not None:
-            step_agent = steps_agents.get(step)
+        step_agent = steps_agents.get(step) if step is not None and steps_agents is not None else None
         return Verdict(
             trace=trace,
             method=str(v.get("method", "")),
             agent=v.get("agent"),
             step=step,
             step_agent=step_agent if step_agent is not None else (v.get("agent") if step is not None else None),
-            confidence=v.get("confidence"),
+            confidence=v.get("probability"),
             rationale=str(v.get("rationale") or ""),
             abstain_reason=v.get("abstain_reason"),
             error=None,
             raw=v,
             text="\n".join(str(line) for line in entry.get("text") or []),
+            alternatives=list(v.get("alternatives") or []),
+            model=v.get("model"),
+            revision=v.get("revision"),
         )
 
 

@@ -16,10 +16,10 @@ const VARIANTS: &[&[&str]] = &[
 #[derive(clap::Args, Debug, Clone)]
 pub struct MethodArgs {
     /// Localizer: `stacked` (the LLM pipeline's ballots and the learned prior combined with
-    /// weights learned by cross-validation, --stack; `maslens locate`'s default), `llm`
-    /// (AgentLocate alone: Judge protocol + Evaluators + vote; `maslens eval locate`'s default) or
-    /// `prior` (the learned localizer of maslens-prior, no LLM; the built-in model unless
-    /// --prior FILE).
+    /// weights learned by cross-validation, --stack; the default of `locate`, `eval locate`,
+    /// `serve`'s jobs and the Python package), `llm` (AgentLocate alone: Judge protocol +
+    /// Evaluators + vote) or `prior` (the learned localizer of maslens-prior, no LLM; the
+    /// built-in model unless --prior FILE).
     #[arg(long, value_parser = ["stacked", "llm", "prior"])]
     pub method: Option<String>,
     /// Stack weights of `--method stacked`: `builtin` (fit for the embedded model; another
@@ -69,22 +69,27 @@ pub struct MethodArgs {
     /// alone the prior does not vote.
     #[arg(long)]
     pub prior_narrowing: bool,
+    /// Let a tool, code executor, terminal or the human user be the responsible agent (by
+    /// default the verdict names the acting agent whose call or turn produced such a step).
+    #[arg(long)]
+    pub allow_non_acting: bool,
+    /// Which answer `eval` scores: `coherent` (the verdict's primary pair: the agent acts at the
+    /// step; the default) or `independent` (Who&When's tables: a method's agent-level and
+    /// step-level answers scored apart, to reproduce the papers).
+    #[arg(long, default_value = "coherent", value_parser = ["coherent", "independent"])]
+    pub pair_rule: String,
 }
 
 impl MethodArgs {
-    /// The library options these flags describe; without --method, `llm`.
+    /// The library options these flags describe; without --method, the one default
+    /// (`Method::default()`, stacked).
     pub fn options(&self) -> LocateOptions {
-        self.options_or(Method::Llm)
-    }
-
-    /// The library options these flags describe; without --method, `default`.
-    pub fn options_or(&self, default: Method) -> LocateOptions {
         LocateOptions {
             method: match self.method.as_deref() {
                 Some("prior") => Method::Prior,
                 Some("llm") => Method::Llm,
                 Some("stacked") => Method::Stacked,
-                _ => default,
+                _ => Method::default(),
             },
             stack: self.stack.clone(),
             protocol: self.protocol,
@@ -101,6 +106,8 @@ impl MethodArgs {
             prior: self.prior.clone(),
             prior_weight: self.prior_weight,
             prior_narrowing: self.prior_narrowing,
+            allow_non_acting: self.allow_non_acting,
+            pair_rule: maslens_trace::PairRule::parse(&self.pair_rule).unwrap_or_default(),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! versioned report, with the trivial baselines (and the prior, when loaded) on the same cases,
 //! and optionally the refinement data of AgentLocate (z_q instances and a chat JSONL).
 
-use crate::locate::{LlmLocalizer, LocateOptions, Method, Models, PriorLocalizer, PriorSource};
+use crate::locate::{LocateOptions, Method, Models, PriorLocalizer, PriorSource};
 use crate::traces::{load_dataset, parse_dataset};
 use crate::CoreError;
 use maslens_eval::metrics::{Prediction, Scorer};
@@ -90,6 +90,13 @@ pub struct RunConfig {
     pub prior: Option<String>,
     pub prior_weight: f64,
     pub prior_narrowing: bool,
+    /// Which pair the report scored: `coherent` (the verdict's primary pair) or `independent`
+    /// (the agent-level and step-level answers apart, as Who&When's tables).
+    #[serde(default)]
+    pub pair_rule: maslens_trace::PairRule,
+    /// Whether a tool, terminal or human could be the primary agent.
+    #[serde(default)]
+    pub allow_non_acting: bool,
     pub limit: Option<usize>,
     pub subset: Option<String>,
     pub refinement_instances: Option<usize>,
@@ -251,14 +258,6 @@ pub async fn eval_locate_with(
     let any_aegis = test.iter().any(|c| c.trace.source.format == "aegis");
     let error_modes = opts.locate.wants_error_modes(any_aegis);
     let cfg = opts.locate.config(error_modes);
-    let mut prior = match opts.locate.prior_spec() {
-        Some(spec) => {
-            let (p, skipped) = PriorSource::load(spec)?;
-            problems.extend(skipped);
-            Some(p)
-        }
-        None => None,
-    };
 
     let needs_llm = opts.predictions.is_none() && opts.locate.method.needs_llm()
         || opts.export_refinement.is_some();
@@ -267,102 +266,16 @@ pub async fn eval_locate_with(
         (true, Some(m)) => Some(m),
         (true, None) => Some(Models::open(&opts.model, &opts.llm, &opts.locate).await?),
     };
-    let table;
-    let prior_localizer;
-    let llm;
-    let stacked;
-    let localizer: &dyn Localizer = if let Some(p) = &opts.predictions {
-        let (predictions, skipped) = read_predictions(p)?;
-        let known: std::collections::HashSet<&str> =
-            test.iter().map(|c| c.trace.id.as_str()).collect();
-        let mut unknown: Vec<&String> = predictions
-            .keys()
-            .filter(|k| !known.contains(k.as_str()))
-            .collect();
-        unknown.sort();
-        problems.extend(skipped);
-        for id in unknown {
-            tracing::warn!("prediction for unknown or excluded trace {id:?} ignored");
-        }
-        table = Table {
-            label: format!("predictions:{}", p.display()),
-            predictions,
-        };
-        &table
-    } else if opts.locate.method == Method::Prior {
-        // `prior_spec()` is always set for `--method prior`: the prior loaded above.
-        let p = prior
-            .take()
-            .ok_or_else(|| CoreError::Invalid("--method prior: no prior loaded".into()))?;
-        prior_localizer = PriorLocalizer(p);
-        &prior_localizer
-    } else if opts.locate.method == Method::Stacked {
-        // The stack's weights as given (`builtin` unless --stack): a run of another model with
-        // the embedded model's weights says so in the report's config.
-        let models = models
-            .as_ref()
-            .ok_or_else(|| CoreError::Invalid("no model opened".into()))?;
-        let weights =
-            crate::stack::StackWeights::load(opts.locate.stack.as_deref().unwrap_or("builtin"))?;
-        let (weights, note) = weights.for_model(models.judge.model.id());
-        if let Some(n) = note {
-            tracing::warn!("{n}");
-        }
-        // The pipeline's prior-guided narrowing uses the same prior as the stack.
-        let narrowing = match opts.locate.prior_spec() {
-            Some(spec) => Some(PriorSource::load(spec)?.0),
-            None => None,
-        };
-        stacked = crate::stack::StackedLocalizer {
-            llm: LlmLocalizer {
-                models,
-                config: cfg.clone(),
-                styles: opts.locate.evaluators.clone(),
-                prior: narrowing,
-            },
-            prior: prior
-                .take()
-                .ok_or_else(|| CoreError::Invalid("--method stacked: no prior loaded".into()))?,
-            weights,
-        };
-        &stacked
-    } else {
-        let models = models
-            .as_ref()
-            .ok_or_else(|| CoreError::Invalid("no model opened".into()))?;
-        llm = LlmLocalizer {
-            models,
-            config: cfg.clone(),
-            styles: opts.locate.evaluators.clone(),
-            prior,
-        };
-        &llm
-    };
-
-    let mut extra: Vec<(&str, &dyn Localizer)> = Vec::new();
-    let prior_baseline;
-    if opts.locate.method != Method::Prior {
-        // The learned prior next to the trivial baselines, when the run loaded one.
-        if let Some(spec) = opts.locate.prior_spec() {
-            let (p, _) = PriorSource::load(spec)?;
-            prior_baseline = PriorLocalizer(p);
-            extra.push(("prior", &prior_baseline));
-        }
-    }
-    let spec = EvalSpec {
-        title: format!("maslens eval locate: {}", opts.dataset),
-        dataset: opts.dataset.clone(),
-        scorer: opts.scorer,
-        seed: opts.seed,
-        resamples: maslens_eval::metrics::RESAMPLES,
-        tolerances: opts.tolerances.clone(),
-        top_mislocalized: 10,
-        split: split_info.clone(),
-        config: serde_json::Value::Null,
-        trace_tokens: &trace_tokens,
-        git_revision: crate::GIT_REVISION,
-    };
-    let mut run = evaluate(&test, localizer, &extra, &spec, progress).await;
+    let mut run = evaluate_cases(
+        opts,
+        &test,
+        models.as_ref(),
+        any_aegis,
+        split_info.clone(),
+        &mut problems,
+        progress,
+    )
+    .await?;
 
     let mut refinement_instances = None;
     if let (Some(export), Some(models)) = (&opts.export_refinement, &models) {
@@ -394,6 +307,8 @@ pub async fn eval_locate_with(
         prior: opts.locate.prior.clone(),
         prior_weight: cfg.prior_weight,
         prior_narrowing: cfg.narrow_with_prior,
+        pair_rule: opts.locate.pair_rule,
+        allow_non_acting: opts.locate.allow_non_acting,
         limit: opts.limit,
         subset: opts.subset.clone(),
         refinement_instances,
@@ -412,4 +327,76 @@ pub async fn eval_locate_with(
         problems,
         judge: models.map(|m| m.judge),
     })
+}
+
+/// Evaluate `test` with the localizer `opts` names (or the predictions file), beside the
+/// baselines and, when loaded, the prior.
+async fn evaluate_cases(
+    opts: &EvalLocateOptions,
+    test: &[LabelledCase],
+    models: Option<&Models>,
+    any_aegis: bool,
+    split_info: Option<maslens_eval::report::SplitInfo>,
+    problems: &mut Vec<String>,
+    progress: &dyn Progress,
+) -> Result<EvalRun, CoreError> {
+    let table;
+    let chosen;
+    let localizer: &dyn Localizer = if let Some(p) = &opts.predictions {
+        let (predictions, skipped) = read_predictions(p)?;
+        let known: std::collections::HashSet<&str> =
+            test.iter().map(|c| c.trace.id.as_str()).collect();
+        let mut unknown: Vec<&String> = predictions
+            .keys()
+            .filter(|k| !known.contains(k.as_str()))
+            .collect();
+        unknown.sort();
+        problems.extend(skipped);
+        for id in unknown {
+            tracing::warn!("prediction for unknown or excluded trace {id:?} ignored");
+        }
+        table = Table {
+            label: format!("predictions:{}", p.display()),
+            predictions,
+        };
+        &table
+    } else {
+        // The localizer `maslens locate` builds for these options (crate::localize).
+        let setup = crate::localize::Setup::new(&opts.locate, models, any_aegis)?;
+        problems.extend(setup.warnings);
+        for n in &setup.notes {
+            tracing::warn!("{n}");
+        }
+        chosen = setup.localizer;
+        &chosen
+    };
+
+    let mut extra: Vec<(&str, &dyn Localizer)> = Vec::new();
+    let prior_baseline;
+    if opts.locate.method != Method::Prior {
+        // The learned prior next to the trivial baselines, when the run loaded one.
+        if let Some(spec) = opts.locate.prior_spec() {
+            let (p, _) = PriorSource::load(spec)?;
+            prior_baseline = PriorLocalizer {
+                allow_non_acting: opts.locate.allow_non_acting,
+                pair_rule: opts.locate.pair_rule,
+                ..PriorLocalizer::new(p)
+            };
+            extra.push(("prior", &prior_baseline));
+        }
+    }
+    let spec = EvalSpec {
+        title: format!("maslens eval locate: {}", opts.dataset),
+        dataset: opts.dataset.clone(),
+        scorer: opts.scorer,
+        seed: opts.seed,
+        resamples: maslens_eval::metrics::RESAMPLES,
+        tolerances: opts.tolerances.clone(),
+        top_mislocalized: 10,
+        split: split_info,
+        config: serde_json::Value::Null,
+        trace_tokens: &trace_tokens,
+        git_revision: crate::GIT_REVISION,
+    };
+    Ok(evaluate(test, localizer, &extra, &spec, progress).await)
 }

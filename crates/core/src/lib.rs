@@ -25,6 +25,15 @@ pub mod traces;
 /// `git rev-parse HEAD` of this build, when built from a checkout.
 pub const GIT_REVISION: Option<&str> = option_env!("MASLENS_GIT_REV");
 
+/// The maslens version and, when built from a checkout, its git revision: what a verdict and a
+/// stored diagnosis record as `revision`.
+pub fn revision() -> String {
+    match GIT_REVISION {
+        Some(rev) => format!("maslens {} ({rev})", env!("CARGO_PKG_VERSION")),
+        None => format!("maslens {}", env!("CARGO_PKG_VERSION")),
+    }
+}
+
 /// Errors that stop a library call (per-record problems are returned beside the results).
 #[derive(Debug, thiserror::Error)]
 pub enum CoreError {

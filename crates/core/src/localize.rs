@@ -1,24 +1,37 @@
 //! `maslens locate` over the method a user chose (`stacked`, `llm` or `prior`), as one call:
 //! [`Setup::new`] builds the localizer from [`LocateOptions`] once (loading the prior and the
-//! stack's weights), [`Chosen::verdict`] answers one trace with an [`AnyVerdict`], which renders
-//! itself as JSON, as a trace label and as text lines. The CLI, the server and the Python package
-//! call this, so the three front ends choose and combine localizers the same way.
+//! stack's weights), [`Chosen::verdict`] answers one trace with a [`Located`]: the one verdict
+//! ([`maslens_trace::Verdict`]: a coherent primary pair, its probability, alternatives, evidence,
+//! provenance) and the method's own detail ([`AnyVerdict`]). The CLI, the server's worker, the
+//! Python package and `eval locate` all build their localizer here, so the same options give the
+//! same verdict everywhere.
 
 use crate::locate::{
-    prior_verdict_text, LlmLocalizer, LocateOptions, Method, Models, PriorLocalizer, PriorSource,
+    prior_verdict_text, LlmLocalizer, LocateOptions, Method, Models,
+    PriorLocalizer, PriorSource,
 };
 use crate::stack::{StackSource, StackWeights, StackedLocalizer, StackedVerdict};
 use crate::CoreError;
-use maslens_eval::run::{LocalizeError, Localizer};
+use maslens_eval::metrics::{CaseUsage, Prediction};
+use maslens_eval::run::{LocalizeError, Localized, Localizer, PromptRef};
 use maslens_locate::steering::SteeringHit;
 use maslens_locate::{LocateError, LocateVerdict};
-use maslens_trace::Trace;
+use maslens_trace::{PairRule, Trace};
 
 /// The localizer a run uses.
-pub enum Chosen<'m> {
+pub enum Kind<'m> {
     Llm(LlmLocalizer<'m>),
     Stacked(Box<StackedLocalizer<'m>>),
     Prior(PriorLocalizer),
+}
+
+/// The chosen localizer and how its verdicts are made and scored.
+pub struct Chosen<'m> {
+    pub kind: Kind<'m>,
+    /// Allow a tool, terminal or human as the primary agent (`--allow-non-acting`).
+    pub allow_non_acting: bool,
+    /// Which pair `eval` scores ([`PairRule`]): the primary pair, or the two heads apart.
+    pub pair_rule: PairRule,
 }
 
 /// A [`Chosen`] localizer and what loading it had to say: `warnings` (records skipped in a
@@ -29,13 +42,23 @@ pub struct Setup<'m> {
     pub notes: Vec<String>,
 }
 
-/// One trace's verdict, whichever method gave it.
+/// The method's own verdict, beside the one verdict made of it.
 #[derive(Debug, Clone)]
 pub enum AnyVerdict {
     Llm(Box<LocateVerdict>),
     Stacked(Box<StackedVerdict>),
-    /// The prior's verdict as JSON ([`crate::locate::prior_verdict_explained`]).
-    Prior(serde_json::Value),
+    /// The prior (its detail is the verdict's payload).
+    Prior,
+}
+
+/// One trace's answer: the one verdict and the method's detail.
+#[derive(Debug, Clone)]
+pub struct Located {
+    pub trace: String,
+    pub verdict: maslens_trace::Verdict,
+    pub detail: AnyVerdict,
+    /// Per-case usage (tokens, calls, seconds, cost when the price is known).
+    pub usage: CaseUsage,
 }
 
 fn load_prior(
@@ -72,9 +95,9 @@ impl<'m> Setup<'m> {
         let need_prior = |p: Option<PriorSource>| {
             p.ok_or_else(|| CoreError::Invalid("the prior did not load".into()))
         };
-        let localizer = match opts.method {
-            Method::Prior => Chosen::Prior(PriorLocalizer(need_prior(prior)?)),
-            Method::Llm => Chosen::Llm(LlmLocalizer {
+        let kind = match opts.method {
+            Method::Prior => Kind::Prior(PriorLocalizer::new(need_prior(prior)?)),
+            Method::Llm => Kind::Llm(LlmLocalizer {
                 models: need_models()?,
                 config,
                 styles: opts.evaluators.clone(),
@@ -87,7 +110,7 @@ impl<'m> Setup<'m> {
                 notes.extend(note);
                 // The pipeline's prior-guided narrowing uses the stack's prior (its own copy).
                 let narrowing = load_prior(opts, &mut Vec::new())?;
-                Chosen::Stacked(Box::new(StackedLocalizer {
+                Kind::Stacked(Box::new(StackedLocalizer {
                     llm: LlmLocalizer {
                         models,
                         config,
@@ -100,111 +123,252 @@ impl<'m> Setup<'m> {
             }
         };
         Ok(Setup {
-            localizer,
+            localizer: Chosen {
+                kind,
+                allow_non_acting: opts.allow_non_acting,
+                pair_rule: opts.pair_rule,
+            },
             warnings,
             notes,
         })
     }
 }
 
+fn budget_spent(e: &LocateError) -> bool {
+    matches!(
+        e,
+        LocateError::Llm {
+            source: maslens_llm::LlmError::Budget(_),
+            ..
+        }
+    )
+}
+
 impl<'m> Chosen<'m> {
+    /// A localizer with the default scoring (coherent pairs, acting agents only).
+    pub fn new(kind: Kind<'m>) -> Chosen<'m> {
+        Chosen {
+            kind,
+            allow_non_acting: false,
+            pair_rule: PairRule::Coherent,
+        }
+    }
+
     /// The opened models, when the method uses an LLM.
     pub fn models(&self) -> Option<&'m Models> {
-        match self {
-            Chosen::Llm(l) => Some(l.models),
-            Chosen::Stacked(s) => Some(s.llm.models),
-            Chosen::Prior(_) => None,
+        match &self.kind {
+            Kind::Llm(l) => Some(l.models),
+            Kind::Stacked(s) => Some(s.llm.models),
+            Kind::Prior(_) => None,
         }
     }
 
     /// The prior the method answers with (`prior` and `stacked`).
     pub fn prior(&self) -> Option<&PriorSource> {
-        match self {
-            Chosen::Llm(_) => None,
-            Chosen::Stacked(s) => Some(&s.prior),
-            Chosen::Prior(p) => Some(&p.0),
+        match &self.kind {
+            Kind::Llm(_) => None,
+            Kind::Stacked(s) => Some(&s.prior),
+            Kind::Prior(p) => Some(&p.source),
+        }
+    }
+
+    /// The method's name as verdicts and diagnoses record it (`stacked`, `llm`, `prior`).
+    pub fn method_name(&self) -> &'static str {
+        match &self.kind {
+            Kind::Llm(_) => Method::Llm.as_str(),
+            Kind::Stacked(_) => Method::Stacked.as_str(),
+            Kind::Prior(_) => Method::Prior.as_str(),
+        }
+    }
+
+    /// The prompts the method sends, id -> SHA-256 of the template's text (empty for the prior):
+    /// what a stored diagnosis records.
+    pub fn prompt_hashes(&self) -> serde_json::Value {
+        self.prompts()
+            .into_iter()
+            .map(|p| (p.id, serde_json::Value::String(p.sha256)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    /// The job kind a stored diagnosis is filed under: `prior`, else `locate`.
+    pub fn diagnosis_kind(&self) -> &'static str {
+        match &self.kind {
+            Kind::Prior(_) => "prior",
+            _ => "locate",
         }
     }
 
     /// The verdict on `trace`. [`LocalizeError::Stop`] (a spent budget) ends a run;
     /// [`LocalizeError::Case`] concerns this trace only.
-    pub async fn verdict(&self, trace: &Trace) -> Result<AnyVerdict, LocalizeError> {
-        match self {
-            Chosen::Llm(l) => match l.verdict(trace).await {
-                Ok(v) => Ok(AnyVerdict::Llm(Box::new(v))),
-                Err(
-                    e @ LocateError::Llm {
-                        source: maslens_llm::LlmError::Budget(_),
-                        ..
-                    },
-                ) => Err(LocalizeError::Stop(e.to_string())),
-                Err(e) => Err(LocalizeError::Case(e.to_string())),
+    pub async fn verdict(&self, trace: &Trace) -> Result<Located, LocalizeError> {
+        let started = std::time::Instant::now();
+        let allow = self.allow_non_acting;
+        let (verdict, detail, mut usage) = match &self.kind {
+            Kind::Llm(l) => match l.verdict(trace).await {
+                Ok(v) => (
+                    v.to_verdict(trace, allow),
+                    AnyVerdict::Llm(Box::new(v.clone())),
+                    l.usage_of(&v),
+                ),
+                Err(e) if budget_spent(&e) => return Err(LocalizeError::Stop(e.to_string())),
+                Err(e) => return Err(LocalizeError::Case(e.to_string())),
             },
             // The stacked localizer falls back to the prior on any other pipeline error.
-            Chosen::Stacked(s) => s
-                .verdict(trace)
-                .await
-                .map(|v| AnyVerdict::Stacked(Box::new(v)))
-                .map_err(|e| LocalizeError::Stop(e.to_string())),
-            Chosen::Prior(p) => p
-                .localize(trace)
-                .await
-                .map(|l| AnyVerdict::Prior(l.verdict.unwrap_or_default())),
-        }
+            Kind::Stacked(s) => match s.verdict(trace).await {
+                Ok(v) => {
+                    let usage = v
+                        .pipeline
+                        .as_ref()
+                        .map(|p| s.llm.usage_of(p))
+                        .unwrap_or_default();
+                    (
+                        v.to_verdict(trace, allow),
+                        AnyVerdict::Stacked(Box::new(v)),
+                        usage,
+                    )
+                }
+                Err(e) => return Err(LocalizeError::Stop(e.to_string())),
+            },
+            Kind::Prior(p) => return prior_located(&p.source, trace, allow),
+        };
+        usage.seconds = started.elapsed().as_secs_f64();
+        Ok(Located {
+            trace: trace.id.clone(),
+            verdict: maslens_trace::Verdict {
+                revision: Some(crate::revision()),
+                ..verdict
+            },
+            detail,
+            usage,
+        })
     }
 }
 
-impl AnyVerdict {
-    /// The verdict as JSON (what `maslens --json locate` prints per trace).
-    pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            AnyVerdict::Llm(v) => serde_json::to_value(v).unwrap_or_default(),
-            AnyVerdict::Stacked(v) => serde_json::to_value(v).unwrap_or_default(),
-            AnyVerdict::Prior(v) => v.clone(),
+/// The prior's answer on `trace` as a [`Located`] (what `--method prior` and `serve`'s verdict
+/// on arrival give).
+pub fn prior_located(
+    source: &PriorSource,
+    trace: &Trace,
+    allow_non_acting: bool,
+) -> Result<Located, LocalizeError> {
+    let started = std::time::Instant::now();
+    let verdict = PriorLocalizer::verdict_of(source, trace, allow_non_acting)?;
+    Ok(Located {
+        trace: trace.id.clone(),
+        verdict: maslens_trace::Verdict {
+            revision: Some(crate::revision()),
+            ..verdict
+        },
+        detail: AnyVerdict::Prior,
+        usage: CaseUsage {
+            seconds: started.elapsed().as_secs_f64(),
+            ..CaseUsage::default()
+        },
+    })
+}
+
+#[async_trait::async_trait]
+impl Localizer for Chosen<'_> {
+    fn method(&self) -> String {
+        match &self.kind {
+            Kind::Llm(l) => l.method(),
+            Kind::Stacked(s) => s.method(),
+            Kind::Prior(p) => p.method(),
         }
+    }
+    fn model(&self) -> Option<String> {
+        self.models().map(|m| m.judge.model.id().to_string())
+    }
+    fn prompts(&self) -> Vec<PromptRef> {
+        match &self.kind {
+            Kind::Prior(_) => Vec::new(),
+            _ => maslens_locate::prompts::all()
+                .map(|t| PromptRef::new(t.name, t.source))
+                .collect(),
+        }
+    }
+    async fn localize(&self, trace: &Trace) -> Result<Localized, LocalizeError> {
+        let l = self.verdict(trace).await?;
+        Ok(Localized {
+            prediction: l.prediction(self.pair_rule),
+            usage: l.usage,
+            verdict: Some(l.to_json()),
+        })
+    }
+}
+
+impl Located {
+    /// The verdict as JSON (what `maslens --json locate` prints per trace, what `serve` stores
+    /// and what the Python package returns): the trace id and the one verdict.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(&self.verdict).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("trace".into(), self.trace.clone().into());
+        }
+        v
     }
 
     /// The trace's attempts to steer the Judge or the Evaluators (issue 16).
     pub fn steering(&self) -> &[SteeringHit] {
-        match self {
+        match &self.detail {
             AnyVerdict::Llm(v) => &v.steering,
             AnyVerdict::Stacked(v) => v.pipeline.as_ref().map_or(&[], |p| &p.steering),
-            AnyVerdict::Prior(_) => &[],
+            AnyVerdict::Prior => &[],
         }
     }
 
     /// The verdict as a trace label (`labels.verdicts`).
     pub fn to_label(&self) -> maslens_trace::Verdict {
-        match self {
-            AnyVerdict::Llm(v) => v.to_label(),
-            AnyVerdict::Stacked(v) => v.to_label(),
-            AnyVerdict::Prior(v) => maslens_trace::Verdict {
-                method: "prior".into(),
-                model: None,
-                prompt_version: None,
-                payload: v.clone(),
-            },
-        }
+        self.verdict.clone()
     }
 
-    /// The pipeline's verdict (the stacked answers in place of its own for `stacked`), for
-    /// consumers that store pipeline verdicts; `None` for the prior and a failed pipeline.
-    pub fn pipeline_verdict(&self) -> Option<LocateVerdict> {
-        match self {
-            AnyVerdict::Llm(v) => Some((**v).clone()),
-            AnyVerdict::Stacked(v) => v.as_pipeline_verdict(),
-            AnyVerdict::Prior(_) => None,
+    /// The prediction a report scores under `rule` ([`maslens_trace::Verdict::scored`]).
+    pub fn prediction(&self, rule: PairRule) -> Prediction {
+        let (agent, step) = self.verdict.scored(rule);
+        let (error_mode, parse_failures) = match &self.detail {
+            AnyVerdict::Llm(v) => (v.error_mode.clone(), v.usage.abstentions),
+            AnyVerdict::Stacked(v) => (
+                v.pipeline.as_ref().and_then(|p| p.error_mode.clone()),
+                v.pipeline.as_ref().map_or(0, |p| p.usage.abstentions),
+            ),
+            AnyVerdict::Prior => (None, 0),
+        };
+        Prediction {
+            abstained: step.is_none(),
+            agent,
+            step,
+            error_mode,
+            parse_failures,
         }
     }
 
     /// The verdict for a person, one line each (the first names the trace). Text from the trace
     /// or the model is not escaped here: a terminal front end escapes every line.
     pub fn text_lines(&self, trace: &Trace) -> Vec<String> {
-        let mut out = match self {
-            AnyVerdict::Llm(v) => llm_lines(v),
-            AnyVerdict::Stacked(v) => stacked_lines(v, trace),
-            AnyVerdict::Prior(v) => prior_lines(v, trace),
-        };
+        let v = &self.verdict;
+        let mut out = vec![headline(self, trace)];
+        if let Some(s) = v.step {
+            if let Some(e) = trace.excerpt(s, maslens_locate::pipeline::EXCERPT_CHARS) {
+                out.push(format!("  step {s}: {}", one_line(&e)));
+            }
+            match &v.rationale {
+                Some(r) => out.push(format!("  why ({}): {}", self.rationale_from(), one_line(r))),
+                None => out.push(
+                    "  why: no rationale that explains this step (see the alternatives and the detail)"
+                        .into(),
+                ),
+            }
+        }
+        for a in &v.alternatives {
+            let p = a.probability.map(|p| format!(", {p:.2}")).unwrap_or_default();
+            out.push(format!("  alternative ({}{p}): {} at step {}", a.kind, a.agent, a.step));
+        }
+        out.extend(match &self.detail {
+            AnyVerdict::Llm(d) => llm_detail(d),
+            AnyVerdict::Stacked(d) => stacked_detail(d, trace),
+            AnyVerdict::Prior => Vec::new(),
+        });
         out.extend(
             self.steering()
                 .iter()
@@ -212,17 +376,33 @@ impl AnyVerdict {
         );
         out
     }
+
+    /// Where the rationale came from, in words.
+    fn rationale_from(&self) -> &'static str {
+        match &self.detail {
+            AnyVerdict::Llm(_) => "the model",
+            AnyVerdict::Stacked(d) if d.rationale_from == "llm" => "the model",
+            _ => "the prior's evidence",
+        }
+    }
+
+    /// The pipeline's own verdict, for consumers that want its ballots (`None` for the prior
+    /// and a failed pipeline).
+    pub fn pipeline_verdict(&self) -> Option<&LocateVerdict> {
+        match &self.detail {
+            AnyVerdict::Llm(v) => Some(v),
+            AnyVerdict::Stacked(v) => v.pipeline.as_ref(),
+            AnyVerdict::Prior => None,
+        }
+    }
 }
 
-fn one_line(s: &str) -> String {
-    s.replace('\n', " ")
-}
-
-fn llm_lines(v: &LocateVerdict) -> Vec<String> {
-    let mut out = Vec::new();
-    match (&v.agent, v.step) {
-        (Some(a), Some(s)) => {
-            let agree = match (v.agreement, v.evaluators.len()) {
+/// `ID: AGENT at step N (method, probability)` or `ID: no location (why)`.
+fn headline(l: &Located, trace: &Trace) -> String {
+    let v = &l.verdict;
+    let from = match &l.detail {
+        AnyVerdict::Llm(d) => {
+            let agree = match (d.agreement, d.evaluators.len()) {
                 (Some(x), n) if n > 0 => format!(
                     ", Evaluators agree {}/{}",
                     (x * n as f64).round() as usize,
@@ -230,25 +410,40 @@ fn llm_lines(v: &LocateVerdict) -> Vec<String> {
                 ),
                 _ => String::new(),
             };
-            out.push(format!(
-                "{}: {a} at step {s} (confidence {:.2}{agree})",
-                v.trace, v.confidence
-            ));
-            if let Some(m) = &v.error_mode {
-                out.push(format!("  error mode: {m}"));
-            }
-            if let Some(e) = &v.step_excerpt {
-                out.push(format!("  step {s}: {}", one_line(e)));
-            }
-            if !v.rationale.is_empty() {
-                out.push(format!("  why: {}", one_line(&v.rationale)));
-            }
+            format!("LLM pipeline{agree}")
         }
-        _ => out.push(format!(
-            "{}: no location ({})",
-            v.trace,
-            v.abstain_reason.clone().unwrap_or_default()
-        )),
+        AnyVerdict::Stacked(d) => match (d.step_source, &d.fallback) {
+            (StackSource::PriorFallback, Some(why)) => format!("the prior alone: {why}"),
+            (StackSource::LlmOnly, _) => "the LLM pipeline alone: no prior for this trace".into(),
+            _ => "LLM pipeline + prior, stacked".to_string(),
+        },
+        AnyVerdict::Prior => "prior".into(),
+    };
+    let p = v
+        .probability
+        .map(|p| format!(", probability {p:.2}"))
+        .unwrap_or_default();
+    match (&v.agent, v.step) {
+        (Some(a), Some(s)) => format!("{}: {a} at step {s} ({from}{p})", trace.id),
+        _ => format!(
+            "{}: no location ({from}: {})",
+            trace.id,
+            v.abstain_reason.clone().unwrap_or_else(|| "no answer".into())
+        ),
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.replace('\n', " ")
+}
+
+fn llm_detail(v: &LocateVerdict) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(m) = &v.error_mode {
+        out.push(format!("  error mode: {m}"));
+    }
+    if let Some(problem) = &v.rationale_problem {
+        out.push(format!("  the model's rationale was not used: {}", one_line(problem)));
     }
     if v.long_trace.strategy != maslens_locate::render::Strategy::Full {
         out.push(format!(
@@ -262,23 +457,7 @@ fn llm_lines(v: &LocateVerdict) -> Vec<String> {
     out
 }
 
-fn stacked_lines(v: &StackedVerdict, t: &Trace) -> Vec<String> {
-    let from = match (v.step_source, &v.fallback) {
-        (StackSource::PriorFallback, Some(why)) => format!("the prior alone: {why}"),
-        (StackSource::LlmOnly, _) => "the LLM pipeline alone: no prior for this trace".into(),
-        _ => "LLM pipeline + prior, stacked".to_string(),
-    };
-    let mut out = vec![format!("{}: {} ({from})", v.trace, v.headline(t))];
-    if let (Some(s), Some(e)) = (v.step, &v.step_excerpt) {
-        out.push(format!("  step {s}: {}", one_line(e)));
-    }
-    if !v.rationale.is_empty() {
-        let whose = match v.rationale_from.as_str() {
-            "llm" => "the model",
-            _ => "the prior's evidence",
-        };
-        out.push(format!("  why ({whose}): {}", one_line(&v.rationale)));
-    }
+fn stacked_detail(v: &StackedVerdict, t: &Trace) -> Vec<String> {
     let llm = match &v.pipeline {
         Some(p) => match (&p.agent, p.step) {
             (Some(a), Some(s)) => format!("{a} at step {s}"),
@@ -295,25 +474,7 @@ fn stacked_lines(v: &StackedVerdict, t: &Trace) -> Vec<String> {
         }
         None => "none".into(),
     };
-    out.push(format!("  LLM pipeline: {llm}; prior: {prior}"));
-    out
-}
-
-fn prior_lines(v: &serde_json::Value, t: &Trace) -> Vec<String> {
-    match (v["agent"].as_str(), v["step"].as_u64()) {
-        (Some(a), Some(s)) => {
-            let mut out = vec![format!(
-                "{}: {} (prior)",
-                t.id,
-                prior_verdict_text(t, a, s as usize)
-            )];
-            if let Some(why) = v["rationale"].as_str() {
-                out.push(format!("  why: {}", one_line(why)));
-            }
-            out
-        }
-        _ => vec![format!("{}: no location (prior)", t.id)],
-    }
+    vec![format!("  LLM pipeline alone: {llm}; prior alone: {prior}")]
 }
 
 #[cfg(test)]
@@ -362,15 +523,24 @@ mod tests {
         // A file prior: the prior answers step 2 (Coder's).
         let mut map = HashMap::new();
         map.insert("x/1".to_string(), vec![0.1, 0.2, 0.7]);
-        let chosen = Chosen::Prior(PriorLocalizer(PriorSource::File(map)));
+        let chosen = Chosen::new(Kind::Prior(PriorLocalizer::new(PriorSource::File(map))));
         let t = trace();
         let v = chosen.verdict(&t).await.unwrap();
         assert_eq!(v.to_json()["step"], 2);
+        assert_eq!(v.to_json()["trace"], "x/1");
         assert_eq!(v.to_label().method, "prior");
+        assert_eq!(v.verdict.probability, Some(0.7));
+        assert!(v.verdict.revision.as_deref().is_some_and(|r| r.starts_with("maslens ")));
         assert!(v.steering().is_empty() && v.pipeline_verdict().is_none());
         let lines = v.text_lines(&t);
-        assert_eq!(lines[0], "x/1: Coder at step 2 (prior)");
+        assert_eq!(lines[0], "x/1: Coder at step 2 (prior, probability 0.70)");
         assert!(lines.iter().all(|l| !l.contains('\n')), "{lines:?}");
+        // Planner's step is the runner-up; the human's step is never an answer.
+        assert!(
+            lines.iter().any(|l| l == "  alternative (runner-up, 0.20): Planner at step 1"),
+            "{lines:?}"
+        );
+        assert!(!lines.iter().any(|l| l.contains("human at step")), "{lines:?}");
         // No distribution for a trace: an error for this case only, not a stop.
         let mut other = trace();
         other.id = "y".into();
@@ -378,5 +548,18 @@ mod tests {
             chosen.verdict(&other).await,
             Err(LocalizeError::Case(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_human_step_ranked_first_moves_to_the_next_acting_step() {
+        let mut map = HashMap::new();
+        map.insert("x/1".to_string(), vec![0.8, 0.05, 0.15]);
+        let chosen = Chosen::new(Kind::Prior(PriorLocalizer::new(PriorSource::File(map))));
+        let t = trace();
+        let v = chosen.verdict(&t).await.unwrap().verdict;
+        assert_eq!((v.agent.as_deref(), v.step), (Some("Coder"), Some(2)));
+        // Scored the Who&When way, the step head's own answer (the human's step 0) stays.
+        assert_eq!(v.scored(PairRule::Independent).1, Some(0));
+        assert_eq!(v.scored(PairRule::Coherent).1, Some(2));
     }
 }

@@ -22,12 +22,12 @@ use std::path::Path;
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
     /// AgentLocate: Judge protocol + Evaluators + confidence-weighted vote.
-    #[default]
     Llm,
     /// The learned localizer of maslens-prior (no LLM).
     Prior,
     /// The pipeline's ballots and the prior combined by weights learned by cross-validation
-    /// ([`crate::stack`]): `maslens locate`'s default.
+    /// ([`crate::stack`]): the one default of `locate`, `eval locate`, `serve` and Python.
+    #[default]
     Stacked,
 }
 
@@ -83,12 +83,19 @@ pub struct LocateOptions {
     /// a weights file (`maslens eval stack -o`); `None`: `builtin`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<String>,
+    /// Allow a tool, terminal or human as the primary agent (never by default).
+    #[serde(default)]
+    pub allow_non_acting: bool,
+    /// Which pair `eval locate` scores: the coherent primary pair (default) or, to reproduce
+    /// Who&When's tables, the agent-level and step-level answers apart.
+    #[serde(default)]
+    pub pair_rule: maslens_trace::PairRule,
 }
 
 impl Default for LocateOptions {
     fn default() -> Self {
         LocateOptions {
-            method: Method::Llm,
+            method: Method::default(),
             protocol: Protocol::AllAtOnce,
             variant: Variant::Verified,
             evaluators: vec![Style::Base, Style::Concise, Style::Evidence],
@@ -100,6 +107,8 @@ impl Default for LocateOptions {
             prior_weight: 1.0,
             prior_narrowing: false,
             stack: None,
+            allow_non_acting: false,
+            pair_rule: maslens_trace::PairRule::Coherent,
         }
     }
 }
@@ -249,21 +258,13 @@ impl PriorSource {
     }
 }
 
-/// The agent acting at step `step` (a step index) of `trace`.
-pub fn actor_at(trace: &Trace, step: usize) -> Option<&str> {
-    trace
-        .position_of(step)
-        .and_then(|p| trace.steps.get(p))
-        .map(|s| s.agent.as_str())
-}
-
 /// A prior verdict as JSON: the agent-level answer (`agent`, what agent accuracy scores), the
 /// decisive step (`step`) and the agent acting there (`step_agent`). Under the `independent`
 /// pair rule the two heads answer separately, so `agent` need not act at `step`; `coherent`
 /// says whether it does, and a display shows two answers when it does not
 /// ([`prior_verdict_text`]), never "AGENT at step N" for an agent that does not act there.
 pub fn prior_verdict_json(trace: &Trace, p: Option<&(String, usize)>) -> serde_json::Value {
-    let step_agent = p.and_then(|(_, s)| actor_at(trace, *s));
+    let step_agent = p.and_then(|(_, s)| trace.actor_at(*s));
     serde_json::json!({
         "trace": trace.id,
         "agent": p.map(|x| &x.0),
@@ -311,7 +312,7 @@ pub fn prior_verdict_explained(
 /// One line for a prior verdict: `AGENT at step N` when the agent acts at the step, else the
 /// two answers apart (`step N (ACTOR's); agent-level answer: AGENT`).
 pub fn prior_verdict_text(trace: &Trace, agent: &str, step: usize) -> String {
-    match actor_at(trace, step) {
+    match trace.actor_at(step) {
         Some(actor) if actor == agent => format!("{agent} at step {step}"),
         Some(actor) => format!(
             "decisive step {step} ({actor}'s step); agent-level answer: {agent} (the prior's two \
@@ -321,8 +322,91 @@ pub fn prior_verdict_text(trace: &Trace, agent: &str, step: usize) -> String {
     }
 }
 
-/// The prior as a localizer (`--method prior`, and the `prior` baseline of `eval locate`).
-pub struct PriorLocalizer(pub PriorSource);
+/// The one verdict (`maslens_trace::Verdict`) of the prior on `trace`: its ranked steps (the
+/// model's own step answer first, then by probability) and its agent-level answer; `payload` is
+/// [`prior_verdict_explained`]. `None` when the prior has no distribution for the trace.
+pub fn prior_to_verdict(
+    source: &PriorSource,
+    trace: &Trace,
+    allow_non_acting: bool,
+) -> Option<maslens_trace::Verdict> {
+    let p = source.predict(trace)?;
+    let probs = source.probs(trace).unwrap_or_default();
+    let prob_at = |s: usize| trace.position_of(s).and_then(|pos| probs.get(pos).copied());
+    let mut ranked: Vec<(usize, Option<f64>)> = vec![(p.1, prob_at(p.1))];
+    let mut by_prob: Vec<(usize, f64)> = trace
+        .steps
+        .iter()
+        .zip(&probs)
+        .map(|(st, q)| (st.index, *q))
+        .collect();
+    by_prob.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked.extend(by_prob.into_iter().map(|(s, q)| (s, Some(q))));
+    let answer = maslens_trace::Answer {
+        ranked_steps: ranked,
+        agent_head: Some(p.0.clone()),
+        others: Vec::new(),
+        allow_non_acting,
+    };
+    let resolved = trace.resolve_answer(&answer);
+    let rationale = resolved
+        .primary
+        .as_ref()
+        .and_then(|prim| prior_evidence(source, trace, prim.step));
+    let model = match source {
+        PriorSource::Builtin(_) => "builtin".to_string(),
+        _ => "prior-probabilities file".to_string(),
+    };
+    let mut payload = prior_verdict_explained(source, trace, Some(&p));
+    // The step distribution by position (the UI draws it as the prior strip).
+    payload["probs"] = serde_json::json!(probs);
+    let mut v = maslens_trace::Verdict {
+        model: Some(model),
+        ..maslens_trace::Verdict::new("prior", payload)
+    }
+    .with_answer(resolved);
+    v.rationale = rationale;
+    Some(v)
+}
+
+/// The prior as a localizer (`--method prior`, and the `prior` baseline of `eval locate`),
+/// scored under `pair_rule`.
+pub struct PriorLocalizer {
+    pub source: PriorSource,
+    pub allow_non_acting: bool,
+    pub pair_rule: maslens_trace::PairRule,
+}
+
+impl PriorLocalizer {
+    /// The prior with the default rule (coherent pairs, acting agents only).
+    pub fn new(source: PriorSource) -> PriorLocalizer {
+        PriorLocalizer {
+            source,
+            allow_non_acting: false,
+            pair_rule: maslens_trace::PairRule::Coherent,
+        }
+    }
+
+    /// The one verdict of the prior `source` on `trace` ([`prior_to_verdict`]), or why there is
+    /// none.
+    pub fn verdict_of(
+        source: &PriorSource,
+        trace: &Trace,
+        allow_non_acting: bool,
+    ) -> Result<maslens_trace::Verdict, LocalizeError> {
+        match prior_to_verdict(source, trace, allow_non_acting) {
+            Some(v) => Ok(v),
+            None if trace.steps.is_empty() => Err(LocalizeError::Case(format!(
+                "{}: the trace has no steps to localize",
+                trace.id
+            ))),
+            None => Err(LocalizeError::Case(format!(
+                "{}: the prior has no distribution for this trace",
+                trace.id
+            ))),
+        }
+    }
+}
 
 #[async_trait::async_trait]
 impl Localizer for PriorLocalizer {
@@ -331,34 +415,21 @@ impl Localizer for PriorLocalizer {
     }
     async fn localize(&self, trace: &Trace) -> Result<Localized, LocalizeError> {
         let start = std::time::Instant::now();
-        let p = self.0.predict(trace);
-        let verdict = prior_verdict_explained(&self.0, trace, p.as_ref());
-        let prediction = match p {
-            Some((a, s)) => Prediction {
-                agent: Some(a),
-                step: Some(s),
+        let v = Self::verdict_of(&self.source, trace, self.allow_non_acting)?;
+        let (agent, step) = v.scored(self.pair_rule);
+        let mut json = serde_json::to_value(&v).unwrap_or_default();
+        json["trace"] = trace.id.clone().into();
+        Ok(Localized {
+            prediction: Prediction {
+                agent,
+                step,
                 ..Default::default()
             },
-            None if trace.steps.is_empty() => {
-                return Err(LocalizeError::Case(format!(
-                    "{}: the trace has no steps to localize",
-                    trace.id
-                )))
-            }
-            None => {
-                return Err(LocalizeError::Case(format!(
-                    "{}: the prior has no distribution for this trace",
-                    trace.id
-                )))
-            }
-        };
-        Ok(Localized {
-            prediction,
             usage: CaseUsage {
                 seconds: start.elapsed().as_secs_f64(),
                 ..Default::default()
             },
-            verdict: Some(verdict),
+            verdict: Some(json),
         })
     }
 }
@@ -519,10 +590,17 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(o.prior_spec(), Some("builtin"));
-        assert_eq!(LocateOptions::default().prior_spec(), None);
+        // The default (stacked) combines the pipeline with the built-in prior.
+        assert_eq!(LocateOptions::default().method, Method::Stacked);
+        assert_eq!(LocateOptions::default().prior_spec(), Some("builtin"));
+        let llm = LocateOptions {
+            method: Method::Llm,
+            ..Default::default()
+        };
+        assert_eq!(llm.prior_spec(), None);
         let narrowing = LocateOptions {
             prior_narrowing: true,
-            ..Default::default()
+            ..llm
         };
         assert_eq!(narrowing.prior_spec(), Some("builtin"));
         assert_eq!(
@@ -553,7 +631,7 @@ mod tests {
     async fn prior_localizer_answers_and_explains_missing_answers() {
         let mut map = HashMap::new();
         map.insert("x/1".to_string(), vec![0.1, 0.2, 0.7]);
-        let l = PriorLocalizer(PriorSource::File(map));
+        let l = PriorLocalizer::new(PriorSource::File(map));
         let r = l.localize(&trace()).await.unwrap();
         assert_eq!(r.prediction.agent.as_deref(), Some("Coder"));
         assert_eq!(r.verdict.unwrap()["step"], 2);

@@ -68,6 +68,8 @@ pub fn evaluate_script(m: &RefinementManifest, dir: &Path) -> String {
     if let Some(s) = &m.subset {
         flags.push(format!("--subset {}", sh_quote(s)));
     }
+    // The fine-tuned Judge alone (eq. 6), not stacked with the prior.
+    flags.push("--method llm".into());
     flags.push(format!("--protocol {}", m.protocol.as_str()));
     flags.push("--variant judge-ft".into());
     flags.push(format!("--finetuned-on {}", sh_quote(&d)));

@@ -173,6 +173,8 @@ pub struct StackAnswer {
     pub agent: Option<String>,
     /// Step index (as in the trace).
     pub step: Option<usize>,
+    /// Every step best first with its stacked probability (`step` is the first).
+    pub ranked_steps: Vec<(usize, f64)>,
     pub step_source: StackSource,
     pub agent_source: StackSource,
 }
@@ -234,19 +236,12 @@ pub fn combine(
         }
     }
     let step_src = source(!sb.is_empty());
-    let step = if step_src == StackSource::None || n == 0 {
-        None
+    let ranked_steps = if step_src == StackSource::None || n == 0 {
+        Vec::new()
     } else {
-        let tie = |i: usize| steps_prior.map_or(0.0, |p| p[i]);
-        (0..n)
-            .max_by(|&a, &b| {
-                step_score[a]
-                    .total_cmp(&step_score[b])
-                    .then(tie(a).total_cmp(&tie(b)))
-                    .then(b.cmp(&a))
-            })
-            .map(|p| trace.steps[p].index)
+        ranked_by_score(trace, &step_score, steps_prior)
     };
+    let step = ranked_steps.first().map(|(s, _)| *s);
 
     // agent level
     let ab = usable(&w.agent);
@@ -313,9 +308,30 @@ pub fn combine(
     StackAnswer {
         agent,
         step,
+        ranked_steps,
         step_source: step_src,
         agent_source: agent_src,
     }
+}
+
+/// Steps (source indices) best first by `score` (ties: the prior's probability, then the earlier
+/// step), each with its probability under the log-linear model `softmax(score)`.
+fn ranked_by_score(trace: &Trace, score: &[f64], prior: Option<&[f64]>) -> Vec<(usize, f64)> {
+    let tie = |i: usize| prior.map_or(0.0, |p| p[i]);
+    let mut order: Vec<usize> = (0..score.len()).collect();
+    order.sort_by(|&a, &b| {
+        score[b]
+            .total_cmp(&score[a])
+            .then(tie(b).total_cmp(&tie(a)))
+            .then(a.cmp(&b))
+    });
+    let top = order.first().map_or(0.0, |&p| score[p]);
+    let weights: Vec<f64> = score.iter().map(|x| (x - top).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    order
+        .into_iter()
+        .map(|p| (trace.steps[p].index, weights[p] / total))
+        .collect()
 }
 
 /// One labelled case of a fit: the trace, its pipeline verdict (none: the pipeline failed) and
@@ -417,6 +433,10 @@ pub struct StackedVerdict {
     pub agent: Option<String>,
     /// The decisive step (index).
     pub step: Option<usize>,
+    /// Every step best first with its stacked probability (not written: the verdict's
+    /// alternatives show the best of them).
+    #[serde(skip)]
+    pub ranked_steps: Vec<(usize, f64)>,
     /// The agent acting at `step`.
     pub step_agent: Option<String>,
     /// Whether `agent` acts at `step`.
@@ -443,14 +463,60 @@ pub struct StackedVerdict {
 }
 
 impl StackedVerdict {
-    /// The verdict as a trace label (`labels.verdicts`, method `stacked`).
-    pub fn to_label(&self) -> maslens_trace::Verdict {
-        maslens_trace::Verdict {
-            method: self.method.clone(),
+    /// The one verdict (`maslens_trace::Verdict`) of this stacked run on `trace`: the step level
+    /// decides the primary pair; the agent level, the prior alone and the pipeline alone are
+    /// alternatives where they differ.
+    pub fn to_verdict(&self, trace: &Trace, allow_non_acting: bool) -> maslens_trace::Verdict {
+        let mut ranked: Vec<(usize, Option<f64>)> =
+            self.ranked_steps.iter().map(|(s, p)| (*s, Some(*p))).collect();
+        if ranked.is_empty() {
+            ranked.extend(self.step.map(|s| (s, None)));
+        }
+        let mut others = Vec::new();
+        if let Some(p) = self.pipeline.as_ref().and_then(|p| Some((p.agent.clone()?, p.step?))) {
+            others.push(maslens_trace::Pick {
+                agent: p.0,
+                step: p.1,
+                probability: None,
+                kind: "the LLM pipeline alone".into(),
+            });
+        }
+        if let Some((_, s)) = &self.prior {
+            if let Some(actor) = trace.actor_at(*s) {
+                others.push(maslens_trace::Pick {
+                    agent: actor.to_string(),
+                    step: *s,
+                    probability: None,
+                    kind: "the prior alone".into(),
+                });
+            }
+        }
+        let answer = maslens_trace::Answer {
+            ranked_steps: ranked,
+            agent_head: self.agent.clone(),
+            others,
+            allow_non_acting,
+        };
+        let resolved = trace.resolve_answer(&answer);
+        let moved = resolved.primary.as_ref().map(|p| p.step) != self.step;
+        let mut v = maslens_trace::Verdict {
             model: self.pipeline.as_ref().map(|p| p.model.clone()),
             prompt_version: self.pipeline.as_ref().map(|p| p.prompt_versions.clone()),
-            payload: serde_json::to_value(self).unwrap_or(serde_json::Value::Null),
+            abstain_reason: self.step.is_none().then(|| {
+                self.fallback
+                    .clone()
+                    .unwrap_or_else(|| "neither the pipeline nor the prior located a step".into())
+            }),
+            ..maslens_trace::Verdict::new(
+                self.method.clone(),
+                serde_json::to_value(self).unwrap_or(serde_json::Value::Null),
+            )
         }
+        .with_answer(resolved);
+        if !moved && !self.rationale.trim().is_empty() {
+            v.rationale = Some(self.rationale.clone());
+        }
+        v
     }
 
     /// The pipeline's verdict with the stacked answers in place of its own (`source: stack`),
@@ -492,7 +558,7 @@ pub fn stacked_verdict(
     let a = combine(trace, verdict.as_ref(), view.as_ref(), weights);
     let step_agent = a
         .step
-        .and_then(|s| crate::locate::actor_at(trace, s))
+        .and_then(|s| trace.actor_at(s))
         .map(String::from);
     // A ballot for the chosen step whose rationale passed the check, most confident first.
     let llm_reason = verdict.as_ref().and_then(|v| {
@@ -524,17 +590,9 @@ pub fn stacked_verdict(
                   these weights drop such answers)"
                 .to_string(),
         });
-    let step_excerpt = a.step.and_then(|s| trace.position_of(s)).map(|p| {
-        let text = trace.steps[p].content.trim();
-        let mut e: String = text
-            .chars()
-            .take(maslens_locate::pipeline::EXCERPT_CHARS)
-            .collect();
-        if text.chars().count() > maslens_locate::pipeline::EXCERPT_CHARS {
-            e.push_str(" ...");
-        }
-        e
-    });
+    let step_excerpt = a
+        .step
+        .and_then(|s| trace.excerpt(s, maslens_locate::pipeline::EXCERPT_CHARS));
     StackedVerdict {
         trace: trace.id.clone(),
         method: "stacked".into(),
@@ -544,6 +602,7 @@ pub fn stacked_verdict(
         },
         agent: a.agent,
         step: a.step,
+        ranked_steps: a.ranked_steps,
         step_agent,
         step_source: a.step_source,
         agent_source: a.agent_source,

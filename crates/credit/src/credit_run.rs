@@ -136,10 +136,9 @@ impl CreditRun {
             GENERIC_TURN_EVAL_INPUT.name
         };
         Ok(Verdict {
-            method: VERDICT_METHOD.into(),
             model: Some(self.model.clone()),
             prompt_version: Some(template.into()),
-            payload: serde_json::to_value(c)?,
+            ..Verdict::new(VERDICT_METHOD, serde_json::to_value(c)?)
         })
     }
 

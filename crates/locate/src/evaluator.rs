@@ -108,7 +108,7 @@ impl SharedView {
         }
         let budget = budget.unwrap_or(usize::MAX);
         let centre = focus
-            .and_then(|s| crate::step_position(trace, s))
+            .and_then(|s| trace.position_of(s))
             .unwrap_or(n.saturating_sub(1));
         let (mut lo, mut hi) = (centre, centre);
         let fits = |lo: usize, hi: usize| {

@@ -87,14 +87,6 @@ impl Finding {
     }
 }
 
-/// Position in `trace.steps` of the step with this index.
-pub fn step_position(trace: &Trace, index: usize) -> Option<usize> {
-    match trace.steps.get(index) {
-        Some(s) if s.index == index => Some(index),
-        _ => trace.steps.iter().position(|s| s.index == index),
-    }
-}
-
 /// Normalize a model's (agent, step) answer: the agent becomes the one acting at the step
 /// (rho(t)); a different name is kept in `named_agent` and flagged. A step that is not in the
 /// trace is an abstention naming the valid range.
@@ -109,7 +101,7 @@ pub fn normalize(
     let last = trace.steps.last().map(|s| s.index).unwrap_or(0);
     let pos = usize::try_from(step)
         .ok()
-        .and_then(|s| step_position(trace, s))
+        .and_then(|s| trace.position_of(s))
         .ok_or_else(|| format!("step {step} is not in the trace (steps 0 to {last})"))?;
     let acting = trace.steps[pos].agent.clone();
     let named = named.map(str::trim).filter(|n| !n.is_empty());
@@ -159,7 +151,7 @@ pub fn finding_from_answer(
     let error_mode = v.error_mode.clone();
     match normalize(trace, v.agent.as_deref(), v.step) {
         Ok((agent, step, named_agent, agent_mismatch)) => Finding {
-            rationale_problem: step_position(trace, step)
+            rationale_problem: trace.position_of(step)
                 .and_then(|pos| rationale_problem(trace, pos, &rationale)),
             agent: Some(agent),
             step: Some(step),
@@ -264,7 +256,7 @@ pub fn location_problem(
     let pos = usize::try_from(step)
         .ok()
         .filter(|s| range.contains(s))
-        .and_then(|s| step_position(trace, s));
+        .and_then(|s| trace.position_of(s));
     match pos {
         None => Some(format!(
             "step {step} is not one of the steps shown ({lo} to {hi}): answer with one of them"

@@ -238,13 +238,7 @@ pub struct Locator<'a> {
 }
 
 fn excerpt(trace: &Trace, step: usize) -> Option<String> {
-    let pos = crate::step_position(trace, step)?;
-    let text = trace.steps[pos].content.trim();
-    let mut e: String = text.chars().take(EXCERPT_CHARS).collect();
-    if text.chars().count() > EXCERPT_CHARS {
-        e.push_str(" ...");
-    }
-    Some(e)
+    trace.excerpt(step, EXCERPT_CHARS)
 }
 
 impl<'a> Locator<'a> {
@@ -542,14 +536,45 @@ impl<'a> Locator<'a> {
 }
 
 impl LocateVerdict {
-    /// The verdict as a trace label (`labels.verdicts` entry).
-    pub fn to_label(&self) -> maslens_trace::Verdict {
-        maslens_trace::Verdict {
-            method: self.method.clone(),
+    /// What the pipeline ranked: its final location (probability: the verdict's confidence),
+    /// then every pair the vote supported, by its share of the confidence-weighted support.
+    pub fn answer(&self) -> maslens_trace::Answer {
+        let mut ranked: Vec<(usize, Option<f64>)> =
+            self.step.map(|s| (s, Some(self.confidence))).into_iter().collect();
+        if let Some(vote) = &self.vote {
+            let total: f64 = vote.support.iter().map(|s| s.score).sum();
+            for s in &vote.support {
+                let share = (total > 0.0).then(|| s.score / total);
+                ranked.push((s.step, share));
+            }
+        }
+        maslens_trace::Answer {
+            ranked_steps: ranked,
+            ..Default::default()
+        }
+    }
+
+    /// The one verdict (`maslens_trace::Verdict`) of this pipeline run on `trace`.
+    pub fn to_verdict(&self, trace: &Trace, allow_non_acting: bool) -> maslens_trace::Verdict {
+        let mut answer = self.answer();
+        answer.allow_non_acting = allow_non_acting;
+        let resolved = trace.resolve_answer(&answer);
+        let moved = resolved.primary.as_ref().map(|p| p.step) != self.step;
+        let mut v = maslens_trace::Verdict {
             model: Some(self.model.clone()),
             prompt_version: Some(self.prompt_versions.clone()),
-            payload: serde_json::to_value(self).unwrap_or(serde_json::Value::Null),
+            abstain_reason: self.abstain_reason.clone(),
+            ..maslens_trace::Verdict::new(
+                self.method.clone(),
+                serde_json::to_value(self).unwrap_or(serde_json::Value::Null),
+            )
         }
+        .with_answer(resolved);
+        // The rationale argues for the pipeline's own location: kept only when that is primary.
+        if !moved && self.rationale_problem.is_none() && !self.rationale.trim().is_empty() {
+            v.rationale = Some(self.rationale.clone());
+        }
+        v
     }
 }
 

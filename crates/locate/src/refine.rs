@@ -550,7 +550,7 @@ pub async fn protocol_examples(
     inst: &RefinementInstance,
     settings: &Settings,
 ) -> Result<Vec<Value>, LocateError> {
-    let target = crate::step_position(trace, inst.step).ok_or_else(|| LocateError::Llm {
+    let target = trace.position_of(inst.step).ok_or_else(|| LocateError::Llm {
         trace: trace.id.clone(),
         source: LlmError::Other(format!("target step {} is not in the trace", inst.step)),
     })?;

@@ -127,6 +127,10 @@ pub(crate) struct LocateOpts {
     pub prior_narrowing: bool,
     /// Stack weights of `method="stacked"`: `builtin`, `generic`, or a weights file.
     pub stack: Option<String>,
+    /// Allow a tool, terminal or human as the primary agent.
+    pub allow_non_acting: bool,
+    /// Which pair `eval_locate` scores: `coherent` or `independent`.
+    pub pair_rule: maslens_trace::PairRule,
 }
 
 impl Default for LocateOpts {
@@ -144,6 +148,8 @@ impl Default for LocateOpts {
             prior_weight: d.prior_weight,
             prior_narrowing: d.prior_narrowing,
             stack: d.stack,
+            allow_non_acting: d.allow_non_acting,
+            pair_rule: d.pair_rule,
         }
     }
 }
@@ -164,6 +170,8 @@ impl LocateOpts {
             prior_weight: self.prior_weight,
             prior_narrowing: self.prior_narrowing,
             stack: self.stack,
+            allow_non_acting: self.allow_non_acting,
+            pair_rule: self.pair_rule,
         }
     }
 }

@@ -48,6 +48,86 @@ pub struct NewDiagnosis {
     pub events: Vec<ImplicitEvent>,
 }
 
+/// Where a localization verdict came from, as a diagnosis records it (`params`): enough to tell
+/// whether two diagnoses can be compared.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Provenance {
+    /// The job kind the row is filed under: `prior` (on arrival) or `locate`.
+    pub kind: String,
+    /// The method's typed options, as JSON (`maslens_core::locate::LocateOptions`).
+    pub options: Value,
+    /// Usage of the verdict (`maslens_llm::Totals` as JSON), `null` without model calls.
+    pub usage: Value,
+    /// Prompt id -> SHA-256 of its text, for the prompts the method sends.
+    pub prompts: Value,
+    pub elapsed_ms: Option<i64>,
+}
+
+impl Provenance {
+    /// A provenance from typed parts (serialized here, so each front end writes one line).
+    pub fn of(
+        kind: &str,
+        options: &impl serde::Serialize,
+        usage: &impl serde::Serialize,
+        prompts: Value,
+        elapsed: std::time::Duration,
+    ) -> Provenance {
+        Provenance {
+            kind: kind.to_string(),
+            options: serde_json::to_value(options).unwrap_or(Value::Null),
+            usage: serde_json::to_value(usage).unwrap_or(Value::Null),
+            prompts,
+            elapsed_ms: i64::try_from(elapsed.as_millis()).ok(),
+        }
+    }
+}
+
+impl NewDiagnosis {
+    /// A localization verdict of `trace` (the one `maslens_trace::Verdict`, written as the
+    /// front ends write it, with `trace`) as a diagnosis: what `maslens locate --db` and
+    /// `maslens serve`'s jobs store alike. The agent and step columns hold the verdict's primary
+    /// pair; `params` records the method, model, prompts, revision and options.
+    pub fn from_verdict(
+        trace: &maslens_trace::Trace,
+        verdict: &maslens_trace::Verdict,
+        trace_hash: &str,
+        p: Provenance,
+    ) -> NewDiagnosis {
+        let span = verdict
+            .step
+            .and_then(|i| trace.position_of(i))
+            .and_then(|pos| trace.steps[pos].span.as_ref());
+        let mut result = serde_json::to_value(verdict).unwrap_or(Value::Null);
+        if let Some(o) = result.as_object_mut() {
+            o.insert("trace".into(), trace.id.clone().into());
+        }
+        NewDiagnosis {
+            run_id: trace.id.clone(),
+            method: p.kind,
+            model: verdict.model.clone(),
+            prompt_versions: p.prompts,
+            params: serde_json::json!({
+                "method": verdict.method,
+                "model": verdict.model,
+                "prompt_version": verdict.prompt_version,
+                "revision": verdict.revision,
+                "options": p.options,
+            }),
+            usage: p.usage,
+            trace_hash: Some(trace_hash.to_string()),
+            agent: verdict.agent.clone(),
+            step: verdict.step.and_then(|s| i64::try_from(s).ok()),
+            otel_trace_id: span.map(|s| s.trace_id.clone()),
+            span_id: span.map(|s| s.span_id.clone()),
+            confidence: verdict.probability,
+            risk: None,
+            result,
+            elapsed_ms: p.elapsed_ms,
+            events: Vec::new(),
+        }
+    }
+}
+
 /// A stored diagnosis.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Diagnosis {

@@ -33,7 +33,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{AnyPool, Executor, SqlSafeStr};
 
-pub use diagnosis::{new_id, Diagnosis, ImplicitEvent, NewDiagnosis};
+pub use diagnosis::{new_id, Diagnosis, ImplicitEvent, NewDiagnosis, Provenance};
 pub use ingest::IngestOutcome;
 pub use jobs::{BatchProgress, Job, JobState};
 pub use runs::{RunFilter, RunSummary, StoredRun};

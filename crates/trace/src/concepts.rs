@@ -166,7 +166,11 @@ impl Trace {
 
     /// Position (into `steps`) of the step with source index `index`.
     pub fn position_of(&self, index: usize) -> Option<usize> {
-        self.steps.iter().position(|s| s.index == index)
+        // Most traces number their steps 0.., so position == index: check that first.
+        match self.steps.get(index) {
+            Some(s) if s.index == index => Some(index),
+            _ => self.steps.iter().position(|s| s.index == index),
+        }
     }
 
     /// Whether the verdict pair is coherent: `agent` is the agent that acts at step `index`.

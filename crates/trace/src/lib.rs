@@ -30,6 +30,7 @@ pub mod model;
 pub mod names;
 pub mod stats;
 pub mod validate;
+pub mod verdict;
 
 pub use builder::TraceBuilder;
 pub use concepts::{fnv1a, seeded_hash, seeded_order, seeded_rng, Gold, INJECTION_KEY};
@@ -37,6 +38,7 @@ pub use diag::{Diagnostic, Severity};
 pub use import::{read_path, read_trace, Format, ImportError, Imported};
 pub use model::*;
 pub use validate::validate;
+pub use verdict::{Answer, Heads, PairRule, Pick, Resolved};
 
 impl model::Step {
     /// The raw speaker label, or the agent when the source gave none.

@@ -263,8 +263,77 @@ pub struct Verdict {
     /// Prompt template version(s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_version: Option<String>,
+    /// The primary answer: the responsible agent, which acts at `step` (crate::verdict's rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The decisive step (source index) of the primary answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    /// The method's probability for the primary pair, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probability: Option<f64>,
+    /// Other (agent, step) answers, best first, each saying what it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<crate::verdict::Pick>,
+    /// The method's agent-level and step-level answers apart (what the `independent` pair rule
+    /// scores); absent for verdicts written before this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<crate::verdict::Heads>,
+    /// The evidence for the primary answer in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rationale: Option<String>,
+    /// Why there is no primary answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abstain_reason: Option<String>,
+    /// The maslens version (and git revision, when built from a checkout) that produced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
     /// Method-specific payload.
     pub payload: serde_json::Value,
+}
+
+impl Verdict {
+    /// A verdict with only its method, model, prompts and payload (no answer yet).
+    pub fn new(method: impl Into<String>, payload: serde_json::Value) -> Verdict {
+        Verdict {
+            method: method.into(),
+            model: None,
+            prompt_version: None,
+            agent: None,
+            step: None,
+            probability: None,
+            alternatives: Vec::new(),
+            heads: None,
+            rationale: None,
+            abstain_reason: None,
+            revision: None,
+            payload,
+        }
+    }
+
+    /// Set the answer from [`Trace::resolve_answer`].
+    pub fn with_answer(mut self, r: crate::verdict::Resolved) -> Verdict {
+        if let Some(p) = r.primary {
+            self.agent = Some(p.agent);
+            self.step = Some(p.step);
+            self.probability = p.probability;
+        }
+        self.alternatives = r.alternatives;
+        self.heads = Some(r.heads);
+        self
+    }
+
+    /// The (agent, step) pair a report scores under `rule`: the primary pair, or the heads apart
+    /// (falling back to the primary pair's part where a head is missing).
+    pub fn scored(&self, rule: crate::verdict::PairRule) -> (Option<String>, Option<usize>) {
+        match (rule, &self.heads) {
+            (crate::verdict::PairRule::Independent, Some(h)) => (
+                h.agent.clone().or_else(|| self.agent.clone()),
+                h.step.or(self.step),
+            ),
+            _ => (self.agent.clone(), self.step),
+        }
+    }
 }
 
 impl Trace {

@@ -9,7 +9,7 @@ use anyhow::Context;
 use maslens_core::localize::Setup;
 use maslens_core::locate::{Method, Models};
 use maslens_eval::run::LocalizeError;
-use maslens_server::serve::pipeline::{locate_to_diagnosis, prior_to_diagnosis};
+use maslens_store::{NewDiagnosis, Provenance};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -32,7 +32,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     if traces.is_empty() {
         anyhow::bail!("{}", args.input.nothing_read(errors.len()));
     }
-    let opts = args.method.options_or(Method::Stacked);
+    let opts = args.method.options();
     if opts.method == Method::Llm && !global.quiet && !global.json {
         // Which output this run gives (issue 17 item 6): the vote is not AgentLocate's output.
         let cfg = opts.config(false);
@@ -117,15 +117,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                     problems += 1;
                     steered_traces += 1;
                 }
-                let diagnosis = match (&hash, v.pipeline_verdict(), chosen.prior()) {
-                    (Some(h), Some(p), _) => Some(locate_to_diagnosis(&p, &opts, t, h, started)),
-                    (Some(h), None, Some(prior)) if opts.method == Method::Prior => {
-                        prior_to_diagnosis(prior, t, h)
-                    }
-                    _ => None,
-                };
-                if let (Some(s), Some(d)) = (&store, &diagnosis) {
-                    crate::db::add(s, d).await?;
+                // The same mapping `serve`'s jobs store (maslens_store::NewDiagnosis::from_verdict).
+                if let (Some(s), Some(h)) = (&store, &hash) {
+                    let p = Provenance::of(
+                        chosen.diagnosis_kind(),
+                        &opts,
+                        &v.usage,
+                        chosen.prompt_hashes(),
+                        started.elapsed(),
+                    );
+                    crate::db::add(s, &NewDiagnosis::from_verdict(t, &v.verdict, h, p)).await?;
                 }
                 t.labels.verdicts.push(v.to_label());
             }

@@ -34,7 +34,8 @@ pub struct Args {
     /// Which completed runs the LLM methods diagnose on arrival (the prior localizes every run).
     #[arg(long, value_enum, default_value = "failed")]
     pub diagnose: DiagnoseArg,
-    /// LLM methods queued on arrival (repeat the flag).
+    /// LLM methods queued on arrival (repeat the flag): `locate` (the default localizer,
+    /// stacked, as `maslens locate`), `llm` (the LLM pipeline alone), `scan`.
     #[arg(long = "on-arrival", value_enum, default_values = ["locate"])]
     pub on_arrival: Vec<MethodArg>,
     /// Seconds without new spans after the root span arrived before a run counts as complete.
@@ -72,6 +73,7 @@ pub enum DiagnoseArg {
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum MethodArg {
     Locate,
+    Llm,
     Scan,
 }
 
@@ -114,6 +116,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|m| match m {
                 MethodArg::Locate => JobMethod::Locate,
+                MethodArg::Llm => JobMethod::Llm,
                 MethodArg::Scan => JobMethod::Scan,
             })
             .collect(),

@@ -178,7 +178,8 @@ async fn start_jobs(
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
             format!(
-                "method: expected prior, locate or scan, got {:?}",
+                "method: expected {}, got {:?}",
+                JobMethod::NAMES,
                 req.method
             ),
         );

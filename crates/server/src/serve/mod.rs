@@ -48,32 +48,51 @@ pub enum Policy {
     All,
 }
 
-/// A method the queue runs.
+/// A method the queue runs: every localizer `maslens locate --method` has, and the scan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobMethod {
     /// The learned prior (no LLM).
     Prior,
-    /// The AgentLocate pipeline (Judge, Evaluators, vote).
+    /// The default localizer, as `maslens locate` runs it (`stacked`: the LLM pipeline and the
+    /// prior combined).
     Locate,
+    /// The AgentLocate pipeline alone (Judge, Evaluators, vote): `maslens locate --method llm`.
+    Llm,
     /// Implicit-failure scan.
     Scan,
 }
 
 impl JobMethod {
+    /// The names a request may give, as an error message lists them.
+    pub const NAMES: &'static str = "locate (the default localizer, stacked; `stacked` is the same), llm, prior or scan";
+
     pub fn as_str(self) -> &'static str {
         match self {
             JobMethod::Prior => "prior",
             JobMethod::Locate => "locate",
+            JobMethod::Llm => "llm",
             JobMethod::Scan => "scan",
         }
     }
     pub fn parse(s: &str) -> Option<JobMethod> {
         match s {
             "prior" => Some(JobMethod::Prior),
-            "locate" => Some(JobMethod::Locate),
+            "locate" | "stacked" => Some(JobMethod::Locate),
+            "llm" => Some(JobMethod::Llm),
             "scan" => Some(JobMethod::Scan),
             _ => None,
+        }
+    }
+
+    /// The localizer a locate job runs (`None` for the scan).
+    pub fn localizer(self) -> Option<maslens_core::locate::Method> {
+        use maslens_core::locate::Method;
+        match self {
+            JobMethod::Prior => Some(Method::Prior),
+            JobMethod::Locate => Some(Method::default()),
+            JobMethod::Llm => Some(Method::Llm),
+            JobMethod::Scan => None,
         }
     }
 }

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use maslens_store::{NewDiagnosis, Store};
+use maslens_core::localize::Setup;
+use maslens_core::locate::{LocateOptions, Method};
+use maslens_store::{NewDiagnosis, Provenance, Store};
 use maslens_trace::Trace;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -107,50 +109,26 @@ pub(crate) async fn queue_writeback(
     Ok(())
 }
 
-/// The span of the step at `index` (a source step index), when the trace came over OTLP.
-fn span_of(trace: &Trace, index: Option<usize>) -> (Option<String>, Option<String>) {
-    index
-        .and_then(|i| trace.position_of(i))
-        .and_then(|p| trace.steps[p].span.as_ref())
-        .map(|s| (Some(s.trace_id.clone()), Some(s.span_id.clone())))
-        .unwrap_or((None, None))
-}
-
 /// The prior's localization as a diagnosis (none for a trace without steps).
 pub fn prior_diagnosis(state: &AppState, trace: &Trace, hash: &str) -> Option<NewDiagnosis> {
     prior_to_diagnosis(&state.prior, trace, hash)
 }
 
-/// The prior's localization of `trace` as a diagnosis (what `maslens locate --method prior
-/// --db` stores too).
+/// The prior's verdict of `trace` as a diagnosis: the verdict `maslens locate --method prior`
+/// gives ([`maslens_core::localize::prior_located`]), stored as `--db` stores it.
 pub fn prior_to_diagnosis(
     prior: &maslens_core::locate::PriorSource,
     trace: &Trace,
     hash: &str,
 ) -> Option<NewDiagnosis> {
     let started = Instant::now();
-    let (agent, step) = prior.predict(trace)?;
-    let probs = prior.probs(trace).unwrap_or_default();
-    let confidence = trace.position_of(step).and_then(|p| probs.get(p).copied());
-    let (otel_trace_id, span_id) = span_of(trace, Some(step));
-    Some(NewDiagnosis {
-        run_id: trace.id.clone(),
-        method: "prior".into(),
-        model: Some("builtin".into()),
-        params: json!({"prior": "builtin"}),
-        trace_hash: Some(hash.to_string()),
-        agent: Some(agent.clone()),
-        step: i64::try_from(step).ok(),
-        otel_trace_id,
-        span_id,
-        confidence,
-        // `step_agent`: who acts at the step; `agent` is the agent-level answer and may differ
-        // under the `independent` pair rule (maslens_core::locate::prior_verdict_json).
-        result: json!({"agent": agent, "step": step, "probs": probs,
-                       "step_agent": maslens_core::locate::actor_at(trace, step)}),
-        elapsed_ms: i64::try_from(started.elapsed().as_millis()).ok(),
-        ..NewDiagnosis::default()
-    })
+    let opts = LocateOptions {
+        method: Method::Prior,
+        ..LocateOptions::default()
+    };
+    let l = maslens_core::localize::prior_located(prior, trace, opts.allow_non_acting).ok()?;
+    let p = Provenance::of("prior", &opts, &l.usage, json!({}), started.elapsed());
+    Some(NewDiagnosis::from_verdict(trace, &l.verdict, hash, p))
 }
 
 /// Drain the queue, one job at a time (the LLM layer bounds the calls within a job).
@@ -203,11 +181,11 @@ async fn run_job(state: &AppState, job: &maslens_store::Job) -> Result<NewDiagno
     let hash = stored.summary.trace_hash.unwrap_or_default();
     let method =
         JobMethod::parse(&job.method).ok_or_else(|| format!("unknown method {:?}", job.method))?;
-    match method {
-        JobMethod::Prior => prior_diagnosis(state, &trace, &hash)
+    match method.localizer() {
+        Some(Method::Prior) => prior_diagnosis(state, &trace, &hash)
             .ok_or_else(|| format!("{}: the trace has no steps to localize", trace.id)),
-        JobMethod::Locate => locate(state, &trace, &hash).await,
-        JobMethod::Scan => scan(state, &trace, &hash).await,
+        Some(m) => locate(state, &trace, &hash, m).await,
+        None => scan(state, &trace, &hash).await,
     }
 }
 
@@ -226,47 +204,35 @@ async fn models(state: &AppState) -> Result<&maslens_core::locate::Models, Strin
         .await
 }
 
-async fn locate(state: &AppState, trace: &Trace, hash: &str) -> Result<NewDiagnosis, String> {
-    let started = Instant::now();
-    let models = models(state).await?;
-    let opts = maslens_core::locate::LocateOptions::default();
-    let any_aegis = trace.source.format == "aegis";
-    let localizer = maslens_core::locate::LlmLocalizer {
-        models,
-        config: opts.config(opts.wants_error_modes(any_aegis)),
-        styles: opts.evaluators.clone(),
-        prior: None,
-    };
-    let v = localizer.verdict(trace).await.map_err(|e| e.to_string())?;
-    Ok(locate_to_diagnosis(&v, &opts, trace, hash, started))
-}
-
-/// A pipeline verdict as a diagnosis (what `maslens locate --db` stores too).
-pub fn locate_to_diagnosis(
-    v: &maslens_locate::LocateVerdict,
-    opts: &maslens_core::locate::LocateOptions,
+/// A locate job: the localizer `maslens locate --method METHOD` builds, with the same options
+/// and model, stored as `maslens locate --db` stores it.
+async fn locate(
+    state: &AppState,
     trace: &Trace,
     hash: &str,
-    started: Instant,
-) -> NewDiagnosis {
-    let (otel_trace_id, span_id) = span_of(trace, v.step);
-    NewDiagnosis {
-        run_id: trace.id.clone(),
-        method: "locate".into(),
-        model: Some(v.model.clone()),
-        prompt_versions: json!(v.prompt_versions),
-        params: serde_json::to_value(opts).unwrap_or(Value::Null),
-        usage: serde_json::to_value(v.usage).unwrap_or(Value::Null),
-        trace_hash: Some(hash.to_string()),
-        agent: v.agent.clone(),
-        step: v.step.and_then(|s| i64::try_from(s).ok()),
-        otel_trace_id,
-        span_id,
-        confidence: Some(v.confidence),
-        result: serde_json::to_value(v).unwrap_or(Value::Null),
-        elapsed_ms: i64::try_from(started.elapsed().as_millis()).ok(),
-        ..NewDiagnosis::default()
+    method: Method,
+) -> Result<NewDiagnosis, String> {
+    let started = Instant::now();
+    let models = models(state).await?;
+    let opts = LocateOptions {
+        method,
+        ..LocateOptions::default()
+    };
+    let any_aegis = trace.source.format == "aegis";
+    let setup = Setup::new(&opts, Some(models), any_aegis).map_err(|e| e.to_string())?;
+    for n in &setup.notes {
+        tracing::info!(run = %trace.id, "{n}");
     }
+    let chosen = setup.localizer;
+    let l = chosen.verdict(trace).await.map_err(|e| e.to_string())?;
+    let p = Provenance::of(
+        chosen.diagnosis_kind(),
+        &opts,
+        &l.usage,
+        chosen.prompt_hashes(),
+        started.elapsed(),
+    );
+    Ok(NewDiagnosis::from_verdict(trace, &l.verdict, hash, p))
 }
 
 async fn scan(state: &AppState, trace: &Trace, hash: &str) -> Result<NewDiagnosis, String> {

@@ -759,7 +759,8 @@ async fn actions(
             &state,
             StatusCode::BAD_REQUEST,
             format!(
-                "method: expected prior, locate or scan, got {:?}",
+                "method: expected {}, got {:?}",
+                JobMethod::NAMES,
                 form.method
             ),
         );

@@ -196,11 +196,26 @@ pub struct SupportRow {
     pub ballots: i64,
 }
 
+/// An alternative answer of a verdict (`maslens_trace::Pick`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AltView {
+    pub agent: String,
+    pub step: i64,
+    pub probability: Option<f64>,
+    /// What it is: `agent-level answer`, `runner-up`, `the prior alone`, ...
+    pub kind: String,
+}
+
 /// One diagnosis as the pages show it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DiagnosisView {
     pub id: String,
     pub method: String,
+    /// The localizer that gave the verdict (`stacked`, `llm`, `prior`), when recorded.
+    pub localizer: Option<String>,
+    /// The maslens version and revision that gave it, when recorded.
+    pub revision: Option<String>,
+    pub alternatives: Vec<AltView>,
     pub model: Option<String>,
     pub created_ns: i64,
     pub agent: Option<String>,
@@ -259,6 +274,93 @@ fn ballot(
     }
 }
 
+/// The verdict's own fields (`maslens_trace::Verdict`: rationale, alternatives, provenance) and,
+/// for the LLM pipeline, its ballots and vote. A row stored before the one verdict (no
+/// `payload`) is the pipeline's verdict itself.
+fn verdict_fields(v: &mut DiagnosisView, r: &Value) {
+    let payload = r.get("payload");
+    v.localizer = payload.and(s(r, "method"));
+    v.revision = s(r, "revision");
+    v.rationale = s(r, "rationale").unwrap_or_default();
+    v.abstain_reason = s(r, "abstain_reason");
+    v.alternatives = r
+        .get("alternatives")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|a| {
+            Some(AltView {
+                agent: s(a, "agent")?,
+                step: i(a, "step")?,
+                probability: f(a, "probability"),
+                kind: s(a, "kind").unwrap_or_default(),
+            })
+        })
+        .collect();
+    // Where the pipeline's verdict is: the payload (llm), the payload's `pipeline` (stacked),
+    // the row itself (rows stored before the one verdict), none (the prior).
+    let pipeline = match payload {
+        Some(p) if p.get("pipeline").is_some() => p.get("pipeline").filter(|x| !x.is_null()),
+        Some(p) if p.get("judge").is_some() => Some(p),
+        Some(_) => None,
+        None if r.get("judge").is_some() => Some(r),
+        None => None,
+    };
+    if let Some(p) = pipeline {
+        pipeline_fields(v, p);
+    }
+}
+
+/// The LLM pipeline's ballots (Judge and Evaluators) and its confidence-weighted vote.
+fn pipeline_fields(v: &mut DiagnosisView, r: &Value) {
+    v.source = s(r, "source");
+    v.agreement = f(r, "agreement");
+    v.error_mode = s(r, "error_mode");
+    let loc = (&v.agent, v.step);
+    if let Some(j) = r.get("judge").filter(|j| !j.is_null()) {
+        let protocol = s(j, "protocol").unwrap_or_else(|| "judge".into());
+        if let Some(finding) = j.get("finding") {
+            v.ballots.push(ballot(
+                format!("Judge ({protocol})"),
+                s(r, "model").unwrap_or_default(),
+                finding,
+                loc,
+            ));
+        }
+    }
+    for e in r
+        .get("evaluators")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(finding) = e.get("finding") {
+            v.ballots.push(ballot(
+                format!("Evaluator ({})", s(e, "style").unwrap_or_default()),
+                s(e, "model").unwrap_or_default(),
+                finding,
+                loc,
+            ));
+        }
+    }
+    if let Some(vote) = r.get("vote").filter(|x| !x.is_null()) {
+        v.tie_break = s(vote, "tie_break");
+        for sup in vote
+            .get("support")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            v.support.push(SupportRow {
+                agent: s(sup, "agent").unwrap_or_default(),
+                step: i(sup, "step").unwrap_or(-1),
+                score: f(sup, "score").unwrap_or(0.0),
+                ballots: i(sup, "ballots").unwrap_or(0),
+            });
+        }
+    }
+}
+
 /// A stored diagnosis as a view; `current_hash` marks diagnoses of older trace versions.
 pub fn diagnosis_view(d: &Diagnosis, current_hash: Option<&str>) -> DiagnosisView {
     let b = &d.body;
@@ -288,59 +390,7 @@ pub fn diagnosis_view(d: &Diagnosis, current_hash: Option<&str>) -> DiagnosisVie
         ..DiagnosisView::default()
     };
     match b.method.as_str() {
-        "locate" => {
-            v.rationale = s(r, "rationale").unwrap_or_default();
-            v.source = s(r, "source");
-            v.agreement = f(r, "agreement");
-            v.abstain_reason = s(r, "abstain_reason");
-            v.error_mode = s(r, "error_mode");
-            let loc = (&v.agent, v.step);
-            if let Some(j) = r.get("judge").filter(|j| !j.is_null()) {
-                let protocol = s(j, "protocol").unwrap_or_else(|| "judge".into());
-                if let Some(finding) = j.get("finding") {
-                    v.ballots.push(ballot(
-                        format!("Judge ({protocol})"),
-                        s(r, "model").unwrap_or_default(),
-                        finding,
-                        loc,
-                    ));
-                }
-            }
-            for e in r
-                .get("evaluators")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(finding) = e.get("finding") {
-                    v.ballots.push(ballot(
-                        format!("Evaluator ({})", s(e, "style").unwrap_or_default()),
-                        s(e, "model").unwrap_or_default(),
-                        finding,
-                        loc,
-                    ));
-                }
-            }
-            if let Some(vote) = r.get("vote").filter(|x| !x.is_null()) {
-                v.tie_break = s(vote, "tie_break");
-                for sup in vote
-                    .get("support")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    v.support.push(SupportRow {
-                        agent: s(sup, "agent").unwrap_or_default(),
-                        step: i(sup, "step").unwrap_or(-1),
-                        score: f(sup, "score").unwrap_or(0.0),
-                        ballots: i(sup, "ballots").unwrap_or(0),
-                    });
-                }
-            }
-        }
-        "prior" => {
-            v.rationale = "Learned prior (no LLM): the step with the highest probability.".into();
-        }
+        "locate" | "prior" => verdict_fields(&mut v, r),
         "scan" => {
             v.events = b
                 .events
@@ -386,7 +436,13 @@ pub fn diagnosis_view(d: &Diagnosis, current_hash: Option<&str>) -> DiagnosisVie
 /// The prior's probability per step position (from the latest prior diagnosis).
 fn prior_probs(diagnoses: &[Diagnosis]) -> Option<Vec<f64>> {
     let d = diagnoses.iter().rev().find(|d| d.body.method == "prior")?;
-    let probs = d.body.result.get("probs")?.as_array()?;
+    let r = &d.body.result;
+    // The one verdict keeps them in its payload; rows stored before it, at the top.
+    let probs = r
+        .get("payload")
+        .and_then(|p| p.get("probs"))
+        .or_else(|| r.get("probs"))?
+        .as_array()?;
     Some(probs.iter().map(|p| p.as_f64().unwrap_or(0.0)).collect())
 }
 
