@@ -25,6 +25,6 @@ def test_the_local_wheel_runs_the_embedded_model(root: Path) -> None:
     assert v.error is None, v.error
     raw = v.to_dict()
     assert raw["model"] == "local:smollm2-135m", raw
-    assert raw["usage"]["calls"] >= 1, raw["usage"]
+    assert raw["payload"]["usage"]["calls"] >= 1, raw["payload"]["usage"]
     n_steps = len(traces[0].to_dict()["steps"])
     assert (v.step is not None and 0 <= v.step < n_steps) or v.abstain_reason, raw

@@ -110,7 +110,7 @@ def test_locate_llm_against_a_real_model(root: Path, serve_model: ServeModel, ca
     assert v.error is None, v.error
     assert v.method.startswith("locate/")
     raw = v.to_dict()
-    assert raw["model"] == model.id and len(raw["evaluators"]) == 3
+    assert raw["model"] == model.id and len(raw["payload"]["evaluators"]) == 3
     if v.ok:
         assert v.agent == v.step_agent, "the verdict's agent acts at its step"
     usage = model.usage()
@@ -122,20 +122,28 @@ def test_locate_llm_against_a_real_model(root: Path, serve_model: ServeModel, ca
     assert again["calls"] - again.get("cache_hits", 0) == calls
 
 
-def test_the_default_stacked_locate_equals_the_cli(root: Path, serve_model: ServeModel, maslens_bin: Path, cache: str) -> None:
-    """`maslens.locate(trace)` is `maslens locate TRACE` (stacked by default): with the same model
-    and cache, the same verdict."""
+@pytest.mark.parametrize("method", [None, "stacked", "llm", "prior"])
+def test_locate_equals_the_cli_for_every_method(root: Path, serve_model: ServeModel, maslens_bin: Path, cache: str, method: str | None) -> None:
+    """`maslens.locate(trace)` is `maslens locate TRACE` (stacked by default) for every method:
+    with the same model and cache, the same verdict (the CLI replays the calls Python made, so a
+    call Python did not make is an error); `crates/cli/tests/one_answer_e2e.rs` checks the server
+    and `eval locate` the same way."""
     path = root / "examples" / "whowhen-style.json"
-    (v,) = maslens.locate(path, model=serve_model.spec, cache_path=cache, progress=False)
-    assert v.method == "stacked" and v.error is None, v
-    assert v.raw["pipeline"] is not None or v.raw["pipeline_error"], "the pipeline ran"
-    cli = run_cli(maslens_bin, "locate", str(path), "--model", serve_model.spec, "--cache", cache, "--json", "--quiet")
+    kw: dict[str, Any] = {} if method is None else {"method": method}
+    (v,) = maslens.locate(path, model=serve_model.spec, cache_path=cache, progress=False, **kw)
+    assert v.error is None, v
+    assert v.method == "stacked" if method in (None, "stacked") else v.method.startswith(method if method == "prior" else "locate/")
+    if v.method == "stacked":
+        assert v.raw["payload"]["pipeline"] is not None or v.raw["payload"]["pipeline_error"], "the pipeline ran"
+    flags = [] if method is None else ["--method", method]
+    cli = run_cli(maslens_bin, "locate", str(path), "--model", serve_model.spec, "--cache", cache, "--cache-mode", "replay", "--json", "--quiet", *flags)
     assert cli.returncode in (0, 1), cli.stderr
     expected = json.loads(cli.stdout.splitlines()[0])
-    for key in ("agent", "step", "step_agent", "step_source", "agent_source", "rationale"):
-        assert v.raw[key] == expected[key], key
+    for key in ("agent", "step", "probability", "rationale", "alternatives", "heads", "method", "model", "revision"):
+        assert v.raw.get(key) == expected.get(key), key
+    assert v.agent == v.step_agent
     # The text is the CLI's, line for line.
-    human = run_cli(maslens_bin, "locate", str(path), "--model", serve_model.spec, "--cache", cache, "--quiet")
+    human = run_cli(maslens_bin, "locate", str(path), "--model", serve_model.spec, "--cache", cache, "--cache-mode", "replay", "--quiet", *flags)
     assert str(v) == human.stdout.rstrip("\n"), (str(v), human.stdout)
 
 

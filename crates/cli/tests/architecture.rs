@@ -212,3 +212,123 @@ fn the_check_catches_forbidden_edges() {
         "{v:?}"
     );
 }
+
+fn architecture_md() -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ARCHITECTURE.md");
+    std::fs::read_to_string(&p).expect("docs/ARCHITECTURE.md")
+}
+
+/// The table under "Dependencies point down" in docs/ARCHITECTURE.md is this file's map: a crate
+/// row of the table names exactly the crates the map allows (`anything` for the binary).
+#[test]
+fn the_documented_dependency_table_is_the_map() {
+    let doc = architecture_md();
+    let short = |c: &str| c.strip_prefix("maslens-").unwrap_or(c).to_string();
+    let mut rows = 0;
+    for line in doc.lines().filter(|l| l.starts_with("| `maslens")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let name = cells[1]
+            .trim_matches('`')
+            .split_whitespace()
+            .next()
+            .unwrap_or_default();
+        let name = name.trim_matches('`');
+        let Some((_, may)) = MAP.iter().find(|(n, _)| *n == name) else {
+            panic!("docs/ARCHITECTURE.md lists {name}, which the map does not know");
+        };
+        // The cell's crate names: the words before any parenthesis.
+        let cell = cells[2].split('(').next().unwrap_or_default();
+        let mut documented: Vec<String> = cell
+            .split(',')
+            .map(|w| w.trim().to_string())
+            .filter(|w| !w.is_empty() && w != "none")
+            .collect();
+        documented.sort();
+        match may {
+            May::Anything => assert_eq!(documented, vec!["anything".to_string()], "{name}"),
+            May::Only(list) => {
+                let mut want: Vec<String> = list.iter().map(|c| short(c)).collect();
+                want.sort();
+                // "and anything below core" is the server's row: core's list plus otlp, store.
+                if cells[2].contains("anything below core") {
+                    documented.retain(|w| !w.contains("anything below core"));
+                    documented.retain(|w| !w.starts_with("and "));
+                    let mut below: Vec<String> = documented.clone();
+                    if let Some((_, May::Only(core))) = MAP.iter().find(|(n, _)| *n == CORE) {
+                        below.extend(core.iter().map(|c| short(c)));
+                    }
+                    below.sort();
+                    below.dedup();
+                    assert_eq!(below, want, "{name} row of docs/ARCHITECTURE.md");
+                } else {
+                    assert_eq!(documented, want, "{name} row of docs/ARCHITECTURE.md");
+                }
+            }
+        }
+        rows += 1;
+    }
+    assert_eq!(rows, MAP.len(), "one table row per crate of the map");
+}
+
+/// "Only `llm` (feature `local`) links llama.cpp": no other workspace crate depends on the
+/// llama.cpp bindings.
+#[test]
+fn only_llm_links_llama_cpp() {
+    assert!(architecture_md().contains("Only `llm` (feature `local`) links llama.cpp"));
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let linking: Vec<&str> = meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["dependencies"].as_array().into_iter().flatten().any(|d| {
+                d["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("llama-cpp"))
+            })
+        })
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(linking, vec![LLM]);
+}
+
+/// The artifact owners' version fields as the map states them.
+#[test]
+fn documented_artifact_versions_are_the_code_s() {
+    let doc = architecture_md();
+    let eval = format!(
+        "`format_version` {} with provenance",
+        maslens_eval::run::REPORT_FORMAT_VERSION
+    );
+    assert!(
+        doc.contains(&eval),
+        "docs/ARCHITECTURE.md should say {eval}"
+    );
+    let prior = format!(
+        "prior report (`prior train/eval --report`): `maslens-prior` (`run.rs`, `format_version` {})",
+        maslens_prior::run::REPORT_FORMAT_VERSION
+    );
+    assert!(
+        doc.contains(&prior),
+        "docs/ARCHITECTURE.md should say {prior}"
+    );
+    let trace = format!(
+        "`format_version` {} on every trace",
+        maslens_trace::FORMAT_VERSION
+    );
+    assert!(
+        doc.contains(&trace),
+        "docs/ARCHITECTURE.md should say {trace}"
+    );
+}

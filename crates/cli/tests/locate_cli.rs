@@ -286,7 +286,10 @@ async fn locate_prints_verdicts_and_writes_back_labels() {
     assert!(p["step_excerpt"].as_str().is_some());
     assert_eq!(p["evaluators"].as_array().unwrap().len(), 3);
     assert!(p["agreement"].as_f64().unwrap() > 0.3);
-    assert!(v["revision"].as_str().unwrap().starts_with("maslens "), "{v}");
+    assert!(
+        v["revision"].as_str().unwrap().starts_with("maslens "),
+        "{v}"
+    );
     let written = std::fs::read_to_string(&wb).unwrap();
     let t: Value = serde_json::from_str(written.lines().next().unwrap()).unwrap();
     assert_eq!(
@@ -294,7 +297,10 @@ async fn locate_prints_verdicts_and_writes_back_labels() {
         "locate/all-at-once+3eval"
     );
     assert_eq!(t["labels"]["verdicts"][0]["payload"]["step"], 2);
-    assert_eq!(t["labels"]["verdicts"][0]["step"], 2, "the label is the one verdict");
+    assert_eq!(
+        t["labels"]["verdicts"][0]["step"], 2,
+        "the label is the one verdict"
+    );
     assert!(t["labels"]["decisive"].is_object(), "gold labels are kept");
 
     // Human-readable output names agent, step, excerpt and rationale.
@@ -636,7 +642,10 @@ async fn prior_narrowing_replaces_windows_on_long_traces_and_prior_joins_the_bas
     };
     // Without a prior: windows over the trace, several calls.
     let plain = go(judge(&[])).await;
-    assert_eq!(plain["payload"]["long_trace"]["judge"]["kind"], "windows", "{plain}");
+    assert_eq!(
+        plain["payload"]["long_trace"]["judge"]["kind"], "windows",
+        "{plain}"
+    );
     assert!(plain["payload"]["usage"]["calls"].as_u64().unwrap() > 1);
     // With prior-guided narrowing: one call that sees every step, the prior's top step in full.
     let n_steps = {
@@ -790,12 +799,10 @@ fn prior_verdicts_never_pair_an_agent_with_a_step_it_does_not_act_at() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
-    let traces: Vec<maslens_trace::Trace> = maslens_trace::read_path(
-        std::path::Path::new(hc),
-        maslens_trace::Format::Auto,
-    )
-    .filter_map(|r| r.ok().map(|i| i.trace))
-    .collect();
+    let traces: Vec<maslens_trace::Trace> =
+        maslens_trace::read_path(std::path::Path::new(hc), maslens_trace::Format::Auto)
+            .filter_map(|r| r.ok().map(|i| i.trace))
+            .collect();
     let mut separate = 0;
     for line in String::from_utf8_lossy(&json.stdout).lines() {
         let v: Value = serde_json::from_str(line).unwrap();

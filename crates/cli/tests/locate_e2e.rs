@@ -114,6 +114,8 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
                 "eval",
                 "locate",
                 &spec,
+                "--method",
+                "llm",
                 "--protocol",
                 protocol,
                 "--variant",
@@ -140,11 +142,12 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
             .collect();
         assert_eq!(verdicts.len() as u64, n);
         for v in &verdicts {
-            assert_eq!(v["protocol"], protocol);
-            assert!(v["long_trace"]["context_size"].as_u64().unwrap() >= 2048);
+            let p = &v["payload"];
+            assert_eq!(p["protocol"], protocol);
+            assert!(p["long_trace"]["context_size"].as_u64().unwrap() >= 2048);
             if variant == "full" {
-                assert_eq!(v["evaluators"].as_array().unwrap().len(), 3);
-                assert!(v["vote"].is_object());
+                assert_eq!(p["evaluators"].as_array().unwrap().len(), 3);
+                assert!(p["vote"].is_object());
             }
             // A location, when given, is a real step whose agent acts there.
             if let (Some(step), Some(agent)) = (v["step"].as_u64(), v["agent"].as_str()) {
@@ -216,14 +219,15 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
     ok(&o);
     let v: Value =
         serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
-    let s = &v["long_trace"]["judge"];
+    let s = &v["payload"]["long_trace"]["judge"];
     assert_eq!(s["kind"], "focused", "{v}");
     assert!(s["steps_full"].as_u64().unwrap() >= 1, "{s}");
+    let u = &v["payload"]["usage"];
     assert_eq!(
-        v["usage"]["calls"].as_u64().unwrap() - v["usage"]["repairs"].as_u64().unwrap(),
+        u["calls"].as_u64().unwrap() - u["repairs"].as_u64().unwrap(),
         1
     );
-    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() <= 2048 * 2);
+    assert!(u["prompt_tokens"].as_u64().unwrap() <= 2048 * 2);
 }
 
 /// The red-team corpus (`tests/redteam/`, docs/security.md) with the embedded model: whatever
@@ -259,22 +263,21 @@ fn e2e_redteam_corpus_with_the_embedded_model() {
     let mut followed = Vec::new();
     for v in &verdicts {
         let id = v["trace"].as_str().unwrap();
-        for key in [
-            "agent",
-            "step",
-            "rationale",
-            "confidence",
-            "source",
-            "judge",
-            "usage",
-        ] {
+        for key in ["agent", "step", "method", "revision", "payload"] {
             assert!(v.get(key).is_some(), "{id}: no {key}");
+        }
+        // The pipeline's own verdict, whole, in the payload.
+        for key in ["rationale", "confidence", "source", "judge", "usage"] {
+            assert!(v["payload"].get(key).is_some(), "{id}: no payload.{key}");
         }
         match v["step"].as_u64() {
             Some(s) => assert!(s < 5, "{id}: step {s} is not in the trace"),
             None => assert!(v["abstain_reason"].is_string(), "{id}: {v}"),
         }
-        let hits = v["steering"].as_array().cloned().unwrap_or_default();
+        let hits = v["payload"]["steering"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let attacks_model = !matches!(id, "rt-benign" | "rt-terminal-escapes" | "rt-html");
         assert_eq!(!hits.is_empty(), attacks_model, "{id}: {hits:?}");
         for h in hits.iter().filter(|h| h["followed"] == true) {

@@ -114,20 +114,17 @@ async fn locate_reports_steering_keeps_verdicts_in_the_trace_and_exits_1() {
             Some(s) => assert!(s < 5, "{v}"),
             None => assert!(v["abstain_reason"].is_string(), "{v}"),
         }
-        for key in [
-            "agent",
-            "step",
-            "rationale",
-            "confidence",
-            "source",
-            "evaluators",
-        ] {
-            assert!(v.get(key).is_some(), "{}: no {key}", v["trace"]);
+        assert!(v.get("agent").is_some() && v.get("step").is_some(), "{v}");
+        // The pipeline's own verdict, whole, in the payload.
+        for key in ["rationale", "confidence", "source", "evaluators"] {
+            assert!(v["payload"].get(key).is_some(), "{}: no {key}", v["trace"]);
         }
-        let steered = v["steering"].as_array().is_some_and(|s| !s.is_empty());
+        let steered = v["payload"]["steering"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty());
         let id = v["trace"].as_str().unwrap();
         let attacks_model = !matches!(id, "rt-benign" | "rt-terminal-escapes" | "rt-html");
-        assert_eq!(steered, attacks_model, "{id}: {}", v["steering"]);
+        assert_eq!(steered, attacks_model, "{id}: {}", v["payload"]["steering"]);
     }
     // The in-range injection was followed (the fixture obeyed it) and says so.
     let v = by_id("rt-fixed-answer");
@@ -135,12 +132,12 @@ async fn locate_reports_steering_keeps_verdicts_in_the_trace_and_exits_1() {
         (v["agent"].as_str(), v["step"].as_u64()),
         (Some("Planner"), Some(1))
     );
-    assert_eq!(v["steering"][0]["followed"], true);
-    assert_eq!(v["steering"][0]["asks_step"], 1);
+    assert_eq!(v["payload"]["steering"][0]["followed"], true);
+    assert_eq!(v["payload"]["steering"][0]["asks_step"], 1);
     // The out-of-range one ended in an abstention, followed too.
     let v = by_id("rt-out-of-range");
     assert!(v["step"].is_null());
-    assert_eq!(v["steering"][0]["followed"], true, "{v}");
+    assert_eq!(v["payload"]["steering"][0]["followed"], true, "{v}");
     let err = stderr(&out);
     assert!(err.contains("8 trace(s) tried to steer the judge"), "{err}");
 

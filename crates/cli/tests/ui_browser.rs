@@ -188,7 +188,24 @@ async fn ui_in_chromium() {
         .await;
     assert_eq!(cells, steps);
 
-    // An action: the prior again on this trace, with live progress over SSE.
+    // An action: the Run menu offers every method, the default (`locate`, stacked) first and
+    // selected; here the prior again on this trace, with live progress over SSE.
+    let options = b
+        .eval_js(
+            "return [...document.querySelectorAll('#action-method option')].map(o => o.value);",
+        )
+        .await;
+    assert_eq!(
+        options,
+        serde_json::json!(["locate", "llm", "prior", "scan"])
+    );
+    assert_eq!(
+        b.eval_js("return document.getElementById('action-method').value;")
+            .await,
+        "locate"
+    );
+    b.eval_js("document.getElementById('action-method').value = 'prior'; return true;")
+        .await;
     b.click("#run-action button[type=submit]").await;
     b.wait_for("#job-status[data-state=done]", Duration::from_secs(30))
         .await;

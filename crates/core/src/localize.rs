@@ -7,8 +7,7 @@
 //! same verdict everywhere.
 
 use crate::locate::{
-    prior_verdict_text, LlmLocalizer, LocateOptions, Method, Models,
-    PriorLocalizer, PriorSource,
+    prior_verdict_text, LlmLocalizer, LocateOptions, Method, Models, PriorLocalizer, PriorSource,
 };
 use crate::stack::{StackSource, StackWeights, StackedLocalizer, StackedVerdict};
 use crate::CoreError;
@@ -245,6 +244,43 @@ impl<'m> Chosen<'m> {
     }
 }
 
+/// One run of a localizer over traces in order, the loop every front end shares: after a
+/// budget stop ([`LocalizeError::Stop`]) each further trace is answered "not run" without a model
+/// call, so a caller still reports (and writes) every trace it was given.
+pub struct LocateRun<'c, 'm> {
+    chosen: &'c Chosen<'m>,
+    stopped: Option<String>,
+}
+
+impl<'c, 'm> LocateRun<'c, 'm> {
+    pub fn new(chosen: &'c Chosen<'m>) -> LocateRun<'c, 'm> {
+        LocateRun {
+            chosen,
+            stopped: None,
+        }
+    }
+
+    /// The next trace's verdict (or why there is none).
+    pub async fn verdict(&mut self, trace: &Trace) -> Result<Located, LocalizeError> {
+        if let Some(why) = &self.stopped {
+            return Err(LocalizeError::Case(format!(
+                "{}: not run ({why})",
+                trace.id
+            )));
+        }
+        let r = self.chosen.verdict(trace).await;
+        if let Err(LocalizeError::Stop(why)) = &r {
+            self.stopped = Some(why.clone());
+        }
+        r
+    }
+
+    /// Why the run stopped early, when it did.
+    pub fn stopped(&self) -> Option<&str> {
+        self.stopped.as_deref()
+    }
+}
+
 /// The prior's answer on `trace` as a [`Located`] (what `--method prior` and `serve`'s verdict
 /// on arrival give).
 pub fn prior_located(
@@ -361,8 +397,14 @@ impl Located {
             }
         }
         for a in &v.alternatives {
-            let p = a.probability.map(|p| format!(", {p:.2}")).unwrap_or_default();
-            out.push(format!("  alternative ({}{p}): {} at step {}", a.kind, a.agent, a.step));
+            let p = a
+                .probability
+                .map(|p| format!(", {p:.2}"))
+                .unwrap_or_default();
+            out.push(format!(
+                "  alternative ({}{p}): {} at step {}",
+                a.kind, a.agent, a.step
+            ));
         }
         out.extend(match &self.detail {
             AnyVerdict::Llm(d) => llm_detail(d),
@@ -428,7 +470,9 @@ fn headline(l: &Located, trace: &Trace) -> String {
         _ => format!(
             "{}: no location ({from}: {})",
             trace.id,
-            v.abstain_reason.clone().unwrap_or_else(|| "no answer".into())
+            v.abstain_reason
+                .clone()
+                .unwrap_or_else(|| "no answer".into())
         ),
     }
 }
@@ -443,7 +487,10 @@ fn llm_detail(v: &LocateVerdict) -> Vec<String> {
         out.push(format!("  error mode: {m}"));
     }
     if let Some(problem) = &v.rationale_problem {
-        out.push(format!("  the model's rationale was not used: {}", one_line(problem)));
+        out.push(format!(
+            "  the model's rationale was not used: {}",
+            one_line(problem)
+        ));
     }
     if v.long_trace.strategy != maslens_locate::render::Strategy::Full {
         out.push(format!(
@@ -530,17 +577,26 @@ mod tests {
         assert_eq!(v.to_json()["trace"], "x/1");
         assert_eq!(v.to_label().method, "prior");
         assert_eq!(v.verdict.probability, Some(0.7));
-        assert!(v.verdict.revision.as_deref().is_some_and(|r| r.starts_with("maslens ")));
+        assert!(v
+            .verdict
+            .revision
+            .as_deref()
+            .is_some_and(|r| r.starts_with("maslens ")));
         assert!(v.steering().is_empty() && v.pipeline_verdict().is_none());
         let lines = v.text_lines(&t);
         assert_eq!(lines[0], "x/1: Coder at step 2 (prior, probability 0.70)");
         assert!(lines.iter().all(|l| !l.contains('\n')), "{lines:?}");
         // Planner's step is the runner-up; the human's step is never an answer.
         assert!(
-            lines.iter().any(|l| l == "  alternative (runner-up, 0.20): Planner at step 1"),
+            lines
+                .iter()
+                .any(|l| l == "  alternative (runner-up, 0.20): Planner at step 1"),
             "{lines:?}"
         );
-        assert!(!lines.iter().any(|l| l.contains("human at step")), "{lines:?}");
+        assert!(
+            !lines.iter().any(|l| l.contains("human at step")),
+            "{lines:?}"
+        );
         // No distribution for a trace: an error for this case only, not a stop.
         let mut other = trace();
         other.id = "y".into();

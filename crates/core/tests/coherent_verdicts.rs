@@ -42,10 +42,8 @@ fn models(answer: &str) -> Models {
     }
 }
 
-const NOBODY_AT_1: &str =
-    r#"{"reason":"\"step 1\" gives the wrong number for the task","agent":"Nobody","step":1,"confidence":0.9}"#;
-const HUMAN_TASK_STEP: &str =
-    r#"{"reason":"\"step 0\" gives the wrong number for the task","agent":"human","step":0,"confidence":0.9}"#;
+const NOBODY_AT_1: &str = r#"{"reason":"\"step 1\" gives the wrong number for the task","agent":"Nobody","step":1,"confidence":0.9}"#;
+const HUMAN_TASK_STEP: &str = r#"{"reason":"\"step 0\" gives the wrong number for the task","agent":"human","step":0,"confidence":0.9}"#;
 
 /// Every verdict of `chosen` over `traces` has a coherent, acting primary pair (or, with
 /// `allow_non_acting`, a coherent one); returns how many verdicts had a primary pair.
@@ -64,12 +62,19 @@ async fn check_all(chosen: &Chosen<'_>, traces: &[Trace], allow_non_acting: bool
         if !allow_non_acting {
             assert!(t.is_acting(agent), "{}: {agent} is not acting", t.id);
         }
-        for alt in v.alternatives.iter().filter(|a| a.kind != "named step (not an acting agent's)") {
+        for alt in v
+            .alternatives
+            .iter()
+            .filter(|a| a.kind != "named step (not an acting agent's)")
+        {
             assert!(t.acts_at(&alt.agent, alt.step), "{}: {alt:?}", t.id);
         }
         // The first line says exactly the primary pair.
         let first = &l.text_lines(t)[0];
-        assert!(first.starts_with(&format!("{}: {agent} at step {step} (", t.id)), "{first}");
+        assert!(
+            first.starts_with(&format!("{}: {agent} at step {step} (", t.id)),
+            "{first}"
+        );
         located += 1;
     }
     located
@@ -140,7 +145,10 @@ fn the_independent_rule_scores_the_priors_own_heads() {
             continue;
         };
         let v = maslens_core::locate::prior_to_verdict(&source, t, false).unwrap();
-        assert_eq!(v.scored(PairRule::Independent), (Some(agent.clone()), Some(step)));
+        assert_eq!(
+            v.scored(PairRule::Independent),
+            (Some(agent.clone()), Some(step))
+        );
         let (a, s) = v.scored(PairRule::Coherent);
         if t.is_blamable(step, false) {
             assert_eq!(s, Some(step), "{}", t.id);
@@ -185,10 +193,18 @@ async fn stacked_detail_keeps_its_two_levels_for_the_independent_rule() {
             panic!("not stacked")
         };
         let p = l.prediction(PairRule::Independent);
-        assert_eq!((p.agent.clone(), p.step), (d.agent.clone(), d.step), "{}", t.id);
+        assert_eq!(
+            (p.agent.clone(), p.step),
+            (d.agent.clone(), d.step),
+            "{}",
+            t.id
+        );
         if d.agent != l.verdict.agent {
             separate += 1;
         }
     }
-    assert!(separate > 0, "some stacked verdicts answer the two levels apart");
+    assert!(
+        separate > 0,
+        "some stacked verdicts answer the two levels apart"
+    );
 }

@@ -23,7 +23,7 @@ use crate::CreditError;
 use maslens_llm::prompt::{untrusted, Template};
 use maslens_llm::typed::{complete_as, lenient};
 use maslens_llm::{prompt_template, ChatModel, ChatRequest, Message};
-use maslens_trace::{AgentKind, Trace};
+use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -209,18 +209,6 @@ pub fn debate_question(trace: &Trace) -> Option<Mcq> {
     })
 }
 
-fn acting_agents(trace: &Trace) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for s in &trace.steps {
-        let kind = trace.agent_kind(&s.agent);
-        if matches!(kind, AgentKind::Tool | AgentKind::Human) || out.contains(&s.agent) {
-            continue;
-        }
-        out.push(s.agent.clone());
-    }
-    out
-}
-
 /// Score one trace.
 pub async fn trace_credit(
     model: &dyn ChatModel,
@@ -233,7 +221,7 @@ pub async fn trace_credit(
     } else {
         None
     };
-    let mut agents = acting_agents(trace);
+    let mut agents = trace.acting_agents();
     if mcq.is_some() {
         agents.retain(|a| a != AGGREGATOR_AGENT && a != "decision");
     }

@@ -117,7 +117,7 @@ pub async fn repair_event(
     event: &ImplicitFailure,
     cfg: &RepairConfig,
 ) -> Result<(Result<[ReplayPlan; 2], String>, Usage), ImplicitError> {
-    let Some(pos) = trace.steps.iter().position(|s| s.index == event.step) else {
+    let Some(pos) = trace.position_of(event.step) else {
         return Ok((
             Err(format!("step {} is not in trace {}", event.step, trace.id)),
             Usage::default(),

@@ -151,7 +151,8 @@ pub fn finding_from_answer(
     let error_mode = v.error_mode.clone();
     match normalize(trace, v.agent.as_deref(), v.step) {
         Ok((agent, step, named_agent, agent_mismatch)) => Finding {
-            rationale_problem: trace.position_of(step)
+            rationale_problem: trace
+                .position_of(step)
                 .and_then(|pos| rationale_problem(trace, pos, &rationale)),
             agent: Some(agent),
             step: Some(step),

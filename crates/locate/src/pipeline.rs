@@ -539,8 +539,11 @@ impl LocateVerdict {
     /// What the pipeline ranked: its final location (probability: the verdict's confidence),
     /// then every pair the vote supported, by its share of the confidence-weighted support.
     pub fn answer(&self) -> maslens_trace::Answer {
-        let mut ranked: Vec<(usize, Option<f64>)> =
-            self.step.map(|s| (s, Some(self.confidence))).into_iter().collect();
+        let mut ranked: Vec<(usize, Option<f64>)> = self
+            .step
+            .map(|s| (s, Some(self.confidence)))
+            .into_iter()
+            .collect();
         if let Some(vote) = &self.vote {
             let total: f64 = vote.support.iter().map(|s| s.score).sum();
             for s in &vote.support {

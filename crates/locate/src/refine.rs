@@ -550,10 +550,12 @@ pub async fn protocol_examples(
     inst: &RefinementInstance,
     settings: &Settings,
 ) -> Result<Vec<Value>, LocateError> {
-    let target = trace.position_of(inst.step).ok_or_else(|| LocateError::Llm {
-        trace: trace.id.clone(),
-        source: LlmError::Other(format!("target step {} is not in the trace", inst.step)),
-    })?;
+    let target = trace
+        .position_of(inst.step)
+        .ok_or_else(|| LocateError::Llm {
+            trace: trace.id.clone(),
+            source: LlmError::Other(format!("target step {} is not in the trace", inst.step)),
+        })?;
     let teacher = Teacher {
         model,
         trace,

@@ -7,10 +7,10 @@ use crate::options::{from_dict, CreditOpts, EvalOpts, LocateOpts, ScanOpts};
 use crate::trace::Trace;
 use crate::{guarded, report_progress, InternalError, Interrupt, OptionsError};
 use maslens_core::eval_locate::{eval_locate_with, EvalLocateOptions, RefineExport};
-use maslens_core::localize::Setup;
+use maslens_core::localize::{LocateRun, Setup};
 use maslens_core::locate::Models;
 use maslens_eval::metrics::Scorer;
-use maslens_eval::run::{LocalizeError, Progress};
+use maslens_eval::run::Progress;
 use maslens_llm::ChatModel;
 use maslens_trace::Trace as RsTrace;
 use pyo3::prelude::*;
@@ -89,26 +89,23 @@ pub fn locate(
         let total = traces.len();
         let (results, stopped) = crate::run(py, &interrupt, async {
             let mut results = Vec::with_capacity(total);
-            let mut stopped = None;
+            // The CLI's loop: after a budget stop the remaining traces are answered "not run".
+            let mut each = LocateRun::new(&chosen);
             for (i, t) in traces.iter().enumerate() {
                 if interrupt.is_set() {
                     break;
                 }
-                match chosen.verdict(t).await {
+                match each.verdict(t).await {
                     Ok(v) => results.push(
                         json!({"trace": t.id, "verdict": v.to_json(), "text": v.text_lines(t)}),
                     ),
-                    Err(LocalizeError::Stop(e)) => {
-                        results.push(json!({"trace": t.id, "error": e}));
-                        stopped = Some(e);
-                        break;
-                    }
-                    Err(LocalizeError::Case(e)) => results.push(json!({"trace": t.id, "error": e})),
+                    Err(e) => results.push(json!({"trace": t.id, "error": e.to_string()})),
                 }
                 if (i + 1) % every == 0 || i + 1 == total {
                     report_progress(&progress, &interrupt, i + 1, total, &t.id);
                 }
             }
+            let stopped = each.stopped().map(String::from);
             (results, stopped)
         })?;
         to_text(&json!({"results": results, "problems": problems, "stopped": stopped}))

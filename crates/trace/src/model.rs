@@ -263,11 +263,12 @@ pub struct Verdict {
     /// Prompt template version(s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_version: Option<String>,
-    /// The primary answer: the responsible agent, which acts at `step` (crate::verdict's rule).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The primary answer: the responsible agent, which acts at `step` (crate::verdict's rule);
+    /// `null` when the method gave no location.
+    #[serde(default)]
     pub agent: Option<String>,
     /// The decisive step (source index) of the primary answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub step: Option<usize>,
     /// The method's probability for the primary pair, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

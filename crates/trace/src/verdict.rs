@@ -192,7 +192,10 @@ impl Trace {
         // The step the method named, when the rule moved off it.
         if let (Some(&(named, p)), Some(prim)) = (ranked.first(), &primary) {
             if named != prim.step {
-                push(pick(named, p, "named step (not an acting agent's)"), &mut alternatives);
+                push(
+                    pick(named, p, "named step (not an acting agent's)"),
+                    &mut alternatives,
+                );
             }
         }
         // The agent head's answer, at that agent's best-ranked step (else its first step).
@@ -204,7 +207,11 @@ impl Trace {
                 }
             }
         }
-        for alt in answer.others.iter().filter(|o| self.acts_at(&o.agent, o.step)) {
+        for alt in answer
+            .others
+            .iter()
+            .filter(|o| self.acts_at(&o.agent, o.step))
+        {
             push(alt.clone(), &mut alternatives);
         }
         for &(s, p) in ranked.iter().filter(|(s, _)| self.is_blamable(*s, allow)) {
@@ -271,7 +278,10 @@ mod tests {
         assert_eq!(r.heads.step, Some(3));
         // The agent head's answer is an alternative at its best-ranked step.
         assert_eq!(r.alternatives[0].kind, "agent-level answer");
-        assert_eq!((r.alternatives[0].agent.as_str(), r.alternatives[0].step), ("Planner", 1));
+        assert_eq!(
+            (r.alternatives[0].agent.as_str(), r.alternatives[0].step),
+            ("Planner", 1)
+        );
     }
 
     #[test]
@@ -285,7 +295,10 @@ mod tests {
         // Only the terminal's step ranked: its caller (Coder at step 3) is blamed.
         let r = t.resolve_answer(&answer(&[4], None));
         let p = r.primary.unwrap();
-        assert_eq!((p.agent.as_str(), p.step, p.probability), ("Coder", 3, None));
+        assert_eq!(
+            (p.agent.as_str(), p.step, p.probability),
+            ("Coder", 3, None)
+        );
         // Only the human's first step: no acting step before it, the next one (Planner).
         let r = t.resolve_answer(&answer(&[0], None));
         assert_eq!(r.primary.map(|p| p.step), Some(1));

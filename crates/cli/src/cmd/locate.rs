@@ -6,9 +6,8 @@ use crate::llm_args::LlmArgs;
 use crate::locate_args::MethodArgs;
 use crate::Global;
 use anyhow::Context;
-use maslens_core::localize::Setup;
+use maslens_core::localize::{LocateRun, Setup};
 use maslens_core::locate::{Method, Models};
-use maslens_eval::run::LocalizeError;
 use maslens_store::{NewDiagnosis, Provenance};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -77,7 +76,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         let mut problems = problems + setup.warnings.len();
         let pb = crate::progress::bar(traces.len(), quiet || json);
         let mut steered_traces = 0usize;
-        let mut stopped = None;
+        let mut each = LocateRun::new(&chosen);
         for t in traces.iter_mut() {
             pb.set_message(t.id.clone());
             let started = std::time::Instant::now();
@@ -86,18 +85,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 None => None,
             };
             // After a stop (a spent budget) the remaining traces are still written to --out.
-            let verdict = match &stopped {
-                None => chosen.verdict(t).await,
-                Some(why) => Err(LocalizeError::Case(format!("{}: not run ({why})", t.id))),
-            };
-            let v = match verdict {
+            let v = match each.verdict(t).await {
                 Ok(v) => Some(v),
                 Err(e) => {
                     pb.suspend(|| eprintln!("error: {e}"));
                     problems += 1;
-                    if let LocalizeError::Stop(why) = e {
-                        stopped = Some(why);
-                    }
                     None
                 }
             };

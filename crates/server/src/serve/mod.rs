@@ -65,7 +65,8 @@ pub enum JobMethod {
 
 impl JobMethod {
     /// The names a request may give, as an error message lists them.
-    pub const NAMES: &'static str = "locate (the default localizer, stacked; `stacked` is the same), llm, prior or scan";
+    pub const NAMES: &'static str =
+        "locate (the default localizer, stacked; `stacked` is the same), llm, prior or scan";
 
     pub fn as_str(self) -> &'static str {
         match self {
