@@ -159,7 +159,8 @@ async fn put_run(State(state): State<Arc<AppState>>, body: axum::body::Bytes) ->
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartJobs {
-    /// `prior`, `locate` or `scan`.
+    /// `locate` (the default localizer, stacked, as `maslens locate`; alias `stacked`), `llm` (the
+    /// LLM pipeline alone), `prior` or `scan`.
     pub method: String,
     pub run: Option<String>,
     /// The same fields as `GET /api/runs`' query (at most 1,000 runs).
