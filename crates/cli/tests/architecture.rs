@@ -68,9 +68,8 @@ const MAP: &[(&str, May)] = &[
 
 const SEE: &str = "see \"Dependencies point down\" in docs/ARCHITECTURE.md";
 
-/// Workspace crates and their dependencies on other workspace crates: `(name, [(dep, kind)])`,
-/// kind being `normal`, `build` or `dev`.
-fn workspace() -> BTreeMap<String, Vec<(String, String)>> {
+/// `cargo metadata` of the workspace (no dependencies resolved, offline).
+fn metadata() -> serde_json::Value {
     let out = Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -87,8 +86,13 @@ fn workspace() -> BTreeMap<String, Vec<(String, String)>> {
         "cargo metadata failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("cargo metadata writes JSON");
+    serde_json::from_slice(&out.stdout).expect("cargo metadata writes JSON")
+}
+
+/// Workspace crates and their dependencies on other workspace crates: `(name, [(dep, kind)])`,
+/// kind being `normal`, `build` or `dev`.
+fn workspace() -> BTreeMap<String, Vec<(String, String)>> {
+    let meta = metadata();
     let packages = meta["packages"].as_array().expect("packages list");
     let ours: Vec<String> = packages
         .iter()
@@ -275,18 +279,7 @@ fn the_documented_dependency_table_is_the_map() {
 #[test]
 fn only_llm_links_llama_cpp() {
     assert!(architecture_md().contains("Only `llm` (feature `local`) links llama.cpp"));
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let meta = metadata();
     let linking: Vec<&str> = meta["packages"]
         .as_array()
         .into_iter()
