@@ -107,7 +107,7 @@ impl MethodArgs {
             prior_weight: self.prior_weight,
             prior_narrowing: self.prior_narrowing,
             allow_non_acting: self.allow_non_acting,
-            pair_rule: maslens_trace::PairRule::parse(&self.pair_rule).unwrap_or_default(),
+            pair_rule: maslens_trace::ScoringRule::parse(&self.pair_rule).unwrap_or_default(),
         }
     }
 }

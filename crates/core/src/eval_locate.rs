@@ -93,7 +93,7 @@ pub struct RunConfig {
     /// Which pair the report scored: `coherent` (the verdict's primary pair) or `independent`
     /// (the agent-level and step-level answers apart, as Who&When's tables).
     #[serde(default)]
-    pub pair_rule: maslens_trace::PairRule,
+    pub pair_rule: maslens_trace::ScoringRule,
     /// Whether a tool, terminal or human could be the primary agent.
     #[serde(default)]
     pub allow_non_acting: bool,

@@ -15,7 +15,7 @@ use maslens_eval::metrics::{CaseUsage, Prediction};
 use maslens_eval::run::{LocalizeError, Localized, Localizer, PromptRef};
 use maslens_locate::steering::SteeringHit;
 use maslens_locate::{LocateError, LocateVerdict};
-use maslens_trace::{PairRule, Trace};
+use maslens_trace::{ScoringRule, Trace};
 
 /// The localizer a run uses.
 pub enum Kind<'m> {
@@ -29,8 +29,8 @@ pub struct Chosen<'m> {
     pub kind: Kind<'m>,
     /// Allow a tool, terminal or human as the primary agent (`--allow-non-acting`).
     pub allow_non_acting: bool,
-    /// Which pair `eval` scores ([`PairRule`]): the primary pair, or the two heads apart.
-    pub pair_rule: PairRule,
+    /// Which pair `eval` scores ([`ScoringRule`]): the primary pair, or the two heads apart.
+    pub pair_rule: ScoringRule,
 }
 
 /// A [`Chosen`] localizer and what loading it had to say: `warnings` (records skipped in a
@@ -149,7 +149,7 @@ impl<'m> Chosen<'m> {
         Chosen {
             kind,
             allow_non_acting: false,
-            pair_rule: PairRule::Coherent,
+            pair_rule: ScoringRule::Coherent,
         }
     }
 
@@ -203,12 +203,12 @@ impl<'m> Chosen<'m> {
     pub async fn verdict(&self, trace: &Trace) -> Result<Located, LocalizeError> {
         let started = std::time::Instant::now();
         let allow = self.allow_non_acting;
-        let (verdict, detail, mut usage) = match &self.kind {
+        let (verdict, mut usage, detail) = match &self.kind {
             Kind::Llm(l) => match l.verdict(trace).await {
                 Ok(v) => (
                     v.to_verdict(trace, allow),
-                    AnyVerdict::Llm(Box::new(v.clone())),
                     l.usage_of(&v),
+                    AnyVerdict::Llm(Box::new(v)),
                 ),
                 Err(e) if budget_spent(&e) => return Err(LocalizeError::Stop(e.to_string())),
                 Err(e) => return Err(LocalizeError::Case(e.to_string())),
@@ -223,8 +223,8 @@ impl<'m> Chosen<'m> {
                         .unwrap_or_default();
                     (
                         v.to_verdict(trace, allow),
-                        AnyVerdict::Stacked(Box::new(v)),
                         usage,
+                        AnyVerdict::Stacked(Box::new(v)),
                     )
                 }
                 Err(e) => return Err(LocalizeError::Stop(e.to_string())),
@@ -338,11 +338,7 @@ impl Located {
     /// The verdict as JSON (what `maslens --json locate` prints per trace, what `serve` stores
     /// and what the Python package returns): the trace id and the one verdict.
     pub fn to_json(&self) -> serde_json::Value {
-        let mut v = serde_json::to_value(&self.verdict).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.insert("trace".into(), self.trace.clone().into());
-        }
-        v
+        self.verdict.to_json(&self.trace)
     }
 
     /// The trace's attempts to steer the Judge or the Evaluators (issue 16).
@@ -360,7 +356,7 @@ impl Located {
     }
 
     /// The prediction a report scores under `rule` ([`maslens_trace::Verdict::scored`]).
-    pub fn prediction(&self, rule: PairRule) -> Prediction {
+    pub fn prediction(&self, rule: ScoringRule) -> Prediction {
         let (agent, step) = self.verdict.scored(rule);
         let (error_mode, parse_failures) = match &self.detail {
             AnyVerdict::Llm(v) => (v.error_mode.clone(), v.usage.abstentions),
@@ -615,7 +611,7 @@ mod tests {
         let v = chosen.verdict(&t).await.unwrap().verdict;
         assert_eq!((v.agent.as_deref(), v.step), (Some("Coder"), Some(2)));
         // Scored the Who&When way, the step head's own answer (the human's step 0) stays.
-        assert_eq!(v.scored(PairRule::Independent).1, Some(0));
-        assert_eq!(v.scored(PairRule::Coherent).1, Some(2));
+        assert_eq!(v.scored(ScoringRule::Independent).1, Some(0));
+        assert_eq!(v.scored(ScoringRule::Coherent).1, Some(2));
     }
 }

@@ -89,7 +89,7 @@ pub struct LocateOptions {
     /// Which pair `eval locate` scores: the coherent primary pair (default) or, to reproduce
     /// Who&When's tables, the agent-level and step-level answers apart.
     #[serde(default)]
-    pub pair_rule: maslens_trace::PairRule,
+    pub pair_rule: maslens_trace::ScoringRule,
 }
 
 impl Default for LocateOptions {
@@ -108,7 +108,7 @@ impl Default for LocateOptions {
             prior_narrowing: false,
             stack: None,
             allow_non_acting: false,
-            pair_rule: maslens_trace::PairRule::Coherent,
+            pair_rule: maslens_trace::ScoringRule::Coherent,
         }
     }
 }
@@ -349,15 +349,17 @@ pub fn prior_to_verdict(
         allow_non_acting,
     };
     let resolved = trace.resolve_answer(&answer);
-    let rationale = resolved
-        .primary
-        .as_ref()
-        .and_then(|prim| prior_evidence(source, trace, prim.step));
+    let mut payload = prior_verdict_explained(source, trace, Some(&p));
+    // The evidence for the primary step: the payload's when it is the prior's own step.
+    let rationale = match &resolved.primary {
+        Some(prim) if prim.step == p.1 => payload["rationale"].as_str().map(String::from),
+        Some(prim) => prior_evidence(source, trace, prim.step),
+        None => None,
+    };
     let model = match source {
         PriorSource::Builtin(_) => "builtin".to_string(),
         _ => "prior-probabilities file".to_string(),
     };
-    let mut payload = prior_verdict_explained(source, trace, Some(&p));
     // The step distribution by position (the UI draws it as the prior strip).
     payload["probs"] = serde_json::json!(probs);
     let mut v = maslens_trace::Verdict {
@@ -374,7 +376,7 @@ pub fn prior_to_verdict(
 pub struct PriorLocalizer {
     pub source: PriorSource,
     pub allow_non_acting: bool,
-    pub pair_rule: maslens_trace::PairRule,
+    pub pair_rule: maslens_trace::ScoringRule,
 }
 
 impl PriorLocalizer {
@@ -383,7 +385,7 @@ impl PriorLocalizer {
         PriorLocalizer {
             source,
             allow_non_acting: false,
-            pair_rule: maslens_trace::PairRule::Coherent,
+            pair_rule: maslens_trace::ScoringRule::Coherent,
         }
     }
 
@@ -414,22 +416,12 @@ impl Localizer for PriorLocalizer {
         "prior".into()
     }
     async fn localize(&self, trace: &Trace) -> Result<Localized, LocalizeError> {
-        let start = std::time::Instant::now();
-        let v = Self::verdict_of(&self.source, trace, self.allow_non_acting)?;
-        let (agent, step) = v.scored(self.pair_rule);
-        let mut json = serde_json::to_value(&v).unwrap_or_default();
-        json["trace"] = trace.id.clone().into();
+        // The same verdict `--method prior` gives (`crate::localize::prior_located`).
+        let l = crate::localize::prior_located(&self.source, trace, self.allow_non_acting)?;
         Ok(Localized {
-            prediction: Prediction {
-                agent,
-                step,
-                ..Default::default()
-            },
-            usage: CaseUsage {
-                seconds: start.elapsed().as_secs_f64(),
-                ..Default::default()
-            },
-            verdict: Some(json),
+            prediction: l.prediction(self.pair_rule),
+            usage: l.usage,
+            verdict: Some(l.to_json()),
         })
     }
 }

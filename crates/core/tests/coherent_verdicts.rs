@@ -10,7 +10,7 @@ use maslens_llm::testing::ScriptedModel;
 use maslens_llm::usage::PriceTable;
 use maslens_llm::{ChatModel, OpenOptions};
 use maslens_prior::PairRule as PriorPairRule;
-use maslens_trace::{Format, PairRule, Trace};
+use maslens_trace::{Format, ScoringRule, Trace};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -146,10 +146,10 @@ fn the_independent_rule_scores_the_priors_own_heads() {
         };
         let v = maslens_core::locate::prior_to_verdict(&source, t, false).unwrap();
         assert_eq!(
-            v.scored(PairRule::Independent),
+            v.scored(ScoringRule::Independent),
             (Some(agent.clone()), Some(step))
         );
-        let (a, s) = v.scored(PairRule::Coherent);
+        let (a, s) = v.scored(ScoringRule::Coherent);
         if t.is_blamable(step, false) {
             assert_eq!(s, Some(step), "{}", t.id);
         } else {
@@ -181,7 +181,7 @@ async fn stacked_detail_keeps_its_two_levels_for_the_independent_rule() {
     let m = models(NOBODY_AT_1);
     let opts = LocateOptions {
         method: Method::Stacked,
-        pair_rule: PairRule::Independent,
+        pair_rule: ScoringRule::Independent,
         ..LocateOptions::default()
     };
     let chosen = Setup::new(&opts, Some(&m), false).unwrap().localizer;
@@ -192,7 +192,7 @@ async fn stacked_detail_keeps_its_two_levels_for_the_independent_rule() {
         let maslens_core::localize::AnyVerdict::Stacked(d) = &l.detail else {
             panic!("not stacked")
         };
-        let p = l.prediction(PairRule::Independent);
+        let p = l.prediction(ScoringRule::Independent);
         assert_eq!(
             (p.agent.clone(), p.step),
             (d.agent.clone(), d.step),

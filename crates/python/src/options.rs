@@ -130,7 +130,7 @@ pub(crate) struct LocateOpts {
     /// Allow a tool, terminal or human as the primary agent.
     pub allow_non_acting: bool,
     /// Which pair `eval_locate` scores: `coherent` or `independent`.
-    pub pair_rule: maslens_trace::PairRule,
+    pub pair_rule: maslens_trace::ScoringRule,
 }
 
 impl Default for LocateOpts {

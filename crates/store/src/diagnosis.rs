@@ -97,10 +97,6 @@ impl NewDiagnosis {
             .step
             .and_then(|i| trace.position_of(i))
             .and_then(|pos| trace.steps[pos].span.as_ref());
-        let mut result = serde_json::to_value(verdict).unwrap_or(Value::Null);
-        if let Some(o) = result.as_object_mut() {
-            o.insert("trace".into(), trace.id.clone().into());
-        }
         NewDiagnosis {
             run_id: trace.id.clone(),
             method: p.kind,
@@ -121,7 +117,7 @@ impl NewDiagnosis {
             span_id: span.map(|s| s.span_id.clone()),
             confidence: verdict.probability,
             risk: None,
-            result,
+            result: verdict.to_json(&trace.id),
             elapsed_ms: p.elapsed_ms,
             events: Vec::new(),
         }

@@ -324,11 +324,21 @@ impl Verdict {
         self
     }
 
+    /// The verdict as JSON with the trace id (`trace`): what `maslens locate --json` prints, what
+    /// `verdicts.jsonl` and a stored diagnosis' `result` hold.
+    pub fn to_json(&self, trace: &str) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        if let Some(o) = v.as_object_mut() {
+            o.insert("trace".into(), trace.into());
+        }
+        v
+    }
+
     /// The (agent, step) pair a report scores under `rule`: the primary pair, or the heads apart
     /// (falling back to the primary pair's part where a head is missing).
-    pub fn scored(&self, rule: crate::verdict::PairRule) -> (Option<String>, Option<usize>) {
+    pub fn scored(&self, rule: crate::verdict::ScoringRule) -> (Option<String>, Option<usize>) {
         match (rule, &self.heads) {
-            (crate::verdict::PairRule::Independent, Some(h)) => (
+            (crate::verdict::ScoringRule::Independent, Some(h)) => (
                 h.agent.clone().or_else(|| self.agent.clone()),
                 h.step.or(self.step),
             ),

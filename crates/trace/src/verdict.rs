@@ -18,7 +18,7 @@
 //!   also an alternative. The step head decides the primary pair (the step is the more specific
 //!   claim; the agent follows from it).
 //!
-//! [`PairRule::Independent`] is Who&When's scoring: agent accuracy scores the agent-level answer
+//! [`ScoringRule::Independent`] is Who&When's scoring: agent accuracy scores the agent-level answer
 //! and step accuracy the step-level answer, apart, as the paper's tables do. It exists to
 //! reproduce papers; reports say which rule scored them ([`crate::Verdict::scored`]).
 
@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 /// Which (agent, step) pair a report scores.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum PairRule {
+pub enum ScoringRule {
     /// The primary pair: the named agent acts at the named step (the default everywhere).
     #[default]
     Coherent,
@@ -37,19 +37,19 @@ pub enum PairRule {
     Independent,
 }
 
-impl PairRule {
+impl ScoringRule {
     pub fn as_str(self) -> &'static str {
         match self {
-            PairRule::Coherent => "coherent",
-            PairRule::Independent => "independent",
+            ScoringRule::Coherent => "coherent",
+            ScoringRule::Independent => "independent",
         }
     }
 
     /// `coherent` or `independent`.
-    pub fn parse(s: &str) -> Option<PairRule> {
+    pub fn parse(s: &str) -> Option<ScoringRule> {
         match s {
-            "coherent" => Some(PairRule::Coherent),
-            "independent" => Some(PairRule::Independent),
+            "coherent" => Some(ScoringRule::Coherent),
+            "independent" => Some(ScoringRule::Independent),
             _ => None,
         }
     }
@@ -72,7 +72,7 @@ pub struct Pick {
     pub kind: String,
 }
 
-/// A method's agent-level and step-level answers, kept apart (what [`PairRule::Independent`]
+/// A method's agent-level and step-level answers, kept apart (what [`ScoringRule::Independent`]
 /// scores). Either may be missing.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
