@@ -191,31 +191,28 @@ impl Optimizer {
     /// Run credit-guided BCD on the optimization set.
     pub async fn bcd(&self, opt_set: &[Mcq]) -> Result<BcdResult, CreditError> {
         let o = &self.cfg.optimizer;
-        let roles = self.cfg.role_names();
-        let rounds = self.cfg.rounds;
-        let mut prompts = self.cfg.prompts();
-        let mut ema = EmaCredit::new(rounds, o.ema_beta, o.tau, o.buffer_m);
+        let mut st = BcdState {
+            prompts: self.cfg.prompts(),
+            ema: EmaCredit::new(self.cfg.rounds, o.ema_beta, o.tau, o.buffer_m),
+            cached: None,
+            observed: None,
+        };
         let mut iterations = Vec::new();
         let mut iterates: Vec<(PromptSet, f64, u64)> = Vec::new();
-        let mut cached: Option<(PromptSet, Vec<DebateRun>)> = None;
-        // The prompts whose rollouts the EMA has already observed: a rollout served again from
-        // `cached` (prompts unchanged since, e.g. a Phase B that rewrote nothing) is the same
-        // evidence and is not counted twice towards the decay or the `m` threshold.
-        let mut observed: Option<PromptSet> = None;
         let mut best_acc = f64::NEG_INFINITY;
         let mut since_improved = 0usize;
         let mut stop_reason = format!("iteration cap ({})", o.iterations);
-        let do_a = o.blocks != Blocks::AggregatorsOnly;
-        let do_b = o.blocks != Blocks::RolesOnly;
         for k in 0..o.iterations {
             if !self.budget_left() {
                 stop_reason = "call / token budget spent".into();
                 break;
             }
             let calls_before = self.calls();
-            let runs = self.rollout_cached(&prompts, opt_set, &mut cached).await?;
+            let runs = self
+                .rollout_cached(&st.prompts, opt_set, &mut st.cached)
+                .await?;
             let acc = accuracy(&runs);
-            iterates.push((prompts.clone(), acc, self.calls()));
+            iterates.push((st.prompts.clone(), acc, self.calls()));
             if acc > best_acc + 1e-12 {
                 best_acc = acc;
                 since_improved = 0;
@@ -223,137 +220,27 @@ impl Optimizer {
                 since_improved += 1;
             }
             if since_improved >= o.patience.max(1) {
-                stop_reason = format!(
-                    "saturated: no improvement for {} iteration(s)",
-                    since_improved
-                );
+                stop_reason =
+                    format!("saturated: no improvement for {since_improved} iteration(s)");
                 break;
             }
             if acc >= 1.0 {
                 stop_reason = "saturated: optimization accuracy 1.0".into();
                 break;
             }
-            let mut rec = IterationRecord {
-                iteration: k + 1,
-                prompts: prompts.clone(),
-                opt_accuracy: acc,
-                calls_before,
-                calls_after: 0,
-                credit: None,
-                selected_roles: vec![],
-                selected_rounds: vec![],
-                ema_alpha: vec![],
-                informative_failures: vec![],
-                rewrites: vec![],
-                utterance_labels: vec![],
-            };
-            // Phase A: structural block.
-            let mut role_table: Option<CreditTable> = None;
-            if do_a && self.budget_left() {
-                let crit = self.critique(&runs, true, false).await?;
-                let table = credit_table(&roles, rounds, &crit, o.lambda);
-                rec.utterance_labels = utterance_labels(&crit, rounds);
-                let selected = select_roles(&table.role_credit, o.role_selection);
-                for &i in &selected {
-                    if !self.budget_left() {
-                        break;
-                    }
-                    if let Some(rw) = self.rewrite_role(i, &prompts, &runs, &crit).await? {
-                        prompts.roles[i] = rw.after.clone();
-                        rec.rewrites.push(rw);
-                    }
-                }
-                rec.selected_roles = selected.iter().map(|&i| roles[i].clone()).collect();
-                role_table = Some(table);
-            }
-            // Phase B: temporal block.
-            if do_b && self.budget_left() {
-                let (runs_b, source) = if o.rerollout_phase_b {
-                    let r = self.rollout_cached(&prompts, opt_set, &mut cached).await?;
-                    (r, prompts.clone())
-                } else {
-                    (runs.clone(), rec.prompts.clone())
-                };
-                let crit = self.critique(&runs_b, false, true).await?;
-                let fresh = observed.as_ref() != Some(&source);
-                observed = Some(source);
-                for (run, c) in runs_b.iter().zip(&crit).filter(|_| fresh) {
-                    for t in 0..run.rounds_run {
-                        let (Some(state), Some(Some(eval))) = (run.states.get(t), c.agg.get(t))
-                        else {
-                            continue;
-                        };
-                        let f = InformativeFailure {
-                            question: run.question.clone(),
-                            round: t,
-                            messages: run.utterances[t]
-                                .iter()
-                                .map(|u| (u.role.clone(), u.text.clone()))
-                                .collect(),
-                            state: state.text.clone(),
-                            q_agg: eval.q(),
-                            explanation: eval.explanation.clone(),
-                        };
-                        ema.observe_failure(f, state.correct, run.any_agent_correct(t));
-                    }
-                }
-                let agg_table = credit_table(&roles, rounds, &crit, o.lambda);
-                let mut selected = select_rounds(&ema, &agg_table.round_credit, o.round_selection);
-                // The one-round-at-a-time ablation: only that round's aggregator may change.
-                selected.retain(|&t| o.only_round.is_none_or(|r| r == t + 1));
-                rec.informative_failures = ema.failures.clone();
-                rec.ema_alpha = ema.alpha.clone();
-                for &t in &selected {
-                    if !self.budget_left() {
-                        break;
-                    }
-                    if let Some(rw) = self.rewrite_aggregator(t, &prompts, &ema).await? {
-                        prompts.aggregators[t] = rw.after.clone();
-                        rec.rewrites.push(rw);
-                    }
-                    ema.reset(t);
-                }
-                rec.selected_rounds = selected;
-                let mut table = role_table.take().unwrap_or(agg_table.clone());
-                table.round_credit = agg_table.round_credit;
-                role_table = Some(table);
-            }
-            rec.credit = role_table;
-            rec.calls_after = self.calls();
-            tracing::info!(
-                iteration = k + 1,
-                acc,
-                calls = rec.calls_after,
-                rewrites = rec.rewrites.len(),
-                "BCD iteration"
-            );
+            let rec = self
+                .iteration(k + 1, &runs, acc, calls_before, opt_set, &mut st)
+                .await?;
             iterations.push(rec);
         }
         let changed = iterates
             .last()
-            .map(|(p, _, _)| p != &prompts)
+            .map(|(p, _, _)| p != &st.prompts)
             .unwrap_or(true)
             && !iterations.is_empty();
-        let (best, best_opt_accuracy) = if o.select_best {
-            // Evaluate the last prompts when they changed after the last rollout, then keep the best.
-            if changed {
-                let runs = self.rollout_cached(&prompts, opt_set, &mut cached).await?;
-                iterates.push((prompts.clone(), accuracy(&runs), self.calls()));
-            }
-            iterates
-                .iter()
-                .fold(None::<(PromptSet, f64)>, |acc, (p, a, _)| match acc {
-                    Some((bp, ba)) if ba > *a + 1e-12 => Some((bp, ba)),
-                    _ => Some((p.clone(), *a)),
-                })
-                .map(|(p, a)| (p, Some(a)))
-                .unwrap_or((self.cfg.prompts(), None))
-        } else if changed {
-            // Algorithm 1 as written: return the last iterate (not scored on the optimization set).
-            (prompts.clone(), None)
-        } else {
-            (prompts.clone(), iterates.last().map(|x| x.1))
-        };
+        let (best, best_opt_accuracy) = self
+            .final_prompts(changed, opt_set, &mut st, &mut iterates)
+            .await?;
         let total = self.meter.total();
         Ok(BcdResult {
             iterations,
@@ -363,8 +250,165 @@ impl Optimizer {
             calls: total.answered(),
             tokens: total.tokens(),
             stop_reason,
-            ema_history: ema.history.clone(),
+            ema_history: st.ema.history.clone(),
         })
+    }
+
+    /// One outer iteration after its rollout `runs` (accuracy `acc`): Phase A (structural)
+    /// then Phase B (temporal), as the configured blocks allow.
+    async fn iteration(
+        &self,
+        iteration: usize,
+        runs: &[DebateRun],
+        acc: f64,
+        calls_before: u64,
+        opt_set: &[Mcq],
+        st: &mut BcdState,
+    ) -> Result<IterationRecord, CreditError> {
+        let o = &self.cfg.optimizer;
+        let mut rec = IterationRecord {
+            iteration,
+            prompts: st.prompts.clone(),
+            opt_accuracy: acc,
+            calls_before,
+            calls_after: 0,
+            credit: None,
+            selected_roles: vec![],
+            selected_rounds: vec![],
+            ema_alpha: vec![],
+            informative_failures: vec![],
+            rewrites: vec![],
+            utterance_labels: vec![],
+        };
+        let mut role_table: Option<CreditTable> = None;
+        if o.blocks != Blocks::AggregatorsOnly && self.budget_left() {
+            role_table = Some(
+                self.structural_block(runs, &mut st.prompts, &mut rec)
+                    .await?,
+            );
+        }
+        if o.blocks != Blocks::RolesOnly && self.budget_left() {
+            let agg_table = self.temporal_block(runs, opt_set, st, &mut rec).await?;
+            let mut table = role_table.take().unwrap_or(agg_table.clone());
+            table.round_credit = agg_table.round_credit;
+            role_table = Some(table);
+        }
+        rec.credit = role_table;
+        rec.calls_after = self.calls();
+        tracing::info!(
+            iteration,
+            acc,
+            calls = rec.calls_after,
+            rewrites = rec.rewrites.len(),
+            "BCD iteration"
+        );
+        Ok(rec)
+    }
+
+    /// Phase A: role credit from the critics, then rewrites of the selected roles' prompts.
+    async fn structural_block(
+        &self,
+        runs: &[DebateRun],
+        prompts: &mut PromptSet,
+        rec: &mut IterationRecord,
+    ) -> Result<CreditTable, CreditError> {
+        let o = &self.cfg.optimizer;
+        let roles = self.cfg.role_names();
+        let crit = self.critique(runs, true, false).await?;
+        let table = credit_table(&roles, self.cfg.rounds, &crit, o.lambda);
+        rec.utterance_labels = utterance_labels(&crit, self.cfg.rounds);
+        let selected = select_roles(&table.role_credit, o.role_selection);
+        for &i in &selected {
+            if !self.budget_left() {
+                break;
+            }
+            if let Some(rw) = self.rewrite_role(i, prompts, runs, &crit).await? {
+                prompts.roles[i] = rw.after.clone();
+                rec.rewrites.push(rw);
+            }
+        }
+        rec.selected_roles = selected.iter().map(|&i| roles[i].clone()).collect();
+        Ok(table)
+    }
+
+    /// Phase B: the aggregators' round credit, the EMA over informative failures, then
+    /// rewrites of the selected rounds' aggregator prompts. Returns the round-credit table.
+    async fn temporal_block(
+        &self,
+        runs: &[DebateRun],
+        opt_set: &[Mcq],
+        st: &mut BcdState,
+        rec: &mut IterationRecord,
+    ) -> Result<CreditTable, CreditError> {
+        let o = &self.cfg.optimizer;
+        let (runs_b, source) = if o.rerollout_phase_b {
+            let r = self
+                .rollout_cached(&st.prompts, opt_set, &mut st.cached)
+                .await?;
+            (r, st.prompts.clone())
+        } else {
+            (runs.to_vec(), rec.prompts.clone())
+        };
+        let crit = self.critique(&runs_b, false, true).await?;
+        // The prompts whose rollouts the EMA has already observed: a rollout served again from
+        // the cache (prompts unchanged since, e.g. a Phase B that rewrote nothing) is the same
+        // evidence and is not counted twice towards the decay or the `m` threshold.
+        if st.observed.as_ref() != Some(&source) {
+            observe_failures(&mut st.ema, &runs_b, &crit);
+        }
+        st.observed = Some(source);
+        let agg_table = credit_table(&self.cfg.role_names(), self.cfg.rounds, &crit, o.lambda);
+        let mut selected = select_rounds(&st.ema, &agg_table.round_credit, o.round_selection);
+        // The one-round-at-a-time ablation: only that round's aggregator may change.
+        selected.retain(|&t| o.only_round.is_none_or(|r| r == t + 1));
+        rec.informative_failures = st.ema.failures.clone();
+        rec.ema_alpha = st.ema.alpha.clone();
+        for &t in &selected {
+            if !self.budget_left() {
+                break;
+            }
+            if let Some(rw) = self.rewrite_aggregator(t, &st.prompts, &st.ema).await? {
+                st.prompts.aggregators[t] = rw.after.clone();
+                rec.rewrites.push(rw);
+            }
+            st.ema.reset(t);
+        }
+        rec.selected_rounds = selected;
+        Ok(agg_table)
+    }
+
+    /// The prompts BCD returns, with their optimization-set accuracy when scored: the best
+    /// iterate under `select_best` (the last prompts scored first when they changed after the
+    /// last rollout), else the last iterate as Algorithm 1 writes it.
+    async fn final_prompts(
+        &self,
+        changed: bool,
+        opt_set: &[Mcq],
+        st: &mut BcdState,
+        iterates: &mut Vec<(PromptSet, f64, u64)>,
+    ) -> Result<(PromptSet, Option<f64>), CreditError> {
+        if !self.cfg.optimizer.select_best {
+            let scored = if changed {
+                None
+            } else {
+                iterates.last().map(|x| x.1)
+            };
+            return Ok((st.prompts.clone(), scored));
+        }
+        if changed {
+            let runs = self
+                .rollout_cached(&st.prompts, opt_set, &mut st.cached)
+                .await?;
+            iterates.push((st.prompts.clone(), accuracy(&runs), self.calls()));
+        }
+        Ok(iterates
+            .iter()
+            .fold(None::<(PromptSet, f64)>, |acc, (p, a, _)| match acc {
+                Some((bp, ba)) if ba > *a + 1e-12 => Some((bp, ba)),
+                _ => Some((p.clone(), *a)),
+            })
+            .map(|(p, a)| (p, Some(a)))
+            .unwrap_or((self.cfg.prompts(), None)))
     }
 
     async fn rollout_cached(
@@ -851,6 +895,39 @@ pub fn clean_prompt(text: &str) -> String {
         t
     };
     t.chars().take(4000).collect::<String>().trim().to_string()
+}
+
+/// What BCD carries from one iteration to the next.
+struct BcdState {
+    prompts: PromptSet,
+    ema: EmaCredit,
+    /// The last rollout and the prompts it was made with.
+    cached: Option<(PromptSet, Vec<DebateRun>)>,
+    /// The prompts whose rollouts the EMA has observed.
+    observed: Option<PromptSet>,
+}
+
+/// Feed the EMA every round's aggregation of `runs` with its critique.
+fn observe_failures(ema: &mut EmaCredit, runs: &[DebateRun], crit: &[RunCritique]) {
+    for (run, c) in runs.iter().zip(crit) {
+        for t in 0..run.rounds_run {
+            let (Some(state), Some(Some(eval))) = (run.states.get(t), c.agg.get(t)) else {
+                continue;
+            };
+            let f = InformativeFailure {
+                question: run.question.clone(),
+                round: t,
+                messages: run.utterances[t]
+                    .iter()
+                    .map(|u| (u.role.clone(), u.text.clone()))
+                    .collect(),
+                state: state.text.clone(),
+                q_agg: eval.q(),
+                explanation: eval.explanation.clone(),
+            };
+            ema.observe_failure(f, state.correct, run.any_agent_correct(t));
+        }
+    }
 }
 
 #[cfg(test)]

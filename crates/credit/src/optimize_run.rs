@@ -269,8 +269,11 @@ pub fn write_sweep(
         write_outputs(&d, x, c)
             .map_err(|e| std::io::Error::new(e.kind(), format!("writing {}: {e}", d.display())))?;
     }
-    std::fs::write(dir.join("sweep.md"), table)?;
-    std::fs::write(dir.join("sweep.json"), serde_json::to_string_pretty(json)?)
+    maslens_eval::atomic::write_atomic(&dir.join("sweep.md"), table.as_bytes())?;
+    maslens_eval::atomic::write_atomic(
+        &dir.join("sweep.json"),
+        serde_json::to_string_pretty(json)?.as_bytes(),
+    )
 }
 
 /// A dataset spec (`mmlu:PATH`, `aqua:PATH`, `jsonl:PATH` or a bare path) with a relative path
@@ -359,25 +362,34 @@ pub fn summary_json(x: &Experiment, out: Option<&Path>) -> Value {
 /// the held-out runs as maslens traces.
 pub fn write_outputs(dir: &Path, x: &Experiment, cfg: &DebateConfig) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("traces"))?;
-    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(x)?)?;
-    std::fs::write(dir.join("report.md"), crate::report::markdown(x))?;
-    std::fs::write(dir.join("report.html"), crate::report::html(x))?;
+    maslens_eval::atomic::write_atomic(
+        &dir.join("report.json"),
+        serde_json::to_string_pretty(x)?.as_bytes(),
+    )?;
+    maslens_eval::atomic::write_atomic(
+        &dir.join("report.md"),
+        crate::report::markdown(x).as_bytes(),
+    )?;
+    maslens_eval::atomic::write_atomic(
+        &dir.join("report.html"),
+        crate::report::html(x).as_bytes(),
+    )?;
     let prompts: Vec<Value> = (x.seeds.iter())
         .map(|s| {
             json!({"seed": s.seed, "initial": cfg.prompts(), "optimized": s.bcd.best,
             "black_box": s.blackbox.as_ref().map(|b| &b.best)})
         })
         .collect();
-    std::fs::write(
-        dir.join("prompts.json"),
-        serde_json::to_string_pretty(&prompts)?,
+    maslens_eval::atomic::write_atomic(
+        &dir.join("prompts.json"),
+        serde_json::to_string_pretty(&prompts)?.as_bytes(),
     )?;
     for s in &x.seeds {
         for (name, runs) in &s.test_runs {
             let path = dir
                 .join("traces")
                 .join(format!("{name}-seed{}.jsonl", s.seed));
-            let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+            let mut f = std::io::BufWriter::new(maslens_eval::atomic::AtomicFile::create(&path)?);
             let p = if name == "ours" {
                 s.bcd.best.clone()
             } else {
@@ -387,7 +399,7 @@ pub fn write_outputs(dir: &Path, x: &Experiment, cfg: &DebateConfig) -> std::io:
                 let tr = to_trace(r, cfg, &p, &format!("{}/{name}/seed{}", cfg.name, s.seed));
                 writeln!(f, "{}", serde_json::to_string(&tr)?)?;
             }
-            f.flush()?;
+            f.into_inner().map_err(|e| e.into_error())?.commit()?;
         }
     }
     Ok(())

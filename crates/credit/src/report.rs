@@ -244,40 +244,69 @@ fn label_dist(evals: &[FinalEval], name: &str) -> Vec<Vec<String>> {
 
 /// All tables of an experiment, in report order.
 pub fn tables(x: &Experiment) -> Vec<Table> {
-    let mut out = Vec::new();
-    // Table 1: accuracy.
-    out.push(Table {
+    let base: Vec<FinalEval> = x
+        .seeds
+        .iter()
+        .flat_map(|s| s.baseline_final.clone())
+        .collect();
+    let ours: Vec<FinalEval> = x.seeds.iter().flat_map(|s| s.ours_final.clone()).collect();
+    let mut out = vec![accuracy_table(x), shift_table(x)];
+    out.extend(final_answer_tables(&base, &ours, x.config.rounds));
+    out.extend(utterance_table(x));
+    for s in x.seeds.iter().take(1) {
+        for it in &s.bcd.iterations {
+            if let Some(c) = &it.credit {
+                let title = format!(
+                    "Credit, seed {}, iteration {} (optimization set)",
+                    s.seed, it.iteration
+                );
+                out.push(credit_table_view(c, &title));
+            }
+        }
+    }
+    out.push(bcd_table(x));
+    out
+}
+
+fn columns(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+/// Table 1: held-out accuracy per method.
+fn accuracy_table(x: &Experiment) -> Table {
+    let rows = x
+        .summary
+        .iter()
+        .map(|m| {
+            let per_seed: Vec<String> = m.accuracies.iter().map(|a| pct(*a)).collect();
+            vec![
+                m.method.clone(),
+                format!("{} ± {}", pct(m.mean), pct(m.std)),
+                per_seed.join(", "),
+                m.calls
+                    .map(|c| format!("{c:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    Table {
         title: format!(
             "Accuracy on the held-out set ({} questions, {} seed(s))",
             x.n_test,
             x.seeds.len()
         ),
-        header: vec![
-            "method".into(),
-            "accuracy % (mean ± std)".into(),
-            "per seed %".into(),
-            "optimizer LLM calls (mean)".into(),
-        ],
-        rows: x
-            .summary
-            .iter()
-            .map(|m| {
-                vec![
-                    m.method.clone(),
-                    format!("{} ± {}", pct(m.mean), pct(m.std)),
-                    m.accuracies
-                        .iter()
-                        .map(|a| pct(*a))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    m.calls
-                        .map(|c| format!("{c:.0}"))
-                        .unwrap_or_else(|| "-".into()),
-                ]
-            })
-            .collect(),
-    });
-    // Table 2: shifts.
+        header: columns(&[
+            "method",
+            "accuracy % (mean ± std)",
+            "per seed %",
+            "optimizer LLM calls (mean)",
+        ]),
+        rows,
+    }
+}
+
+/// Table 2: how test outcomes moved against the unoptimized baseline, all seeds.
+fn shift_table(x: &Experiment) -> Table {
     let mut ours = Shift::default();
     let mut bb: Option<Shift> = None;
     for s in &x.seeds {
@@ -291,77 +320,61 @@ pub fn tables(x: &Experiment) -> Vec<Table> {
         rows.push(shift_row("black-box", b));
     }
     rows.push(shift_row("ours", &ours));
-    out.push(Table {
+    Table {
         title: "Outcome shift against the unoptimized baseline (% of test predictions, all seeds)"
             .into(),
-        header: vec![
-            "method".into(),
-            "wrong→wrong".into(),
-            "right→wrong".into(),
-            "wrong→right".into(),
-            "right→right".into(),
-            "n".into(),
-        ],
+        header: columns(&[
+            "method",
+            "wrong→wrong",
+            "right→wrong",
+            "wrong→right",
+            "right→right",
+            "n",
+        ]),
         rows,
-    });
-    let base: Vec<FinalEval> = x
-        .seeds
-        .iter()
-        .flat_map(|s| s.baseline_final.clone())
-        .collect();
-    let ours_f: Vec<FinalEval> = x.seeds.iter().flat_map(|s| s.ours_final.clone()).collect();
-    out.push(Table {
-        title: "Overall statistics of the final answers (critic score 0-5)".into(),
-        header: vec![
-            "system".into(),
-            "predictions".into(),
-            "correct".into(),
-            "incorrect".into(),
-            "avg score".into(),
-        ],
-        rows: vec![overall(&base, "baseline"), overall(&ours_f, "ours")],
-    });
-    let rounds = x.config.rounds;
-    let mut rows = by_round(&base, "baseline", rounds);
-    rows.extend(by_round(&ours_f, "ours", rounds));
-    out.push(Table {
-        title: "Questions and average score by the round at which the debate ended".into(),
-        header: vec![
-            "system".into(),
-            "round".into(),
-            "count".into(),
-            "proportion".into(),
-            "accuracy %".into(),
-            "avg score".into(),
-        ],
-        rows,
-    });
-    let mut rows = label_dist(&base, "baseline");
-    rows.extend(label_dist(&ours_f, "ours"));
-    out.push(Table {
-        title: "Failure-pattern distribution of the final answers (NONE = correct)".into(),
-        header: vec![
-            "system".into(),
-            "failure pattern".into(),
-            "count".into(),
-            "share".into(),
-            "avg score".into(),
-        ],
-        rows,
-    });
-    // Table 6: round x label of final answers (ours), and utterance labels by round from Phase A.
-    let refs: Vec<&FinalEval> = ours_f.iter().chain(base.iter()).collect();
+    }
+}
+
+/// The final answers of the baseline and the optimized system: overall, by the round the
+/// debate ended, by failure pattern, and round x failure pattern for each.
+fn final_answer_tables(base: &[FinalEval], ours: &[FinalEval], rounds: usize) -> Vec<Table> {
+    let mut by_round_rows = by_round(base, "baseline", rounds);
+    by_round_rows.extend(by_round(ours, "ours", rounds));
+    let mut label_rows = label_dist(base, "baseline");
+    label_rows.extend(label_dist(ours, "ours"));
+    let mut out = vec![
+        Table {
+            title: "Overall statistics of the final answers (critic score 0-5)".into(),
+            header: columns(&["system", "predictions", "correct", "incorrect", "avg score"]),
+            rows: vec![overall(base, "baseline"), overall(ours, "ours")],
+        },
+        Table {
+            title: "Questions and average score by the round at which the debate ended".into(),
+            header: columns(&[
+                "system",
+                "round",
+                "count",
+                "proportion",
+                "accuracy %",
+                "avg score",
+            ]),
+            rows: by_round_rows,
+        },
+        Table {
+            title: "Failure-pattern distribution of the final answers (NONE = correct)".into(),
+            header: columns(&["system", "failure pattern", "count", "share", "avg score"]),
+            rows: label_rows,
+        },
+    ];
+    let refs: Vec<&FinalEval> = ours.iter().chain(base.iter()).collect();
     let labels = label_order(&refs);
-    for (name, evals) in [("baseline", &base), ("ours", &ours_f)] {
+    for (name, evals) in [("baseline", base), ("ours", ours)] {
         let rows = (1..=rounds)
             .map(|r| {
                 let mut row = vec![format!("round {r}")];
                 row.extend(labels.iter().map(|l| {
-                    evals
-                        .iter()
-                        .filter(|e| e.round == r && &e.label == l)
-                        .count()
-                        .to_string()
+                    let n = evals.iter().filter(|e| e.round == r && &e.label == l);
+                    n.count().to_string()
                 }));
                 row
             })
@@ -374,52 +387,54 @@ pub fn tables(x: &Experiment) -> Vec<Table> {
             rows,
         });
     }
-    if let Some(it) = x.seeds.first().and_then(|s| s.bcd.iterations.first()) {
-        if !it.utterance_labels.is_empty() {
-            let mut ul = labels_none_first();
-            for m in &it.utterance_labels {
-                for k in m.keys() {
-                    if !ul.contains(k) {
-                        ul.push(k.clone());
-                    }
-                }
-            }
-            let rows = it
-                .utterance_labels
-                .iter()
-                .enumerate()
-                .map(|(t, m)| {
-                    let mut row = vec![format!("round {}", t + 1)];
-                    row.extend(
-                        ul.iter()
-                            .map(|l| m.get(l).copied().unwrap_or(0).to_string()),
-                    );
-                    row
-                })
-                .collect();
-            let mut header = vec!["round".to_string()];
-            header.extend(ul);
-            out.push(Table {
-                title: format!("Role utterances by round and failure pattern (AgentTurnEval, optimization set, seed {}, iteration 1)", x.seeds[0].seed),
-                header,
-                rows,
-            });
-        }
+    out
+}
+
+/// Role utterances by round and failure pattern (AgentTurnEval) of the first seed's first
+/// iteration, when it recorded any.
+fn utterance_table(x: &Experiment) -> Option<Table> {
+    let seed = x.seeds.first()?;
+    let it = seed.bcd.iterations.first()?;
+    if it.utterance_labels.is_empty() {
+        return None;
     }
-    for s in x.seeds.iter().take(1) {
-        for it in &s.bcd.iterations {
-            if let Some(c) = &it.credit {
-                out.push(credit_table_view(
-                    c,
-                    &format!(
-                        "Credit, seed {}, iteration {} (optimization set)",
-                        s.seed, it.iteration
-                    ),
-                ));
+    let mut labels = labels_none_first();
+    for m in &it.utterance_labels {
+        for k in m.keys() {
+            if !labels.contains(k) {
+                labels.push(k.clone());
             }
         }
     }
-    // BCD iterations.
+    let rows = it
+        .utterance_labels
+        .iter()
+        .enumerate()
+        .map(|(t, m)| {
+            let mut row = vec![format!("round {}", t + 1)];
+            row.extend(
+                labels
+                    .iter()
+                    .map(|l| m.get(l).copied().unwrap_or(0).to_string()),
+            );
+            row
+        })
+        .collect();
+    let mut header = vec!["round".to_string()];
+    header.extend(labels);
+    Some(Table {
+        title: format!(
+            "Role utterances by round and failure pattern (AgentTurnEval, optimization set, seed {}, iteration 1)",
+            seed.seed
+        ),
+        header,
+        rows,
+    })
+}
+
+/// One row per verbalized BCD iteration of every seed, then the seed's stop row.
+fn bcd_table(x: &Experiment) -> Table {
+    let joined = |items: Vec<String>, sep: &str| items.join(sep);
     let mut rows = Vec::new();
     for s in &x.seeds {
         for it in &s.bcd.iterations {
@@ -429,30 +444,25 @@ pub fn tables(x: &Experiment) -> Vec<Table> {
                 pct(it.opt_accuracy),
                 format!("{}→{}", it.calls_before, it.calls_after),
                 it.selected_roles.join(", "),
-                it.selected_rounds
-                    .iter()
-                    .map(|t| (t + 1).to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                it.ema_alpha
-                    .iter()
-                    .map(|a| format!("{a:.2}"))
-                    .collect::<Vec<_>>()
-                    .join(" / "),
-                it.rewrites
-                    .iter()
-                    .map(|r| r.target.clone())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                joined(
+                    it.selected_rounds
+                        .iter()
+                        .map(|t| (t + 1).to_string())
+                        .collect(),
+                    ", ",
+                ),
+                joined(
+                    it.ema_alpha.iter().map(|a| format!("{a:.2}")).collect(),
+                    " / ",
+                ),
+                joined(it.rewrites.iter().map(|r| r.target.clone()).collect(), ", "),
             ]);
         }
+        let best = s.bcd.best_opt_accuracy.map(pct);
         rows.push(vec![
             s.seed.to_string(),
             "stop".into(),
-            s.bcd
-                .best_opt_accuracy
-                .map(pct)
-                .unwrap_or_else(|| "-".into()),
+            best.unwrap_or_else(|| "-".into()),
             s.bcd.calls.to_string(),
             String::new(),
             String::new(),
@@ -460,21 +470,20 @@ pub fn tables(x: &Experiment) -> Vec<Table> {
             s.bcd.stop_reason.clone(),
         ]);
     }
-    out.push(Table {
+    Table {
         title: "Verbalized BCD iterations".into(),
-        header: vec![
-            "seed".into(),
-            "iteration".into(),
-            "opt accuracy %".into(),
-            "calls".into(),
-            "Phase A roles".into(),
-            "Phase B rounds".into(),
-            "EMA α_t".into(),
-            "rewrites".into(),
-        ],
+        header: columns(&[
+            "seed",
+            "iteration",
+            "opt accuracy %",
+            "calls",
+            "Phase A roles",
+            "Phase B rounds",
+            "EMA α_t",
+            "rewrites",
+        ]),
         rows,
-    });
-    out
+    }
 }
 
 /// Prompts before and after optimization (first seed).

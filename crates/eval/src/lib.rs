@@ -1,5 +1,6 @@
 //! maslens-eval: metrics, statistics and report writers shared by all methods.
 
+pub mod atomic;
 pub mod baselines;
 pub mod html;
 pub mod markdown;

@@ -394,18 +394,7 @@ pub fn write_run(run: &EvalRun, dir: &std::path::Path) -> std::io::Result<()> {
     write_atomic(&dir.join("verdicts.jsonl"), lines.as_bytes())
 }
 
-/// Write `bytes` to `path` through a temporary file in the same directory and a rename.
-pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
+pub use crate::atomic::write_atomic;
 
 #[cfg(test)]
 mod tests {

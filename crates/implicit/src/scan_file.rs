@@ -13,7 +13,6 @@ use crate::scan::TraceScan;
 use crate::weights::Weights;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::Path;
 
 /// The scan-file shape this maslens writes (and the newest it reads). Version 3 adds each
@@ -135,14 +134,7 @@ impl ScanFile {
             file: path.display().to_string(),
             message: e.to_string(),
         };
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
-        tmp.write_all(self.to_json().as_bytes()).map_err(err)?;
-        tmp.as_file().sync_all().map_err(err)?;
-        tmp.persist(path).map_err(|e| err(e.error))?;
+        maslens_eval::atomic::write_atomic(path, self.to_json().as_bytes()).map_err(err)?;
         Ok(())
     }
 }

@@ -113,199 +113,201 @@ fn novel_numbers(trace: &Trace, pos: usize) -> Vec<String> {
     out
 }
 
+/// Word-count features and the sentence that quotes the step's matching words.
+const TERM_SENTENCES: &[(&str, &[&str], &str)] = &[
+    ("error_words", ERROR_TERMS, "it reports a failure"),
+    ("assume_words", ASSUME_TERMS, "it assumes or makes up data"),
+    ("hedge_words", HEDGE_TERMS, "it is unsure"),
+    (
+        "success_claims",
+        SUCCESS_TERMS,
+        "it claims success without the run succeeding",
+    ),
+    ("final_words", FINAL_TERMS, "it gives the run's answer"),
+    ("plan_change", PLAN_CHANGE_TERMS, "it changes the plan"),
+];
+
 /// A sentence for feature `name` at position `pos`, quoting the trace where it can.
 fn describe(trace: &Trace, pos: usize, name: &str) -> String {
-    let step = &trace.steps[pos];
-    let next = trace.steps.get(pos + 1);
-    let text = step.content.as_str();
-    let generic = || format!("feature `{name}` is high here");
+    describe_evidence(trace, pos, name).unwrap_or_else(|| format!("feature `{name}` is high here"))
+}
+
+/// The sentence for `name` at `pos`, or `None` when the trace offers nothing to say beyond
+/// the feature's name.
+fn describe_evidence(trace: &Trace, pos: usize, name: &str) -> Option<String> {
+    let text = trace.steps[pos].content.as_str();
+    if let Some((_, terms, lead)) = TERM_SENTENCES.iter().find(|(n, ..)| *n == name) {
+        return quote_term(text, terms).map(|q| format!("{lead}: {q}"));
+    }
     match name {
-        "origin_final_numbers" => {
-            let finals = final_steps(trace);
-            let is_final = finals.contains(&pos);
-            let later: HashSet<String> = finals
-                .into_iter()
-                .filter(|&i| i != pos)
-                .flat_map(|i| number_strings(&trace.steps[i].content))
-                .collect();
-            let novel = novel_numbers(trace, pos);
-            let used: Vec<String> = novel
-                .iter()
-                .filter(|n| later.contains(*n))
-                .cloned()
-                .collect();
-            match (used.is_empty(), is_final && !novel.is_empty()) {
-                (false, _) => format!(
-                    "introduces {}, which the run's last steps use; neither the task nor an \
-                     earlier step gives {}",
-                    list(&used, 4),
-                    if used.len() == 1 { "it" } else { "them" }
-                ),
-                (true, true) => format!(
-                    "it is one of the run's last steps and states numbers no earlier step gives: {}",
-                    list(&novel, 4)
-                ),
-                (true, false) => generic(),
-            }
-        }
+        "origin_final_numbers" => origin_final_numbers(trace, pos),
         "novel_numbers" => {
             let nums = novel_numbers(trace, pos);
-            if nums.is_empty() {
-                generic()
-            } else {
+            (!nums.is_empty()).then(|| {
                 format!(
                     "writes numbers that neither the task nor an earlier step gives: {}",
                     list(&nums, 4)
                 )
-            }
+            })
         }
-        "origin_final_words" => {
-            let task: HashSet<u64> = content_word_hashes(&trace.task, 4).into_iter().collect();
-            let mut earlier: HashSet<u64> = task.clone();
-            for s in &trace.steps[..pos] {
-                earlier.extend(content_word_hashes(&s.content, 4));
-            }
-            let finals = final_steps(trace);
-            let is_final = finals.contains(&pos);
-            let finals: HashSet<u64> = finals
-                .into_iter()
-                .filter(|&i| i != pos || is_final)
-                .flat_map(|i| content_word_hashes(&trace.steps[i].content, 4))
-                .collect();
-            let mut words: Vec<String> = Vec::new();
-            for w in text.split(|c: char| !c.is_alphanumeric()) {
-                let h = content_word_hashes(w, 4);
-                if h.len() == 1
-                    && w.chars().count() >= 5
-                    && !COMMON_WORDS
-                        .split_whitespace()
-                        .any(|c| c.eq_ignore_ascii_case(w))
-                    && finals.contains(&h[0])
-                    && !earlier.contains(&h[0])
-                    && !words.iter().any(|x| x.eq_ignore_ascii_case(w))
-                {
-                    words.push(w.to_string());
-                }
-            }
-            if words.is_empty() {
-                generic()
-            } else {
-                format!(
-                    "brings in what the run ends on: {} (in neither the task nor an earlier step)",
-                    list(
-                        &words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>(),
-                        4
-                    )
-                )
-            }
+        "origin_final_words" => origin_final_words(trace, pos),
+        "next_tool_error" | "next_step_error" | "prev_tool_error" | "cause_of_first_error" => {
+            neighbouring_failure(trace, pos, name)
         }
-        "next_tool_error" | "next_step_error" => match next {
-            Some(n) => format!(
-                "the next step ({}, step {}) reports a failure: {}",
-                n.agent,
-                n.index,
-                quote_term(&n.content, ERROR_TERMS).unwrap_or_else(|| quote_start(&n.content))
-            ),
-            None => generic(),
-        },
-        "prev_tool_error" => match pos.checked_sub(1).map(|p| &trace.steps[p]) {
-            Some(p) => format!(
+        _ => describe_fact(trace, pos, name),
+    }
+}
+
+/// `origin_final_numbers`: the numbers the step brings in that the run's last steps use.
+fn origin_final_numbers(trace: &Trace, pos: usize) -> Option<String> {
+    let finals = final_steps(trace);
+    let is_final = finals.contains(&pos);
+    let later: HashSet<String> = finals
+        .into_iter()
+        .filter(|&i| i != pos)
+        .flat_map(|i| number_strings(&trace.steps[i].content))
+        .collect();
+    let novel = novel_numbers(trace, pos);
+    let used: Vec<String> = novel
+        .iter()
+        .filter(|n| later.contains(*n))
+        .cloned()
+        .collect();
+    match (used.is_empty(), is_final && !novel.is_empty()) {
+        (false, _) => Some(format!(
+            "introduces {}, which the run's last steps use; neither the task nor an \
+             earlier step gives {}",
+            list(&used, 4),
+            if used.len() == 1 { "it" } else { "them" }
+        )),
+        (true, true) => Some(format!(
+            "it is one of the run's last steps and states numbers no earlier step gives: {}",
+            list(&novel, 4)
+        )),
+        (true, false) => None,
+    }
+}
+
+/// `origin_final_words`: the words the step brings in that the run ends on.
+fn origin_final_words(trace: &Trace, pos: usize) -> Option<String> {
+    let mut earlier: HashSet<u64> = content_word_hashes(&trace.task, 4).into_iter().collect();
+    for s in &trace.steps[..pos] {
+        earlier.extend(content_word_hashes(&s.content, 4));
+    }
+    let finals = final_steps(trace);
+    let is_final = finals.contains(&pos);
+    let finals: HashSet<u64> = finals
+        .into_iter()
+        .filter(|&i| i != pos || is_final)
+        .flat_map(|i| content_word_hashes(&trace.steps[i].content, 4))
+        .collect();
+    let mut words: Vec<String> = Vec::new();
+    for w in trace.steps[pos]
+        .content
+        .split(|c: char| !c.is_alphanumeric())
+    {
+        let h = content_word_hashes(w, 4);
+        if h.len() == 1
+            && w.chars().count() >= 5
+            && !COMMON_WORDS
+                .split_whitespace()
+                .any(|c| c.eq_ignore_ascii_case(w))
+            && finals.contains(&h[0])
+            && !earlier.contains(&h[0])
+            && !words.iter().any(|x| x.eq_ignore_ascii_case(w))
+        {
+            words.push(w.to_string());
+        }
+    }
+    let quoted: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
+    (!words.is_empty()).then(|| {
+        format!(
+            "brings in what the run ends on: {} (in neither the task nor an earlier step)",
+            list(&quoted, 4)
+        )
+    })
+}
+
+/// The failure features that look at a neighbouring step: the next step's or the previous
+/// step's failure, and the first failing tool output after the step.
+fn neighbouring_failure(trace: &Trace, pos: usize, name: &str) -> Option<String> {
+    let failure =
+        |content: &str| quote_term(content, ERROR_TERMS).unwrap_or_else(|| quote_start(content));
+    match name {
+        "prev_tool_error" => pos.checked_sub(1).map(|p| &trace.steps[p]).map(|p| {
+            format!(
                 "it answers a failure reported just before (step {}): {}",
                 p.index,
-                quote_term(&p.content, ERROR_TERMS).unwrap_or_else(|| quote_start(&p.content))
-            ),
-            None => generic(),
-        },
+                failure(&p.content)
+            )
+        }),
         "cause_of_first_error" => {
             let failing = trace.steps[pos + 1..].iter().find(|s| {
                 !trace.is_acting(&s.agent) && quote_term(&s.content, ERROR_TERMS).is_some()
             });
-            match failing {
+            Some(match failing {
                 Some(f) => format!(
                     "its action is the last one before the first failing tool output (step {}: {})",
                     f.index,
                     quote_term(&f.content, ERROR_TERMS).unwrap_or_default()
                 ),
                 None => "its action is the last one before the first failing tool output".into(),
-            }
+            })
         }
-        "error_words" => match quote_term(text, ERROR_TERMS) {
-            Some(q) => format!("it reports a failure: {q}"),
-            None => generic(),
-        },
-        "assume_words" => match quote_term(text, ASSUME_TERMS) {
-            Some(q) => format!("it assumes or makes up data: {q}"),
-            None => generic(),
-        },
-        "hedge_words" => match quote_term(text, HEDGE_TERMS) {
-            Some(q) => format!("it is unsure: {q}"),
-            None => generic(),
-        },
-        "success_claims" => match quote_term(text, SUCCESS_TERMS) {
-            Some(q) => format!("it claims success without the run succeeding: {q}"),
-            None => generic(),
-        },
-        "final_words" => match quote_term(text, FINAL_TERMS) {
-            Some(q) => format!("it gives the run's answer: {q}"),
-            None => generic(),
-        },
-        "plan_change" => match quote_term(text, PLAN_CHANGE_TERMS) {
-            Some(q) => format!("it changes the plan: {q}"),
-            None => generic(),
-        },
+        _ => trace.steps.get(pos + 1).map(|n| {
+            format!(
+                "the next step ({}, step {}) reports a failure: {}",
+                n.agent,
+                n.index,
+                failure(&n.content)
+            )
+        }),
+    }
+}
+
+/// Position, kind and role facts, and the features that need no quote.
+fn describe_fact(trace: &Trace, pos: usize, name: &str) -> Option<String> {
+    let step = &trace.steps[pos];
+    let (agent, text) = (&step.agent, step.content.as_str());
+    Some(match name {
         "code_block" => format!(
             "it writes code the run executes: {}",
             quote_term(text, &["```"]).unwrap_or_default()
         ),
         "first_step_code" => "the run's first step already writes code".into(),
         "first_nonterminal" | "nt_ord_log" => format!(
-            "it is the first step of an acting agent ({}), the plan the later steps build on: {}",
-            step.agent,
+            "it is the first step of an acting agent ({agent}), the plan the later steps build on: {}",
             quote_start(text)
         ),
-        "nt_ord_2" => format!(
-            "it is the second step of an acting agent: {}",
-            quote_start(text)
-        ),
-        "nt_ord_3" => format!(
-            "it is the third step of an acting agent: {}",
-            quote_start(text)
-        ),
+        "nt_ord_2" => format!("it is the second step of an acting agent: {}", quote_start(text)),
+        "nt_ord_3" => format!("it is the third step of an acting agent: {}", quote_start(text)),
         "last_nonterminal" | "pos_last" | "agent_is_last_actor" => format!(
             "it is the last step of an acting agent, where the run's answer is given: {}",
             quote_start(text)
         ),
-        "pos_first" | "agent_is_first_actor" => {
-            format!("it opens the run: {}", quote_start(text))
-        }
+        "pos_first" | "agent_is_first_actor" => format!("it opens the run: {}", quote_start(text)),
         "agent_first_turn" | "agent_first_turn_x_len" => {
-            format!("it is {}'s first turn: {}", step.agent, quote_start(text))
+            format!("it is {agent}'s first turn: {}", quote_start(text))
         }
-        "agent_turn_2" => format!("it is {}'s second turn", step.agent),
-        "agent_turn_3" => format!("it is {}'s third turn", step.agent),
+        "agent_turn_2" => format!("it is {agent}'s second turn"),
+        "agent_turn_3" => format!("it is {agent}'s third turn"),
         "after_human" => "it is the first answer to the user's request".into(),
-        "kind_worker" => format!("{} is a worker agent (it acts, not a tool)", step.agent),
+        "kind_worker" => format!("{agent} is a worker agent (it acts, not a tool)"),
         "kind_orchestrator" | "orchestrator_x_len" => {
-            format!(
-                "{} is the orchestrator, whose instructions the others follow",
-                step.agent
-            )
+            format!("{agent} is the orchestrator, whose instructions the others follow")
         }
-        "role_retriever" => format!(
-            "{} retrieves information (search, browse, files)",
-            step.agent
-        ),
-        "role_coder" => format!("{} writes and runs code", step.agent),
-        "role_planner" => format!("{} plans and directs the others", step.agent),
-        "role_verifier" => format!("{} checks the others' work", step.agent),
+        "role_retriever" => format!("{agent} retrieves information (search, browse, files)"),
+        "role_coder" => format!("{agent} writes and runs code"),
+        "role_planner" => format!("{agent} plans and directs the others"),
+        "role_verifier" => format!("{agent} checks the others' work"),
         "url" => "it relies on a web page it names".into(),
         "delegation" => "it hands work to another agent".into(),
         "len_rel" | "log_chars" => "it is one of the run's longest steps".into(),
         "task_overlap" => "it restates much of the task".into(),
         "novel_words" => "most of its words are new to the run".into(),
         "repeat_frac" => "it repeats earlier steps".into(),
-        _ => generic(),
-    }
+        _ => return None,
+    })
 }
 
 /// `Step N (AGENT): A; B; C.`, a quote already shown not repeated (position facts often quote

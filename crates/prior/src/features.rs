@@ -239,319 +239,390 @@ fn ln1p(x: f64) -> f64 {
 /// Feature rows for every step of `trace`, in step order. Runs in time linear in the
 /// trace's text (no pairwise step comparisons), so traces of thousands of steps are cheap.
 pub fn extract(trace: &Trace) -> Vec<StepFeatures> {
-    let n = trace.steps.len();
-    if n == 0 {
+    if trace.steps.is_empty() {
         return Vec::new();
     }
-
-    // Agent-level facts.
-    let kinds: Vec<AgentKind> = trace
-        .steps
-        .iter()
-        .map(|s| trace.agent_kind(&s.agent))
-        .collect();
-    let mut turns: HashMap<&str, (usize, usize, usize)> = HashMap::new(); // first, last, count
-    for (i, s) in trace.steps.iter().enumerate() {
-        let e = turns.entry(s.agent.as_str()).or_insert((i, i, 0));
-        e.1 = i;
-        e.2 += 1;
-    }
-    let mut role_cache: HashMap<&str, [bool; 4]> = HashMap::new();
-    for s in &trace.steps {
-        role_cache.entry(s.agent.as_str()).or_insert_with(|| {
-            let mut text = s.agent.to_lowercase();
-            if let Some(a) = trace.agent(&s.agent) {
-                if let Some(r) = &a.role {
-                    text.push(' ');
-                    text.push_str(&r.to_lowercase());
-                }
-                if let Some(p) = &a.system_prompt {
-                    text.push(' ');
-                    text.extend(p.chars().take(200).flat_map(char::to_lowercase));
-                }
-            }
-            [
-                has_role_word(&text, ROLE_VERIFIER),
-                has_role_word(&text, ROLE_PLANNER),
-                has_role_word(&text, ROLE_CODER),
-                has_role_word(&text, ROLE_RETRIEVER),
-            ]
-        });
-    }
-    // Acting (non-terminal) steps: the one rule of maslens-trace (`Trace::is_acting`).
-    let acting: Vec<bool> = trace
-        .steps
-        .iter()
-        .map(|s| trace.is_acting(&s.agent))
-        .collect();
-    let first_nt = acting.iter().position(|a| *a);
-    let last_nt = acting.iter().rposition(|a| *a);
-
-    // Per-step text facts.
-    let lowers: Vec<String> = trace
-        .steps
-        .iter()
-        .map(|s| s.content.to_lowercase())
-        .collect();
-    let counts: Vec<Vec<usize>> = lowers.iter().map(|l| vocab().count(l)).collect();
-    let errors: Vec<usize> = counts.iter().map(|c| c[V_ERROR]).collect();
-    let chars: Vec<f64> = trace
-        .steps
-        .iter()
-        .map(|s| s.content.chars().count() as f64)
-        .collect();
-    let mean_chars = (chars.iter().sum::<f64>() / n as f64).max(1.0);
-
-    // Order of each step among the non-terminal steps (1-based; 0 for terminal steps).
-    let mut nt_ord = vec![0usize; n];
-    let mut k = 0;
-    for (i, is_acting) in acting.iter().enumerate() {
-        if *is_acting {
-            k += 1;
-            nt_ord[i] = k;
-        }
-    }
-    let len_factor = ln1p(n as f64);
-    let tool_error = |i: usize| kinds[i] == AgentKind::Tool && errors[i] > 0;
-    // The last non-terminal step before the first failing tool output: the step whose code or
-    // call failed first.
-    let cause_of_first_error = (0..n)
-        .find(|i| tool_error(*i))
-        .and_then(|e| (0..e).rev().find(|i| acting[*i]));
-
-    let task_words: HashSet64 = content_word_hashes(&trace.task, 4).into_iter().collect();
-    let mut seen_numbers: HashSet64 = number_hashes(&trace.task).into_iter().collect();
-    // What the run ended on: numbers and content words of its last two substantive
-    // non-terminal steps that the task does not contain. A failed run ends on a wrong answer,
-    // so the step that first brought those in is a candidate origin of the failure.
-    let final_steps: Vec<usize> = (0..n)
-        .rev()
-        .filter(|i| acting[*i] && trace.steps[*i].content.trim().chars().count() >= 20)
-        .take(2)
-        .collect();
-    let final_numbers: HashSet64 = final_steps
-        .iter()
-        .flat_map(|i| number_hashes(&trace.steps[*i].content))
-        .filter(|h| !seen_numbers.contains(h))
-        .collect();
-    let final_words: HashSet64 = final_steps
-        .iter()
-        .flat_map(|i| content_word_hashes(&trace.steps[*i].content, 4))
-        .filter(|h| !task_words.contains(h))
-        .collect();
-    let mut seen_trigrams = HashSet64::default();
-    let mut seen_words: HashSet64 = task_words.clone();
-
-    let mut agent_turns_so_far: HashMap<&str, usize> = HashMap::new();
-    let mut errors_before = 0usize;
-    let mut rows = Vec::with_capacity(n);
-    for (i, step) in trace.steps.iter().enumerate() {
+    let facts = TraceFacts::of(trace);
+    let mut seen = Seen::of_task(trace, &facts);
+    let mut rows = Vec::with_capacity(facts.n);
+    for i in 0..facts.n {
         let mut f = [0.0; N_FEATURES];
-        macro_rules! set {
-            ($id:ident, $v:expr $(,)?) => {
-                f[F::$id as usize] = $v
-            };
-        }
-        let kind = kinds[i];
-        let (first, last, count) = turns.get(step.agent.as_str()).copied().unwrap_or((i, i, 1));
-        let so_far = agent_turns_so_far.entry(step.agent.as_str()).or_insert(0);
+        facts.position_features(&mut f, &mut seen, i);
+        facts.kind_features(&mut f, i);
+        facts.content_features(&mut f, i);
+        let brought = facts.novelty_features(&mut f, &seen, i);
+        facts.order_features(&mut f, &mut seen, i);
+        seen.take(brought);
+        rows.push(f);
+    }
+    rows
+}
 
-        // position
+/// `f[F::Id] = value`.
+macro_rules! set {
+    ($f:ident, $id:ident, $v:expr $(,)?) => {
+        $f[F::$id as usize] = $v
+    };
+}
+
+/// 1.0 or 0.0.
+fn flag(b: bool) -> f64 {
+    f64::from(u8::from(b))
+}
+
+/// What the whole trace says that every step's row reads: agent-level facts, per-step text
+/// facts and what the run ended on. Computed once per trace.
+struct TraceFacts<'t> {
+    trace: &'t Trace,
+    n: usize,
+    kinds: Vec<AgentKind>,
+    /// Per agent: first step, last step, number of steps.
+    turns: HashMap<&'t str, (usize, usize, usize)>,
+    /// Per agent: verifier, planner, coder, retriever role words.
+    roles: HashMap<&'t str, [bool; 4]>,
+    /// Acting (non-terminal) steps: the one rule of maslens-trace (`Trace::is_acting`).
+    acting: Vec<bool>,
+    first_nt: Option<usize>,
+    last_nt: Option<usize>,
+    lowers: Vec<String>,
+    counts: Vec<Vec<usize>>,
+    errors: Vec<usize>,
+    chars: Vec<f64>,
+    mean_chars: f64,
+    /// Order of each step among the non-terminal steps (1-based; 0 for terminal steps).
+    nt_ord: Vec<usize>,
+    len_factor: f64,
+    /// The last non-terminal step before the first failing tool output: the step whose code
+    /// or call failed first.
+    cause_of_first_error: Option<usize>,
+    task_words: HashSet64,
+    /// Numbers and content words of the run's last two substantive non-terminal steps that
+    /// the task does not contain. A failed run ends on a wrong answer, so the step that first
+    /// brought those in is a candidate origin of the failure.
+    final_numbers: HashSet64,
+    final_words: HashSet64,
+}
+
+/// What the task and the earlier steps brought in, updated after each step.
+struct Seen<'t> {
+    numbers: HashSet64,
+    trigrams: HashSet64,
+    words: HashSet64,
+    agent_turns: HashMap<&'t str, usize>,
+    errors_before: usize,
+}
+
+/// What one step brings in: its numbers, word trigrams and content words.
+struct Brought {
+    numbers: HashSet64,
+    trigrams: Vec<u64>,
+    words: Vec<u64>,
+}
+
+fn agent_roles(trace: &Trace, agent: &str) -> [bool; 4] {
+    let mut text = agent.to_lowercase();
+    if let Some(a) = trace.agent(agent) {
+        if let Some(r) = &a.role {
+            text.push(' ');
+            text.push_str(&r.to_lowercase());
+        }
+        if let Some(p) = &a.system_prompt {
+            text.push(' ');
+            text.extend(p.chars().take(200).flat_map(char::to_lowercase));
+        }
+    }
+    [
+        has_role_word(&text, ROLE_VERIFIER),
+        has_role_word(&text, ROLE_PLANNER),
+        has_role_word(&text, ROLE_CODER),
+        has_role_word(&text, ROLE_RETRIEVER),
+    ]
+}
+
+impl<'t> TraceFacts<'t> {
+    fn of(trace: &'t Trace) -> TraceFacts<'t> {
+        let n = trace.steps.len();
+        let steps = &trace.steps;
+        let kinds: Vec<AgentKind> = steps.iter().map(|s| trace.agent_kind(&s.agent)).collect();
+        let mut turns: HashMap<&str, (usize, usize, usize)> = HashMap::new();
+        let mut roles: HashMap<&str, [bool; 4]> = HashMap::new();
+        for (i, s) in steps.iter().enumerate() {
+            let e = turns.entry(s.agent.as_str()).or_insert((i, i, 0));
+            e.1 = i;
+            e.2 += 1;
+            roles
+                .entry(s.agent.as_str())
+                .or_insert_with(|| agent_roles(trace, &s.agent));
+        }
+        let acting: Vec<bool> = steps.iter().map(|s| trace.is_acting(&s.agent)).collect();
+        let lowers: Vec<String> = steps.iter().map(|s| s.content.to_lowercase()).collect();
+        let counts: Vec<Vec<usize>> = lowers.iter().map(|l| vocab().count(l)).collect();
+        let errors: Vec<usize> = counts.iter().map(|c| c[V_ERROR]).collect();
+        let chars: Vec<f64> = steps
+            .iter()
+            .map(|s| s.content.chars().count() as f64)
+            .collect();
+        let mean_chars = (chars.iter().sum::<f64>() / n as f64).max(1.0);
+        let mut nt_ord = vec![0usize; n];
+        let mut k = 0;
+        for (i, is_acting) in acting.iter().enumerate() {
+            if *is_acting {
+                k += 1;
+                nt_ord[i] = k;
+            }
+        }
+        let cause_of_first_error = (0..n)
+            .find(|i| kinds[*i] == AgentKind::Tool && errors[*i] > 0)
+            .and_then(|e| (0..e).rev().find(|i| acting[*i]));
+        let task_words: HashSet64 = content_word_hashes(&trace.task, 4).into_iter().collect();
+        let task_numbers: HashSet64 = number_hashes(&trace.task).into_iter().collect();
+        let final_steps: Vec<usize> = (0..n)
+            .rev()
+            .filter(|i| acting[*i] && steps[*i].content.trim().chars().count() >= 20)
+            .take(2)
+            .collect();
+        let final_numbers: HashSet64 = final_steps
+            .iter()
+            .flat_map(|i| number_hashes(&steps[*i].content))
+            .filter(|h| !task_numbers.contains(h))
+            .collect();
+        let final_words: HashSet64 = final_steps
+            .iter()
+            .flat_map(|i| content_word_hashes(&steps[*i].content, 4))
+            .filter(|h| !task_words.contains(h))
+            .collect();
+        TraceFacts {
+            trace,
+            n,
+            first_nt: acting.iter().position(|a| *a),
+            last_nt: acting.iter().rposition(|a| *a),
+            kinds,
+            turns,
+            roles,
+            acting,
+            lowers,
+            counts,
+            errors,
+            chars,
+            mean_chars,
+            nt_ord,
+            len_factor: ln1p(n as f64),
+            cause_of_first_error,
+            task_words,
+            final_numbers,
+            final_words,
+        }
+    }
+
+    fn tool_error(&self, i: usize) -> bool {
+        self.kinds[i] == AgentKind::Tool && self.errors[i] > 0
+    }
+
+    /// Where the step stands in the trace and in its agent's turns.
+    fn position_features(&self, f: &mut StepFeatures, seen: &mut Seen<'t>, i: usize) {
+        let (n, trace) = (self.n, self.trace);
+        let agent = trace.steps[i].agent.as_str();
+        let (first, last, count) = self.turns.get(agent).copied().unwrap_or((i, i, 1));
+        let so_far = seen.agent_turns.entry(agent).or_insert(0);
         set!(
+            f,
             PosRel,
             if n > 1 {
                 i as f64 / (n - 1) as f64
             } else {
                 0.0
-            },
+            }
         );
-        set!(PosFirst, f64::from(u8::from(i == 0)));
-        set!(PosLast, f64::from(u8::from(i + 1 == n)));
-        set!(LogIndex, ln1p(i as f64));
-        set!(AgentFirstTurn, f64::from(u8::from(first == i)));
-        set!(AgentLastTurn, f64::from(u8::from(last == i)));
-        set!(AgentTurnLog, ln1p(*so_far as f64));
-        set!(AgentTurn2, f64::from(u8::from(*so_far == 1)));
-        set!(AgentTurn3, f64::from(u8::from(*so_far == 2)));
-        set!(AgentShare, count as f64 / n as f64);
-        set!(FirstNonterminal, f64::from(u8::from(first_nt == Some(i))));
-        set!(LastNonterminal, f64::from(u8::from(last_nt == Some(i))));
-        set!(
-            AfterHuman,
-            f64::from(u8::from(
-                i > 0 && kinds[i - 1] == AgentKind::Human && acting[i],
-            )),
-        );
+        set!(f, PosFirst, flag(i == 0));
+        set!(f, PosLast, flag(i + 1 == n));
+        set!(f, LogIndex, ln1p(i as f64));
+        set!(f, AgentFirstTurn, flag(first == i));
+        set!(f, AgentLastTurn, flag(last == i));
+        set!(f, AgentTurnLog, ln1p(*so_far as f64));
+        set!(f, AgentTurn2, flag(*so_far == 1));
+        set!(f, AgentTurn3, flag(*so_far == 2));
+        set!(f, AgentShare, count as f64 / n as f64);
+        set!(f, FirstNonterminal, flag(self.first_nt == Some(i)));
+        set!(f, LastNonterminal, flag(self.last_nt == Some(i)));
+        let after_human = i > 0 && self.kinds[i - 1] == AgentKind::Human && self.acting[i];
+        set!(f, AfterHuman, flag(after_human));
         let agent_of = |pos: Option<usize>| pos.map(|p| trace.steps[p].agent.as_str());
         set!(
+            f,
             AgentIsFirstActor,
-            f64::from(u8::from(agent_of(first_nt) == Some(step.agent.as_str())))
+            flag(agent_of(self.first_nt) == Some(agent))
         );
         set!(
+            f,
             AgentIsLastActor,
-            f64::from(u8::from(agent_of(last_nt) == Some(step.agent.as_str())))
+            flag(agent_of(self.last_nt) == Some(agent))
         );
         *so_far += 1;
+    }
 
-        // kind and role words
-        set!(KindWorker, f64::from(u8::from(kind == AgentKind::Worker)));
-        set!(
-            KindOrchestrator,
-            f64::from(u8::from(kind == AgentKind::Orchestrator)),
-        );
-        set!(KindTool, f64::from(u8::from(kind == AgentKind::Tool)));
-        set!(KindHuman, f64::from(u8::from(kind == AgentKind::Human)));
-        let roles = role_cache
-            .get(step.agent.as_str())
-            .copied()
-            .unwrap_or_default();
-        set!(RoleVerifier, f64::from(u8::from(roles[0])));
-        set!(RolePlanner, f64::from(u8::from(roles[1])));
-        set!(RoleCoder, f64::from(u8::from(roles[2])));
-        set!(RoleRetriever, f64::from(u8::from(roles[3])));
+    /// The acting agent's kind and role words.
+    fn kind_features(&self, f: &mut StepFeatures, i: usize) {
+        let kind = self.kinds[i];
+        set!(f, KindWorker, flag(kind == AgentKind::Worker));
+        set!(f, KindOrchestrator, flag(kind == AgentKind::Orchestrator));
+        set!(f, KindTool, flag(kind == AgentKind::Tool));
+        set!(f, KindHuman, flag(kind == AgentKind::Human));
+        let agent = self.trace.steps[i].agent.as_str();
+        let roles = self.roles.get(agent).copied().unwrap_or_default();
+        set!(f, RoleVerifier, flag(roles[0]));
+        set!(f, RolePlanner, flag(roles[1]));
+        set!(f, RoleCoder, flag(roles[2]));
+        set!(f, RoleRetriever, flag(roles[3]));
+    }
 
-        // content
-        let lower = &lowers[i];
-        set!(LogChars, ln1p(chars[i]));
-        set!(LenRel, (chars[i] / mean_chars).min(5.0));
+    /// The step's own text: length, code, error and other word counts.
+    fn content_features(&self, f: &mut StepFeatures, i: usize) {
+        let step = &self.trace.steps[i];
+        let (lower, counts) = (&self.lowers[i], &self.counts[i]);
+        set!(f, LogChars, ln1p(self.chars[i]));
+        set!(f, LenRel, (self.chars[i] / self.mean_chars).min(5.0));
         set!(
+            f,
             ShortContent,
-            f64::from(u8::from(step.content.trim().chars().count() < 20)),
+            flag(step.content.trim().chars().count() < 20)
         );
-        set!(CodeBlock, f64::from(u8::from(lower.contains("```"))));
-        set!(ErrorWords, ln1p(errors[i] as f64));
+        set!(f, CodeBlock, flag(lower.contains("```")));
+        set!(f, ErrorWords, ln1p(self.errors[i] as f64));
         let next = i + 1;
-        let next_err = next < n && errors[next] > 0;
+        let next_err = next < self.n && self.errors[next] > 0;
         set!(
+            f,
             NextToolError,
-            f64::from(u8::from(next_err && kinds[next] == AgentKind::Tool)),
+            flag(next_err && self.kinds[next] == AgentKind::Tool)
         );
-        set!(NextStepError, f64::from(u8::from(next_err)));
-        set!(AssumeWords, ln1p(counts[i][V_ASSUME] as f64));
-        set!(HedgeWords, ln1p(counts[i][V_HEDGE] as f64));
-        set!(SuccessClaims, ln1p(counts[i][V_SUCCESS] as f64),);
-        set!(FinalWords, f64::from(u8::from(counts[i][V_FINAL] > 0)),);
-        set!(PlanChange, ln1p(counts[i][V_PLAN] as f64),);
+        set!(f, NextStepError, flag(next_err));
+        set!(f, AssumeWords, ln1p(counts[V_ASSUME] as f64));
+        set!(f, HedgeWords, ln1p(counts[V_HEDGE] as f64));
+        set!(f, SuccessClaims, ln1p(counts[V_SUCCESS] as f64));
+        set!(f, FinalWords, flag(counts[V_FINAL] > 0));
+        set!(f, PlanChange, ln1p(counts[V_PLAN] as f64));
+        let delegation = step.speaker.contains("->") || counts[V_DELEGATION] > 0;
+        set!(f, Delegation, flag(delegation));
+        set!(f, Url, flag(lower.contains("http")));
+    }
+
+    /// What the step brings in that the task and the earlier steps did not: numbers,
+    /// repeated trigrams, new words, the words the run ended on, overlap with the task.
+    fn novelty_features(&self, f: &mut StepFeatures, seen: &Seen, i: usize) -> Brought {
+        let content = &self.trace.steps[i].content;
+        let numbers: HashSet64 = number_hashes(content).into_iter().collect();
+        let novel_nums = numbers.iter().filter(|h| !seen.numbers.contains(h)).count();
+        set!(f, NovelNumbers, ln1p(novel_nums as f64));
+        let trigrams = trigram_hashes(&word_hashes(content));
         set!(
-            Delegation,
-            f64::from(u8::from(
-                step.speaker.contains("->") || counts[i][V_DELEGATION] > 0,
-            )),
+            f,
+            RepeatFrac,
+            share(&trigrams, |h| seen.trigrams.contains(h))
         );
-
-        // distinct numbers introduced without a source (not in the task or any earlier step)
-        let nums: HashSet64 = number_hashes(&step.content).into_iter().collect();
-        let novel_nums = nums.iter().filter(|h| !seen_numbers.contains(h)).count();
-        set!(NovelNumbers, ln1p(novel_nums as f64));
-
-        // repetition: share of the step's word trigrams already seen earlier
-        let words = word_hashes(&step.content);
-        let trigrams: Vec<u64> = words
-            .windows(3)
-            .map(|w| {
-                w[0].wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                    ^ w[1].rotate_left(21)
-                    ^ w[2].rotate_left(42)
-            })
-            .collect();
-        let repeat = if trigrams.is_empty() {
-            0.0
-        } else {
-            trigrams
-                .iter()
-                .filter(|h| seen_trigrams.contains(h))
-                .count() as f64
-                / trigrams.len() as f64
-        };
-        set!(RepeatFrac, repeat);
-
-        // new vocabulary: share of content words never seen in the task or earlier steps
-        let origin_numbers = nums
+        let origin_numbers = numbers
             .iter()
-            .filter(|h| !seen_numbers.contains(h) && final_numbers.contains(h))
+            .filter(|h| !seen.numbers.contains(h) && self.final_numbers.contains(h))
             .count();
-        set!(OriginFinalNumbers, ln1p(origin_numbers as f64));
-        let cw = content_word_hashes(&step.content, 4);
-        let origin_words = cw
+        set!(f, OriginFinalNumbers, ln1p(origin_numbers as f64));
+        let words = content_word_hashes(content, 4);
+        let origin_words = words
             .iter()
-            .filter(|h| !seen_words.contains(*h) && final_words.contains(*h))
+            .filter(|h| !seen.words.contains(*h) && self.final_words.contains(*h))
             .copied()
             .collect::<HashSet64>()
             .len();
-        set!(
-            OriginFinalWords,
-            if final_words.is_empty() {
-                0.0
-            } else {
-                origin_words as f64 / final_words.len() as f64
-            }
-        );
-        let novel_words = if cw.is_empty() {
+        let origin_share = if self.final_words.is_empty() {
             0.0
         } else {
-            cw.iter().filter(|h| !seen_words.contains(h)).count() as f64 / cw.len() as f64
+            origin_words as f64 / self.final_words.len() as f64
         };
-        set!(NovelWords, novel_words);
-
-        // relation to the task: share of the task's content words the step mentions
-        let overlap = if task_words.is_empty() {
+        set!(f, OriginFinalWords, origin_share);
+        set!(f, NovelWords, share(&words, |h| !seen.words.contains(h)));
+        let overlap = if self.task_words.is_empty() {
             0.0
         } else {
-            let step_words: HashSet64 = cw.iter().copied().collect();
-            task_words
-                .iter()
-                .filter(|h| step_words.contains(*h))
-                .count() as f64
-                / task_words.len() as f64
+            let step_words: HashSet64 = words.iter().copied().collect();
+            let mentioned = self.task_words.iter().filter(|h| step_words.contains(*h));
+            mentioned.count() as f64 / self.task_words.len() as f64
         };
-        set!(TaskOverlap, overlap);
-        set!(Url, f64::from(u8::from(lower.contains("http"))));
-
-        // order among non-terminal steps, and position scaled by the trace's length
-        set!(NtOrd2, f64::from(u8::from(nt_ord[i] == 2)));
-        set!(NtOrd3, f64::from(u8::from(nt_ord[i] == 3)));
-        set!(NtOrdLog, ln1p(nt_ord[i] as f64));
-        set!(PosRelXLen, f[F::PosRel as usize] * len_factor);
-        set!(LogIndexXLen, f[F::LogIndex as usize] * len_factor);
-        set!(
-            AgentFirstTurnXLen,
-            f[F::AgentFirstTurn as usize] * len_factor
-        );
-        set!(
-            OrchestratorXLen,
-            f[F::KindOrchestrator as usize] * len_factor
-        );
-
-        // interactions and error neighbourhood
-        set!(
-            FirstStepCode,
-            f64::from(u8::from(i == 0 && lower.contains("```")))
-        );
-        set!(
-            CauseOfFirstError,
-            f64::from(u8::from(cause_of_first_error == Some(i)))
-        );
-        set!(
-            PrevToolError,
-            f64::from(u8::from(i > 0 && tool_error(i - 1)))
-        );
-        set!(ErrorsBefore, ln1p(errors_before as f64));
-        set!(
-            NextToolShort,
-            f64::from(u8::from(
-                next < n && kinds[next] == AgentKind::Tool && chars[next] < 80.0
-            ))
-        );
-        if errors[i] > 0 {
-            errors_before += 1;
+        set!(f, TaskOverlap, overlap);
+        Brought {
+            numbers,
+            trigrams,
+            words,
         }
-
-        rows.push(f);
-        seen_numbers.extend(nums);
-        seen_trigrams.extend(trigrams);
-        seen_words.extend(cw);
     }
-    rows
+
+    /// Order among non-terminal steps, position scaled by the trace's length, interactions
+    /// and the error neighbourhood (reads the position and kind features already set).
+    fn order_features(&self, f: &mut StepFeatures, seen: &mut Seen, i: usize) {
+        let ord = self.nt_ord[i];
+        set!(f, NtOrd2, flag(ord == 2));
+        set!(f, NtOrd3, flag(ord == 3));
+        set!(f, NtOrdLog, ln1p(ord as f64));
+        let len = self.len_factor;
+        set!(f, PosRelXLen, f[F::PosRel as usize] * len);
+        set!(f, LogIndexXLen, f[F::LogIndex as usize] * len);
+        set!(f, AgentFirstTurnXLen, f[F::AgentFirstTurn as usize] * len);
+        set!(f, OrchestratorXLen, f[F::KindOrchestrator as usize] * len);
+        set!(
+            f,
+            FirstStepCode,
+            flag(i == 0 && self.lowers[i].contains("```"))
+        );
+        set!(
+            f,
+            CauseOfFirstError,
+            flag(self.cause_of_first_error == Some(i))
+        );
+        set!(f, PrevToolError, flag(i > 0 && self.tool_error(i - 1)));
+        set!(f, ErrorsBefore, ln1p(seen.errors_before as f64));
+        let next = i + 1;
+        let next_tool_short =
+            next < self.n && self.kinds[next] == AgentKind::Tool && self.chars[next] < 80.0;
+        set!(f, NextToolShort, flag(next_tool_short));
+        if self.errors[i] > 0 {
+            seen.errors_before += 1;
+        }
+    }
+}
+
+impl<'t> Seen<'t> {
+    /// Before the first step: the task's numbers and content words.
+    fn of_task(trace: &Trace, facts: &TraceFacts) -> Seen<'t> {
+        Seen {
+            numbers: number_hashes(&trace.task).into_iter().collect(),
+            trigrams: HashSet64::default(),
+            words: facts.task_words.clone(),
+            agent_turns: HashMap::new(),
+            errors_before: 0,
+        }
+    }
+
+    fn take(&mut self, brought: Brought) {
+        self.numbers.extend(brought.numbers);
+        self.trigrams.extend(brought.trigrams);
+        self.words.extend(brought.words);
+    }
+}
+
+/// Hashes of a step's word trigrams.
+fn trigram_hashes(words: &[u64]) -> Vec<u64> {
+    words
+        .windows(3)
+        .map(|w| {
+            w[0].wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ w[1].rotate_left(21) ^ w[2].rotate_left(42)
+        })
+        .collect()
+}
+
+/// The share of `items` for which `pred` holds (0 for none).
+fn share(items: &[u64], pred: impl Fn(&u64) -> bool) -> f64 {
+    if items.is_empty() {
+        0.0
+    } else {
+        items.iter().filter(|h| pred(h)).count() as f64 / items.len() as f64
+    }
 }
 
 #[cfg(test)]

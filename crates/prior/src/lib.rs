@@ -11,6 +11,7 @@
 pub mod eval;
 pub mod explain;
 pub mod features;
+pub mod head;
 pub mod model;
 pub mod probs;
 pub mod run;

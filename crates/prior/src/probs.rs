@@ -148,13 +148,7 @@ pub fn write(path: &Path, lines: &[ProbsLine]) -> Result<(), PriorError> {
         path: path.display().to_string(),
         source,
     };
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, text).map_err(io)?;
-    if let Err(e) = std::fs::rename(&tmp, path) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(e));
-    }
-    Ok(())
+    maslens_eval::atomic::write_atomic(path, text.as_bytes()).map_err(io)
 }
 
 #[cfg(test)]
