@@ -149,12 +149,14 @@ fn modes(
             Value::Bool(false) => {}
             Value::Number(n) if n.as_u64() == Some(1) => marked.push(name),
             Value::Number(n) if n.as_u64() == Some(0) => {}
-            other => return Err(ctx.error(
-                Some(format!("mast_annotation.{code}")),
-                format!(
+            other => {
+                return Err(ctx.error(
+                    Some(format!("mast_annotation.{code}")),
+                    format!(
                     "expected 1, 0 or null (whether the failure mode was observed), got {other}"
                 ),
-            )),
+                ))
+            }
         }
     }
     Ok((marked, unannotated))
