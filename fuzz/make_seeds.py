@@ -108,8 +108,18 @@ put("native", "trace.json", native)
 put("native", "two.jsonl", json.dumps(native) + "\n" + json.dumps({**native, "id": "n-2"}) + "\n")
 put("native", "minimal.json", {"format_version": 1, "id": "m", "steps": []})
 
+# MAD (MAST): one record in the published layout, one with a null mode and a string trace_id.
+mad = {
+    "mas_name": "ChatDev", "llm_name": "GPT-4o", "benchmark_name": "ProgramDev", "trace_id": 0,
+    "trace": {"key": "ChatDev_ProgramDev_GPT4o", "index": 0, "trajectory": "[INFO] Programmer: main.py\n"},
+    "mast_annotation": {"1.1": 0, "2.2": 1, "3.3": 0},
+}
+put("mad", "sample.json", mad)
+put("mad", "null_mode.json", {**mad, "trace_id": "7", "mast_annotation": {"1.1": None, "3.2": True}})
+
 put("auto", "whowhen.json", whowhen)
 put("auto", "aegis.jsonl", json.dumps(aegis) + "\n" + json.dumps(a2) + "\n")
+put("auto", "mad.jsonl", json.dumps(mad) + "\n")
 put("auto", "pretty_native.json", json.dumps(native, indent=2))
 put("auto", "chat_bom.json", b"\xef\xbb\xbf" + json.dumps(chat["messages"][:2]).encode())
 put("auto", "mixed.jsonl", json.dumps(native) + "\n{\"id\": \"broken\", \"steps\": [\n\n" + json.dumps(chat) + "\n")

@@ -17,6 +17,7 @@ pub type Target = fn(&[u8]);
 pub const TARGETS: &[(&str, Target)] = &[
     ("whowhen", whowhen),
     ("aegis", aegis),
+    ("mad", mad),
     ("chat", chat),
     ("native", native),
     ("auto", auto),
@@ -54,6 +55,11 @@ pub fn whowhen(data: &[u8]) {
 /// The Aegis-Bench importer.
 pub fn aegis(data: &[u8]) {
     importer(data, Format::Aegis)
+}
+
+/// The MAD (MAST) importer.
+pub fn mad(data: &[u8]) {
+    importer(data, Format::Mad)
 }
 
 /// The chat-transcript importer.

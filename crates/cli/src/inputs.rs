@@ -18,7 +18,7 @@ pub struct Inputs {
     /// or one JSON document over several lines).
     #[arg(required_unless_present = "db", value_name = "PATH")]
     pub inputs: Vec<PathBuf>,
-    /// Input format: auto, whowhen, aegis, chat, native. `auto` detects it from the content.
+    /// Input format: auto, whowhen, aegis, mad, chat, native. `auto` detects it from the content.
     #[arg(long, short = 'f', default_value = "auto", value_name = "FORMAT",
           value_parser = enum_parser::<Format>(FORMATS))]
     pub format: Format,
@@ -300,4 +300,22 @@ pub const FORMATS: &[&[&str]] = &[
     &["aegis", "aegisbench"],
     &["chat", "openai", "messages"],
     &["native", "maslens", "jsonl"],
+    &["mad", "mast", "mastdata"],
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_import_format_is_a_format_value() {
+        for f in Format::ALL {
+            assert!(
+                FORMATS
+                    .iter()
+                    .any(|names| names.first() == Some(&f.as_str())),
+                "--format lacks {f}"
+            );
+        }
+    }
+}

@@ -1,5 +1,5 @@
-//! Multiple-choice tasks: MMLU CSV, AQuA-RAT JSON lines, a generic MCQ JSONL, and deterministic
-//! optimization / held-out splits.
+//! Multiple-choice tasks: MMLU CSV, AQuA-RAT JSON lines, a generic MCQ JSONL, MedMCQA and GPQA
+//! JSON lines ([`crate::data_mcq`]), and deterministic optimization / held-out splits.
 //!
 //! Loaders never panic on bad input: a record that cannot be read becomes a [`LoadProblem`]
 //! naming the file, the record (line) and the field, and loading goes on with the next record.
@@ -77,7 +77,10 @@ pub enum DataError {
         path: String,
         source: std::io::Error,
     },
-    #[error("unknown dataset spec {0:?}: use mmlu:PATH, aqua:PATH or jsonl:PATH")]
+    #[error(
+        "unknown dataset spec {0:?}: use mmlu:PATH, aqua:PATH, jsonl:PATH, medmcqa:PATH, \
+         medmcqa-hf:PATH or gpqa:PATH"
+    )]
     Spec(String),
     #[error("{0}: no questions found")]
     Empty(String),
@@ -90,6 +93,12 @@ pub enum DatasetKind {
     Mmlu,
     Aqua,
     Jsonl,
+    /// MedMCQA as released (`cop` 1..4).
+    Medmcqa,
+    /// MedMCQA exported from Hugging Face `datasets` (`cop` 0..3).
+    #[serde(rename = "medmcqa-hf")]
+    MedmcqaHf,
+    Gpqa,
 }
 
 /// Load a dataset from `kind:PATH` (or a bare path: `.csv` files and folders are MMLU, `.json`
@@ -99,6 +108,9 @@ pub fn load_spec(spec: &str) -> Result<Loaded, DataError> {
         Some(("mmlu", p)) => (DatasetKind::Mmlu, p),
         Some(("aqua", p)) => (DatasetKind::Aqua, p),
         Some(("jsonl", p)) => (DatasetKind::Jsonl, p),
+        Some(("medmcqa", p)) => (DatasetKind::Medmcqa, p),
+        Some(("medmcqa-hf", p)) => (DatasetKind::MedmcqaHf, p),
+        Some(("gpqa", p)) => (DatasetKind::Gpqa, p),
         _ => {
             let p = Path::new(spec);
             if p.is_dir() || spec.ends_with(".csv") {
@@ -125,6 +137,11 @@ pub fn load(kind: DatasetKind, path: &Path) -> Result<Loaded, DataError> {
         DatasetKind::Mmlu => load_mmlu(path),
         DatasetKind::Aqua => load_aqua(path),
         DatasetKind::Jsonl => load_jsonl(path),
+        DatasetKind::Medmcqa => crate::data_mcq::load_medmcqa(path, crate::data_mcq::CopBase::One),
+        DatasetKind::MedmcqaHf => {
+            crate::data_mcq::load_medmcqa(path, crate::data_mcq::CopBase::Zero)
+        }
+        DatasetKind::Gpqa => crate::data_mcq::load_gpqa(path),
     }
 }
 
@@ -300,7 +317,7 @@ fn strip_letter_prefix(option: &str, letter: char) -> String {
 /// Parse each non-blank line of a JSON-lines file with `parse(record, value)`. A line that is not
 /// JSON, or that `parse` rejects with `(field, message)`, becomes a [`LoadProblem`] naming the file,
 /// the 1-based line and the field; loading goes on with the next line.
-fn load_json_lines(
+pub(crate) fn load_json_lines(
     path: &Path,
     mut parse: impl FnMut(usize, &serde_json::Value) -> Result<Mcq, (&'static str, String)>,
 ) -> Result<Loaded, DataError> {

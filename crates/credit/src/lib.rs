@@ -23,6 +23,7 @@ pub mod credit;
 pub mod credit_run;
 pub mod critic;
 pub mod data;
+pub mod data_mcq;
 pub mod debate;
 pub mod experiment;
 pub mod inject;

@@ -4,13 +4,7 @@ use maslens_trace::import::{parse_record, read_path, Format, RecordCtx};
 use proptest::prelude::*;
 use std::io::Write;
 
-const FORMATS: [Format; 5] = [
-    Format::Auto,
-    Format::WhoWhen,
-    Format::Aegis,
-    Format::Chat,
-    Format::Native,
-];
+const FORMATS: [Format; 6] = Format::ALL;
 
 /// JSON-ish fragments that reach deep into each importer's code paths.
 fn jsonish() -> impl Strategy<Value = Vec<u8>> {
@@ -52,6 +46,10 @@ fn jsonish() -> impl Strategy<Value = Vec<u8>> {
         "18446744073709551616",
         "\"output\"",
         "\"faulty_agents\"",
+        "\"mast_annotation\"",
+        "\"trace\"",
+        "\"trajectory\"",
+        "\"1.1\"",
         "\"system_prompt\"",
         "\n",
         " ",

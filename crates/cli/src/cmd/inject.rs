@@ -18,7 +18,8 @@ use std::process::ExitCode;
 pub struct Args {
     /// Debate configuration (TOML, as for `maslens optimize`). Optional with --simulation.
     pub config: Option<PathBuf>,
-    /// Dataset: `mmlu:PATH` (CSV file or folder), `aqua:PATH`, `jsonl:PATH`; overrides [data].
+    /// Dataset: `mmlu:PATH` (CSV file or folder), `aqua:PATH`, `jsonl:PATH`, `medmcqa:PATH`,
+    /// `medmcqa-hf:PATH`, `gpqa:PATH` (docs/credit.md); overrides [data].
     #[arg(long)]
     pub dataset: Option<String>,
     /// Questions to run (the dataset's first N in a seeded order).

@@ -33,7 +33,8 @@ pub struct Args {
     /// Debate configuration (TOML: roles, prompts, rounds, aggregators, models, decoding,
     /// [optimizer], [data]). Optional with --simulation.
     pub config: Option<PathBuf>,
-    /// Dataset: `mmlu:PATH` (CSV file or folder), `aqua:PATH`, `jsonl:PATH`; overrides [data].
+    /// Dataset: `mmlu:PATH` (CSV file or folder), `aqua:PATH`, `jsonl:PATH`, `medmcqa:PATH`,
+    /// `medmcqa-hf:PATH`, `gpqa:PATH` (docs/credit.md); overrides [data].
     #[arg(long)]
     pub dataset: Option<String>,
     /// Optimization examples (default: [data] or 100).

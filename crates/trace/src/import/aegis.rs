@@ -14,7 +14,9 @@
 //!   (`assistant1` -> `Assistant1`); a label naming no speaker is kept as given, with a warning;
 //! - outcome: unknown. `is_injection_successful` says the injected fault took effect, not that
 //!   the final answer was wrong, and the records carry no correctness flag; it is kept in
-//!   `metadata` with `metadata` (framework, benchmark, ...) and `final_output`.
+//!   `metadata` with `metadata` (framework, benchmark, ...) and `final_output` (left out when it
+//!   is empty or the builders' placeholder `No final output available`);
+//! - no step-level gold: the labels name agents, never steps, so [`Trace::gold`] has no step.
 
 use super::whowhen::Text;
 use super::{ImportError, RecordCtx};
@@ -115,6 +117,11 @@ pub fn import_value(
     trace.task = raw.input.query.map(Text::into_string).unwrap_or_default();
 
     let mut source_steps = Vec::with_capacity(raw.input.conversation_history.len());
+    // Source numbers 1..n (the Aegis builders) or 0..n-1 are both contiguous.
+    let base = match raw.input.conversation_history.first().and_then(|t| t.step) {
+        Some(0) => 0,
+        _ => 1,
+    };
     let mut contiguous = true;
     for (i, turn) in raw.input.conversation_history.into_iter().enumerate() {
         let name = turn.agent_name.trim().to_string();
@@ -133,7 +140,7 @@ pub fn import_value(
         }
         match turn.step {
             Some(s) => {
-                if s != i as i64 + 1 {
+                if s != i as i64 + base {
                     contiguous = false;
                 }
                 source_steps.push(Value::from(s));
@@ -155,7 +162,7 @@ pub fn import_value(
     if !contiguous {
         diags.push(
             Diagnostic::warning(
-                "source `step` numbers are not 1..n in order; steps are indexed by position \
+                "source `step` numbers are not 1..n (or 0..n-1) in order; steps are indexed by position \
                  (source numbers in metadata.source_steps)",
             )
             .at("input.conversation_history"),
@@ -228,7 +235,7 @@ pub fn import_value(
     if let Some(m) = raw.metadata {
         metadata.extend(m);
     }
-    if let Some(fo) = raw.input.final_output {
+    if let Some(fo) = raw.input.final_output.filter(|v| !is_placeholder(v)) {
         metadata.insert("final_output".into(), fo);
     }
     if let Some(ok) = injection_ok {
@@ -237,4 +244,17 @@ pub fn import_value(
     metadata.insert("source_steps".into(), Value::Array(source_steps));
     trace.metadata = metadata;
     Ok((trace, diags))
+}
+
+/// What the Aegis builders write when a run has no final output (`""` in the smolagents and
+/// Magentic builders, `No final output available` in `build_unified_dataset.py`).
+fn is_placeholder(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => {
+            let s = s.trim();
+            s.is_empty() || s.eq_ignore_ascii_case("No final output available")
+        }
+        _ => false,
+    }
 }
