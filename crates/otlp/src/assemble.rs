@@ -32,9 +32,9 @@
 //! Repeated spans (same span id) count once; parent cycles end the ancestor walk.
 
 use crate::span::SpanRecord;
+use crate::tree::Tree;
 use maslens_trace::{AgentKind, Outcome, SpanRef, Step, ToolCall, Trace};
 use serde_json::{Map, Value};
-use crate::tree::Tree;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// What a span is to the trace model.
@@ -125,15 +125,29 @@ fn llamaindex_agent(span: &SpanRecord) -> Option<String> {
         return None;
     }
     let input = str_attr(&span.attributes, "input.value")?;
-    let name = input.split("current_agent_name='").nth(1)?.split('\'').next()?;
+    let name = input
+        .split("current_agent_name='")
+        .nth(1)?
+        .split('\'')
+        .next()?;
     (!name.is_empty()).then(|| name.to_string())
 }
 
 /// Method names an instrumentor appends to an agent's name in its AGENT span's name
 /// (smolagents `researcher.run`).
 const METHOD_SUFFIXES: &[&str] = &[
-    "run", "arun", "run_stream", "invoke", "ainvoke", "stream", "astream", "__call__", "call",
-    "acall", "execute", "kickoff",
+    "run",
+    "arun",
+    "run_stream",
+    "invoke",
+    "ainvoke",
+    "stream",
+    "astream",
+    "__call__",
+    "call",
+    "acall",
+    "execute",
+    "kickoff",
 ];
 
 /// Span names of workflow containers and group managers: never agents.
@@ -148,7 +162,10 @@ const CONTAINER_NAMES: &[&str] = &[
 /// An AGENT span's name as an agent name: without `invoke_agent ` and a method suffix; `None`
 /// for a container name.
 fn span_name_agent(span: &SpanRecord) -> Option<String> {
-    let name = span.name.strip_prefix("invoke_agent ").unwrap_or(&span.name);
+    let name = span
+        .name
+        .strip_prefix("invoke_agent ")
+        .unwrap_or(&span.name);
     let name = match name.rsplit_once('.') {
         Some((head, m)) if !head.is_empty() && METHOD_SUFFIXES.contains(&m) => head,
         _ => name,
@@ -465,7 +482,12 @@ fn fill_tool_arguments(span: &SpanRecord, messages: &mut [Message]) {
     let args: HashMap<&str, String> = items
         .iter()
         .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
-        .filter_map(|c| Some((c["id"].as_str()?, json_or_string(&c["function"]["arguments"]))))
+        .filter_map(|c| {
+            Some((
+                c["id"].as_str()?,
+                json_or_string(&c["function"]["arguments"]),
+            ))
+        })
         .collect();
     for call in messages.iter_mut().flat_map(|m| &mut m.tool_calls) {
         if call.arguments.is_empty() {
@@ -493,7 +515,10 @@ fn span_error(span: &SpanRecord) -> Option<String> {
         .filter(|e| e.name == "exception")
         .map(|e| {
             let a = &e.attributes;
-            match (str_attr(a, "exception.type"), str_attr(a, "exception.message")) {
+            match (
+                str_attr(a, "exception.type"),
+                str_attr(a, "exception.message"),
+            ) {
                 (Some(t), Some(m)) => format!("{t}: {m}"),
                 (t, m) => t.or(m).unwrap_or("exception").to_string(),
             }
@@ -577,8 +602,12 @@ fn step_roles(tree: &Tree, kinds: &[SpanKind]) -> Vec<Option<SpanKind>> {
     let has_msgs: Vec<bool> = (0..n)
         .map(|i| kinds[i] == SpanKind::Llm && has_messages(tree.spans[i]))
         .collect();
-    let (mut llm_below, mut msgs_below, mut msg_group, mut covered) =
-        (vec![false; n], vec![false; n], vec![false; n], vec![false; n]);
+    let (mut llm_below, mut msgs_below, mut msg_group, mut covered) = (
+        vec![false; n],
+        vec![false; n],
+        vec![false; n],
+        vec![false; n],
+    );
     for i in (0..n).filter(|&i| matches!(kinds[i], SpanKind::Llm | SpanKind::Tool)) {
         if let Some(a) = llm_above[i].filter(|_| kinds[i] == SpanKind::Llm) {
             llm_below[a] = true;
@@ -644,7 +673,11 @@ fn step_order(tree: &Tree, roles: &[Option<SpanKind>]) -> Vec<usize> {
 /// Errors of spans that are not steps (an AGENT, CHAIN or workflow span: ERROR status or
 /// `exception` events), each on the last step under it; a root's error is the run's outcome.
 /// Step span -> the errors it shows, outermost first.
-fn inherited_errors(tree: &Tree, roles: &[Option<SpanKind>], order: &[usize]) -> HashMap<usize, Vec<String>> {
+fn inherited_errors(
+    tree: &Tree,
+    roles: &[Option<SpanKind>],
+    order: &[usize],
+) -> HashMap<usize, Vec<String>> {
     let n = tree.len();
     let errors: Vec<Option<String>> = tree.spans.iter().map(|s| span_error(s)).collect();
     let own: Vec<Option<usize>> = (0..n)
@@ -1225,10 +1258,20 @@ mod tests {
                     .to_string(),
             )
         };
-        let mut a = span("1", None, 10, json!({"gen_ai.operation.name": "chat",
-            "gen_ai.output.messages": out("from a")}));
-        let mut b = span("2", None, 20, json!({"gen_ai.operation.name": "chat",
-            "gen_ai.output.messages": out("from b")}));
+        let mut a = span(
+            "1",
+            None,
+            10,
+            json!({"gen_ai.operation.name": "chat",
+            "gen_ai.output.messages": out("from a")}),
+        );
+        let mut b = span(
+            "2",
+            None,
+            20,
+            json!({"gen_ai.operation.name": "chat",
+            "gen_ai.output.messages": out("from b")}),
+        );
         a.service = Some("planner-svc".into());
         b.service = Some("coder-svc".into());
         let t = &traces(&[a, b])[0];
@@ -1236,13 +1279,20 @@ mod tests {
         assert_eq!(agents, ["planner-svc", "coder-svc"]);
         assert_eq!(warning_codes(t), ["agents_from_service"]);
         let w = &t.metadata["otel_warnings"][0];
-        assert!(w["fix"].as_str().is_some_and(|f| f.contains("gen_ai.agent.name")));
+        assert!(w["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("gen_ai.agent.name")));
     }
 
     #[test]
     fn a_run_without_model_or_tool_spans_says_so() {
-        let spans = vec![span("1", None, 10, json!({"openinference.span.kind": "CHAIN",
-            "input.value": "hello"}))];
+        let spans = vec![span(
+            "1",
+            None,
+            10,
+            json!({"openinference.span.kind": "CHAIN",
+            "input.value": "hello"}),
+        )];
         let t = &traces(&spans)[0];
         assert!(t.steps.is_empty());
         assert_eq!(warning_codes(t), ["no_steps"]);
@@ -1252,24 +1302,49 @@ mod tests {
     #[test]
     fn an_exception_event_on_a_chain_shows_on_the_step_under_it() {
         // smolagents: AgentParsingError as an exception event on the CHAIN span "Step 2".
-        let mut chain = span("2", Some("1"), 20, json!({"openinference.span.kind": "CHAIN"}));
+        let mut chain = span(
+            "2",
+            Some("1"),
+            20,
+            json!({"openinference.span.kind": "CHAIN"}),
+        );
         chain.events.push(SpanEvent {
             name: "exception".into(),
             time_ns: 30,
             attributes: json!({"exception.type": "AgentParsingError",
-                "exception.message": "no tool call"}).as_object().cloned().unwrap_or_default(),
+                "exception.message": "no tool call"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
         });
         let spans = vec![
-            span("1", None, 10, json!({"openinference.span.kind": "AGENT", "input.value": "Q"})),
+            span(
+                "1",
+                None,
+                10,
+                json!({"openinference.span.kind": "AGENT", "input.value": "Q"}),
+            ),
             chain,
-            span("3", Some("2"), 25, json!({"openinference.span.kind": "LLM",
+            span(
+                "3",
+                Some("2"),
+                25,
+                json!({"openinference.span.kind": "LLM",
                 "llm.output_messages.0.message.role": "assistant",
-                "llm.output_messages.0.message.content": "garbled"})),
+                "llm.output_messages.0.message.content": "garbled"}),
+            ),
         ];
         let t = &traces(&spans)[0];
         assert_eq!(t.steps.len(), 1);
-        assert_eq!(t.steps[0].content, "garbled\n[error: AgentParsingError: no tool call]");
-        assert_eq!(t.outcome, Outcome::Unknown, "the agent went on: a CHAIN error is no failure");
+        assert_eq!(
+            t.steps[0].content,
+            "garbled\n[error: AgentParsingError: no tool call]"
+        );
+        assert_eq!(
+            t.outcome,
+            Outcome::Unknown,
+            "the agent went on: a CHAIN error is no failure"
+        );
     }
 
     /// A parent chain `depth` spans deep, alternating a nameless CHAIN span and a chat span with

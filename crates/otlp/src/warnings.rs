@@ -17,7 +17,8 @@ const STEPS_FIX: &str = "instrument the framework's model calls: its OpenInferen
 (openinference-instrumentation-<framework>) or its native GenAI instrumentation (docs/frameworks/)";
 
 /// The fix for agents that no span names.
-const AGENTS_FIX: &str = "set gen_ai.agent.name on the model spans or trace agents with an instrumentor \
+const AGENTS_FIX: &str =
+    "set gen_ai.agent.name on the model spans or trace agents with an instrumentor \
 that emits invoke_agent / AGENT spans (docs/frameworks/)";
 
 fn warning(code: &str, message: String, fix: &str) -> Value {

@@ -131,7 +131,11 @@ fn one_run(name: &str, spans: &[maslens_otlp::span::SpanRecord]) -> Trace {
 
 fn agents_in_order(t: &Trace) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for s in t.steps.iter().filter(|s| t.agent_kind(&s.agent) != AgentKind::Tool) {
+    for s in t
+        .steps
+        .iter()
+        .filter(|s| t.agent_kind(&s.agent) != AgentKind::Tool)
+    {
         if out.last() != Some(&s.agent) {
             out.push(s.agent.clone());
         }
