@@ -8,25 +8,34 @@
 #   scripts/pyenv.sh --openai2   # a separate venv with AG2 (classic API) and CrewAI
 #                                # (python/requirements/openai2.txt): they need openai<3, the OpenAI
 #                                # Agents SDK openai>=3
+#   scripts/pyenv.sh --frameworks # a separate venv for re-recording tests/otel/recorded: OpenAI Agents SDK,
+#                                # smolagents, pydantic-ai (python/requirements/frameworks.txt)
+#   scripts/pyenv.sh --frameworks-openai2 # a separate venv with LlamaIndex and AG2 0.14 (they need
+#                                # openai<3; python/requirements/frameworks-openai2.txt)
 #
 # Prints the venv path on stdout (everything else goes to stderr), so:
 #   VENV=$(scripts/pyenv.sh) && "$VENV/bin/python" tests/otel/genai_run.py --endpoint ...
 #
 # Venv: $MASLENS_VENV, else $MASLENS_HOME/venv, else ~/.cache/maslens/venv (--openai2: $MASLENS_OPENAI2_VENV,
-# else $MASLENS_HOME/venv-openai2). Interpreter: $PYTHON or python3
+# else $MASLENS_HOME/venv-openai2; --frameworks: $MASLENS_FRAMEWORKS_VENV, else $MASLENS_HOME/venv-frameworks;
+# --frameworks-openai2: $MASLENS_FRAMEWORKS_OPENAI2_VENV, else $MASLENS_HOME/venv-frameworks-openai2). Interpreter: $PYTHON or python3
 # (>= 3.11). Idempotent: a stamp file in the venv records the sha256 of each requirements file installed,
 # and an unchanged file is not installed again. Packages come from PyPI (pip honours PIP_INDEX_URL,
 # PIP_FIND_LINKS etc. from the environment).
 set -euo pipefail
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 
 phoenix=0
 openai2=0
+frameworks=0
+fwopenai2=0
 for arg in "$@"; do
   case "$arg" in
     --phoenix|phoenix) phoenix=1 ;;
     --openai2|openai2) openai2=1 ;;
+    --frameworks|frameworks) frameworks=1 ;;
+    --frameworks-openai2|frameworks-openai2) fwopenai2=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "pyenv.sh: unknown argument: $arg" >&2; usage; exit 2 ;;
   esac
@@ -34,7 +43,11 @@ done
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 reqdir="$root/python/requirements"
-if [ "$openai2" = 1 ]; then
+if [ "$fwopenai2" = 1 ]; then
+  venv="${MASLENS_FRAMEWORKS_OPENAI2_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv-frameworks-openai2}"
+elif [ "$frameworks" = 1 ]; then
+  venv="${MASLENS_FRAMEWORKS_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv-frameworks}"
+elif [ "$openai2" = 1 ]; then
   venv="${MASLENS_OPENAI2_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv-openai2}"
 else
   venv="${MASLENS_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv}"
@@ -42,7 +55,11 @@ fi
 python="${PYTHON:-python3}"
 stamp="$venv/.maslens-requirements.sha256"
 
-if [ "$openai2" = 1 ]; then
+if [ "$fwopenai2" = 1 ]; then
+  reqs=("$reqdir/frameworks-openai2.txt")
+elif [ "$frameworks" = 1 ]; then
+  reqs=("$reqdir/frameworks.txt")
+elif [ "$openai2" = 1 ]; then
   reqs=("$reqdir/openai2.txt")
 else
   # Once phoenix is in the venv it stays part of every resolve, so a changed otel.txt cannot break it.

@@ -25,6 +25,8 @@ pub mod decode;
 pub mod export;
 pub mod file;
 pub mod span;
+mod tree;
+mod warnings;
 
 pub use decode::{DecodeError, Encoding};
 pub use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

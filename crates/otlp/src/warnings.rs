@@ -1,0 +1,75 @@
+//! Run-level warnings computed at assembly: what maslens could not understand about a run, with
+//! the fix when one is known. They go in the trace's metadata as `otel_warnings`, an array of
+//! `{"code", "message", "fix"}` (absent when there is none): `no_steps` (no model call or tool
+//! execution among the spans), `no_content` (steps, but no message text or tool call in any),
+//! `agents_from_service` (no span names an agent: every model step is credited to the service).
+
+use maslens_trace::{AgentKind, Trace};
+use serde_json::{json, Value};
+
+/// The fix for a run whose spans carry no messages: each instrumentation's switch.
+const CONTENT_FIX: &str = "turn message capture on: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true \
+(Google ADK: SPAN_ONLY); for OpenInference, unset OPENINFERENCE_HIDE_INPUTS / OPENINFERENCE_HIDE_OUTPUTS; \
+pydantic-ai: InstrumentationSettings(include_content=True)";
+
+/// The fix for a run with no model or tool span: the instrumentation that emits them.
+const STEPS_FIX: &str = "instrument the framework's model calls: its OpenInference instrumentor \
+(openinference-instrumentation-<framework>) or its native GenAI instrumentation (docs/frameworks/)";
+
+/// The fix for agents that no span names.
+const AGENTS_FIX: &str =
+    "set gen_ai.agent.name on the model spans or trace agents with an instrumentor \
+that emits invoke_agent / AGENT spans (docs/frameworks/)";
+
+fn warning(code: &str, message: String, fix: &str) -> Value {
+    json!({"code": code, "message": message, "fix": fix})
+}
+
+/// The warnings of an assembled run of `spans` spans, `from_service` of whose model steps took
+/// the service name (`service`) for want of an agent name.
+pub(crate) fn run_warnings(
+    trace: &Trace,
+    spans: usize,
+    from_service: usize,
+    service: Option<&str>,
+) -> Vec<Value> {
+    let mut out = Vec::new();
+    if trace.steps.is_empty() {
+        out.push(warning(
+            "no_steps",
+            format!("no model call or tool execution among {spans} span(s): nothing to diagnose"),
+            STEPS_FIX,
+        ));
+        return out;
+    }
+    let silent = trace
+        .steps
+        .iter()
+        .all(|s| s.content.trim().is_empty() && s.tool_calls.is_empty());
+    if silent && trace.task.trim().is_empty() {
+        out.push(warning(
+            "no_content",
+            format!(
+                "{} step(s) but no message content: the instrumentation did not record prompts or outputs",
+                trace.steps.len()
+            ),
+            CONTENT_FIX,
+        ));
+    }
+    let model_steps = trace
+        .steps
+        .iter()
+        .filter(|s| trace.agent_kind(&s.agent) != AgentKind::Tool)
+        .count();
+    if from_service > 0 && from_service == model_steps {
+        out.push(warning(
+            "agents_from_service",
+            format!(
+                "no span names an agent: all {from_service} model step(s) credited to the service {:?}",
+                service.unwrap_or("agent")
+            ),
+            AGENTS_FIX,
+        ));
+    }
+    out
+}
