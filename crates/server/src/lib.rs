@@ -127,10 +127,27 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = stopping.send(());
+    });
+    // In-flight requests get SHUTDOWN_GRACE to finish; then the rest (a live-progress stream,
+    // a stalled client) are dropped, so a stop never waits on a client.
+    tokio::select! {
+        r = std::future::IntoFuture::into_future(server) => r,
+        _ = async {
+            if stopped.await.is_ok() {
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        } => Ok(()),
+    }
 }
+
+/// How long a stopping server waits for in-flight requests.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM (what systemd, Docker and Kubernetes send), so that
 /// both drain in-flight requests through [`serve`]'s graceful shutdown.

@@ -281,6 +281,29 @@ async fn bad_input_gets_a_clear_answer_and_the_server_keeps_serving() {
     assert!(v["partialSuccess"]["errorMessage"]
         .as_str()
         .is_some_and(|m| !m.is_empty()));
+    // A NUL in a span's name and agent name (issue 35): stored with U+FFFD, named in the
+    // partial-success message, and the good span beside it is kept; no retryable 503.
+    let body = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/redteam/otlp/nul-bytes.json"),
+    )
+    .expect("red-team request");
+    let r = post("application/json", body).send().await.expect("send");
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.expect("json");
+    let msg = v["partialSuccess"]["errorMessage"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("0af7651916cd43dd8448eb211c80319c/b7ad6b7169203331"),
+        "{v}"
+    );
+    for id in [
+        "0af7651916cd43dd8448eb211c80319c",
+        "1af7651916cd43dd8448eb211c80319c",
+    ] {
+        poll(&client, &format!("{}/api/runs/{id}", server.base), |v| {
+            v["trace"].is_object()
+        })
+        .await;
+    }
     // Still serving.
     let r = post("application/x-protobuf", pb)
         .send()
@@ -411,4 +434,155 @@ async fn token_openapi_and_jobs_on_imported_traces() {
     assert_eq!(run["diagnoses"][0]["id"], done["diagnosis_id"]);
     assert_eq!(run["run"]["located_agent"], run["diagnoses"][0]["agent"]);
     let _ = server.stop.send(true);
+}
+
+/// Issue 35: no simple cross-origin request writes, no foreign Host name reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_origin_writes_and_foreign_hosts_are_refused() {
+    let server = start(fast(ServeConfig::default())).await;
+    let client = reqwest::Client::new();
+    let trace = r#"{"id":"t1","task":"q","steps":[{"index":0,"agent":"A","content":"x"}]}"#;
+    let send = |path: &str, headers: &[(&str, &str)], body: &str| {
+        let mut r = client
+            .post(format!("{}{path}", server.base))
+            .body(body.to_string());
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.send()
+    };
+    // A text/plain (simple) POST to the API, an OTLP POST with no content type: 415.
+    let r = send("/api/runs", &[("content-type", "text/plain")], trace)
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 415);
+    let r = send("/v1/traces", &[], "{}").await.expect("post");
+    assert_eq!(r.status(), 415);
+    // A page on another origin (another port of 127.0.0.1 included): 403, whatever the type.
+    let host = server.base.trim_start_matches("http://").to_string();
+    for origin in ["http://evil.example", "http://127.0.0.1:1", "null"] {
+        let r = send(
+            "/v1/traces",
+            &[("content-type", "application/json"), ("origin", origin)],
+            "{}",
+        )
+        .await
+        .expect("post");
+        assert_eq!(r.status(), 403, "{origin}");
+    }
+    // A foreign Host name (DNS rebinding) reads nothing.
+    let r = client
+        .get(format!("{}/api/runs", server.base))
+        .header("host", "rebind.evil.example")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 421);
+    // The same origin, with JSON: accepted.
+    let origin = format!("http://{host}");
+    let r = send(
+        "/v1/traces",
+        &[("content-type", "application/json"), ("origin", &origin)],
+        "{}",
+    )
+    .await
+    .expect("post");
+    assert_eq!(r.status(), 200);
+    let r = client
+        .get(format!("{}/api/runs", server.base))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 200);
+}
+
+/// Issue 35: `POST /api/runs` with an OTLP run's id is a 409 (it answered 201 with a hash that
+/// was never stored).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_over_an_otlp_run_is_a_conflict() {
+    let server = start(fast(ServeConfig::default())).await;
+    let client = reqwest::Client::new();
+    let id = "2af7651916cd43dd8448eb211c80319c";
+    let body = format!(
+        r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"name":"chat","traceId":"{id}","spanId":"d7ad6b7169203331"}}]}}]}}]}}"#
+    );
+    let r = client
+        .post(format!("{}/v1/traces", server.base))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 200);
+    poll(&client, &format!("{}/api/runs/{id}", server.base), |v| {
+        v["trace"].is_object()
+    })
+    .await;
+    let trace = serde_json::json!({"id": id, "task": "q",
+        "steps": [{"index": 0, "agent": "A", "content": "x"}]});
+    let r = client
+        .post(format!("{}/api/runs", server.base))
+        .json(&trace)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 409);
+}
+
+/// Issue 36 item 5: stopping returns within 5 s while a job waits on a model that never
+/// answers (it waited for the job), and the job goes back to the queue for the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_interrupts_a_running_job_and_queues_it_again() {
+    // A model endpoint that accepts connections and never answers.
+    let hang = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model_addr = hang.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((c, _)) = hang.accept().await {
+            held.push(c);
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = maslens_store::Store::open(&maslens_store::default_url(dir.path()))
+        .await
+        .expect("store");
+    let trace = maslens_trace::TraceBuilder::new("r1")
+        .task("q")
+        .step("A", "x")
+        .step("B", "y")
+        .build();
+    let hash = store.put_trace(&trace).await.expect("put");
+    let config = fast(ServeConfig {
+        model: format!("openai:m@http://{model_addr}/v1/"),
+        llm: maslens_llm::OpenOptions {
+            cache_mode: maslens_llm::CacheMode::Off,
+            ..maslens_llm::OpenOptions::default()
+        },
+        ..ServeConfig::default()
+    });
+    let state = AppState::new(store.clone(), config).expect("state");
+    let job = serve::pipeline::enqueue(&store, "r1", serve::JobMethod::Llm, &hash, &Value::Null)
+        .await
+        .expect("enqueue");
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let background = tokio::spawn(serve::background(state, rx));
+    for _ in 0..100 {
+        let j = store.job(&job.id).await.expect("job").expect("exists");
+        if j.state == maslens_store::JobState::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = std::time::Instant::now();
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(5), background)
+        .await
+        .expect("stopped within 5 s")
+        .expect("joined");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let j = store.job(&job.id).await.expect("job").expect("exists");
+    assert_eq!(j.state, maslens_store::JobState::Queued, "{j:?}");
 }

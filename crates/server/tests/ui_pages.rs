@@ -453,11 +453,66 @@ async fn browsers_sign_in_with_the_token() {
     let r = s
         .http
         .get(format!("{}/ui/traces", s.base))
-        .header("cookie", pair)
+        .header("cookie", pair.clone())
         .send()
         .await
         .expect("GET");
     assert_eq!(r.status().as_u16(), 200);
+    // Issue 35: the cookie is for UI routes only; each sign-in is a new random session; logout
+    // revokes it.
+    let with_cookie = |path: &str| {
+        s.http
+            .get(format!("{}{path}", s.base))
+            .header("cookie", pair.clone())
+            .send()
+    };
+    let r = with_cookie("/api/runs").await.expect("GET");
+    assert_eq!(r.status().as_u16(), 401, "a cookie never authorizes /api");
+    let again = s
+        .post_form("/ui/login", &[("token", "s3cret"), ("next", "/ui/traces")])
+        .await;
+    let again = again.headers()["set-cookie"].to_str().expect("cookie");
+    assert!(!again.starts_with(&pair), "a new session per sign-in");
+    assert!(again.contains("Max-Age="), "sessions expire: {again}");
+    let r = s
+        .http
+        .post(format!("{}/ui/logout", s.base))
+        .header("cookie", pair.clone())
+        .send()
+        .await
+        .expect("logout");
+    assert_eq!(r.status().as_u16(), 303);
+    let r = with_cookie("/ui/traces").await.expect("GET");
+    assert_eq!(
+        r.status().as_u16(),
+        303,
+        "a revoked session goes to the login form"
+    );
+}
+
+/// Issue 35: failed sign-ins and bearer tokens are limited (20 a minute); past the limit even
+/// the right token is not checked.
+#[tokio::test]
+async fn sign_ins_and_tokens_are_rate_limited() {
+    let s = start(Some("s3cret")).await;
+    for _ in 0..20 {
+        let r = s
+            .post_form("/ui/login", &[("token", "wrong"), ("next", "/ui/traces")])
+            .await;
+        assert_eq!(r.status().as_u16(), 303);
+    }
+    let r = s
+        .post_form("/ui/login", &[("token", "s3cret"), ("next", "/ui/traces")])
+        .await;
+    assert_eq!(r.status().as_u16(), 429);
+    let r = s
+        .http
+        .get(format!("{}/api/runs", s.base))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 429);
 }
 
 #[tokio::test]
@@ -521,4 +576,51 @@ async fn credit_and_eval_pages() {
     assert!(!csp.contains("unsafe-inline"));
     let (status, _, _) = s.get("/ui/credit/nope").await;
     assert_eq!(status, 404);
+}
+
+/// Issue 35's smaller items: a sign-in `next` with CR/LF is no 500; the live progress of a
+/// missing batch is a 404, not an endless stream; CSP reports from outside a session are not
+/// counted when a token is set.
+#[tokio::test]
+async fn small_hardening_items() {
+    let s = start(Some("s3cret")).await;
+    let r = s
+        .post_form(
+            "/ui/login",
+            &[
+                ("token", "s3cret"),
+                ("next", "/ui/traces\r\nSet-Cookie: x=1"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(r.headers()["location"], "/ui/traces");
+    let cookie = r.headers()["set-cookie"].to_str().expect("cookie");
+    let pair = cookie.split(';').next().expect("pair").to_string();
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        s.http
+            .get(format!("{}/ui/jobs/abc123/events", s.base))
+            .header("cookie", pair)
+            .send(),
+    )
+    .await
+    .expect("answers at once")
+    .expect("GET");
+    assert_eq!(r.status().as_u16(), 404);
+    let r = s
+        .http
+        .post(format!("{}/ui/csp-report", s.base))
+        .header("content-type", "application/csp-report")
+        .body("{}")
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status().as_u16(), 204);
+    assert_eq!(
+        s.state
+            .csp_reports
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
 }

@@ -188,12 +188,44 @@ pub fn new_id(parts: &[&str]) -> String {
     sha256(seed.as_bytes())[..24].to_string()
 }
 
+/// Rows committed with a diagnosis, in its transaction ([`Store::add_diagnosis_with`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FollowUp<'a> {
+    /// Write-back targets to queue it for (the outbox).
+    pub outbox: &'a [&'a str],
+    /// The job that made it, marked done.
+    pub finish_job: Option<&'a str>,
+}
+
 impl Store {
     /// Store a diagnosis (and its events); the run's latest localization and risk follow it.
     pub async fn add_diagnosis(&self, d: &NewDiagnosis) -> Result<String> {
+        self.add_diagnosis_with(d, FollowUp::default()).await
+    }
+
+    /// [`Store::add_diagnosis`] with its follow-up rows (the outbox, the job's end) in the same
+    /// transaction: a killed server leaves either all of them or none.
+    pub async fn add_diagnosis_with(&self, d: &NewDiagnosis, f: FollowUp<'_>) -> Result<String> {
+        let mut tx = self.write_tx().await?;
+        let id = insert_diagnosis(&mut tx, d).await?;
+        for target in f.outbox {
+            crate::outbox::insert(&mut *tx, &id, target).await?;
+        }
+        if let Some(job) = f.finish_job {
+            crate::jobs::finish(&mut *tx, job, &id).await?;
+        }
+        tx.commit().await.map_err(q("commit diagnosis"))?;
+        Ok(id)
+    }
+}
+
+async fn insert_diagnosis(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    d: &NewDiagnosis,
+) -> Result<String> {
+    {
         let id = new_id(&[&d.run_id, &d.method]);
         let now = now_ns();
-        let mut tx = self.write_tx().await?;
         sqlx::query(
             "INSERT INTO diagnoses (id, run_id, method, model, prompt_versions, params, usage,
                trace_hash, agent, step, span_id, otel_trace_id, confidence, risk, result,
@@ -217,7 +249,7 @@ impl Store {
         .bind(d.result.to_string())
         .bind(now)
         .bind(d.elapsed_ms)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await
         .map_err(q("insert diagnosis"))?;
         for (i, e) in d.events.iter().enumerate() {
@@ -235,7 +267,7 @@ impl Store {
             .bind(e.severity)
             .bind(e.absorbed_by)
             .bind(e.event.to_string())
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await
             .map_err(q("insert implicit event"))?;
         }
@@ -244,7 +276,7 @@ impl Store {
                 .bind(agent.as_str())
                 .bind(d.step)
                 .bind(d.run_id.as_str())
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await
                 .map_err(q("run localization"))?;
         }
@@ -252,14 +284,15 @@ impl Store {
             sqlx::query("UPDATE runs SET risk = $1 WHERE id = $2")
                 .bind(risk)
                 .bind(d.run_id.as_str())
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await
                 .map_err(q("run risk"))?;
         }
-        tx.commit().await.map_err(q("commit diagnosis"))?;
         Ok(id)
     }
+}
 
+impl Store {
     /// Every diagnosis of a run, oldest first, with their events.
     pub async fn diagnoses(&self, run_id: &str) -> Result<Vec<Diagnosis>> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(

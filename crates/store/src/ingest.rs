@@ -27,6 +27,24 @@ pub struct IngestOutcome {
     pub duplicates: usize,
     /// Runs that received new spans (they are assembled again).
     pub runs: Vec<String>,
+    /// Spans stored with text the store cannot hold replaced (NUL characters become U+FFFD),
+    /// as `TRACE_ID/SPAN_ID`: the exporter is told in the partial-success message.
+    pub sanitized: Vec<String>,
+}
+
+impl IngestOutcome {
+    /// The partial-success warning for the sanitized spans (empty when there were none).
+    pub fn sanitized_message(&self) -> String {
+        match self.sanitized.as_slice() {
+            [] => String::new(),
+            ids => format!(
+                "{} span(s) stored with NUL characters replaced by U+FFFD: {}{}",
+                ids.len(),
+                ids.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                if ids.len() > 3 { ", ..." } else { "" }
+            ),
+        }
+    }
 }
 
 /// Rows per multi-row INSERT (8 parameters each; SQLite allows 32,766 parameters).
@@ -43,7 +61,11 @@ fn conversation_of(span: &SpanRecord) -> Option<&str> {
 impl Store {
     /// Store the spans of one OTLP request (already flattened and validated) in one transaction.
     /// Returns after the commit: what it returns is durable.
+    /// Text the store cannot hold is replaced span by span ([`crate::text::sanitize_span`]) and
+    /// reported in [`IngestOutcome::sanitized`]; the other spans are untouched.
     pub async fn ingest(&self, spans: &[SpanRecord]) -> Result<IngestOutcome> {
+        let (cleaned, sanitized) = sanitized(spans);
+        let spans: &[SpanRecord] = cleaned.as_deref().unwrap_or(spans);
         let now = now_ns();
         // One copy per (trace, span) id, grouped by OpenTelemetry trace, in start order.
         let mut by_trace: BTreeMap<&str, BTreeMap<&str, &SpanRecord>> = BTreeMap::new();
@@ -56,6 +78,7 @@ impl Store {
         }
         let mut out = IngestOutcome {
             duplicates: spans.len() - by_trace.values().map(BTreeMap::len).sum::<usize>(),
+            sanitized,
             ..IngestOutcome::default()
         };
         let mut touched: BTreeMap<String, bool> = BTreeMap::new(); // run -> a root span arrived
@@ -86,7 +109,8 @@ impl Store {
                    received_ns = excluded.received_ns,
                    has_root = CASE WHEN excluded.has_root > runs.has_root
                                    THEN excluded.has_root ELSE runs.has_root END,
-                   state = 'open'",
+                   state = 'open', error = NULL
+                 WHERE runs.source = 'otlp'",
             )
             .bind(run.as_str())
             .bind(now)
@@ -181,7 +205,7 @@ impl Store {
             "UPDATE runs SET trace_json = $1, trace_hash = $2, task = $3, outcome = $4,
                n_steps = $5, n_spans = $6, agents = $7, system = $8, first_ns = $9, last_ns = $10,
                assembled_seq = $11
-             WHERE id = $12 AND assembled_seq < $11
+             WHERE id = $12 AND assembled_seq < $11 AND source = 'otlp'
              RETURNING received_ns",
         )
         .bind(json.as_str())
@@ -206,15 +230,41 @@ impl Store {
         Ok(received_ns.map(|_| trace))
     }
 
-    /// Assemble every run waiting for it (up to `limit`); returns the runs assembled.
+    /// Assemble every run waiting for it (up to `limit`); returns the runs assembled. A run
+    /// that fails to assemble is marked failed with its reason ([`Store::mark_failed`]) and the
+    /// others go on; only a store that cannot even list the pending runs is an error.
     pub async fn assemble_pending(&self, limit: i64) -> Result<Vec<String>> {
         let mut done = Vec::new();
-        for (run, _) in self.pending_assembly(limit).await? {
-            if self.assemble(&run).await?.is_some() {
-                done.push(run);
+        for (run, seq) in self.pending_assembly(limit).await? {
+            match self.assemble(&run).await {
+                Ok(Some(_)) => done.push(run),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(%run, %e, "assembly failed; the run is marked failed");
+                    let reason = format!("assembly: {e}");
+                    if let Err(e) = self.mark_failed(&run, seq, &reason).await {
+                        tracing::warn!(%run, %e, "could not mark the run failed");
+                    }
+                }
             }
         }
         Ok(done)
+    }
+
+    /// Mark a run failed with `reason` unless spans arrived after `seq`: it is no longer
+    /// pending assembly or completion; a later ingest reopens it.
+    pub async fn mark_failed(&self, run: &str, seq: i64, reason: &str) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE runs SET state = 'failed', error = $1, assembled_seq = ingest_seq
+             WHERE id = $2 AND ingest_seq <= $3",
+        )
+        .bind(crate::text::storable(reason))
+        .bind(run)
+        .bind(seq)
+        .execute(&self.pool)
+        .await
+        .map_err(q("mark run failed"))?;
+        Ok(r.rows_affected() == 1)
     }
 
     /// Open OTLP runs, assembled up to date, that are complete at `now`: a root span arrived and
@@ -258,6 +308,26 @@ impl Store {
     }
 }
 
+/// `spans` with text the store cannot hold replaced (None when all are clean), and the ids of
+/// the spans changed.
+fn sanitized(spans: &[SpanRecord]) -> (Option<Vec<SpanRecord>>, Vec<String>) {
+    if !spans.iter().any(crate::text::needs_sanitizing) {
+        return (None, Vec::new());
+    }
+    let mut ids = Vec::new();
+    let cleaned = spans
+        .iter()
+        .cloned()
+        .map(|mut s| {
+            if crate::text::sanitize_span(&mut s) {
+                ids.push(format!("{}/{}", s.trace_id, s.span_id));
+            }
+            s
+        })
+        .collect();
+    (Some(cleaned), ids)
+}
+
 /// The run an OpenTelemetry trace belongs to. A trace first seen without a conversation id is
 /// its own run; when a later span names a conversation, the trace joins that run (the old run is
 /// marked so that assembly removes it).
@@ -273,6 +343,11 @@ async fn resolve_run(
             .fetch_optional(&mut **tx)
             .await
             .map_err(q("otel trace run"))?;
+    let conversation = match conversation {
+        Some(c) => Some(otlp_run_id(tx, c).await?),
+        None => None,
+    };
+    let conversation = conversation.as_deref();
     match (existing, conversation) {
         (Some(run), Some(conv)) if run == otel_trace && conv != otel_trace => {
             sqlx::query("UPDATE otel_traces SET run_id = $1 WHERE otel_trace_id = $2")
@@ -297,7 +372,10 @@ async fn resolve_run(
         }
         (Some(run), _) => Ok(run),
         (None, conv) => {
-            let run = conv.unwrap_or(otel_trace).to_string();
+            let run = match conv {
+                Some(c) => c.to_string(),
+                None => otlp_run_id(tx, otel_trace).await?,
+            };
             sqlx::query(
                 "INSERT INTO otel_traces (otel_trace_id, run_id) VALUES ($1, $2)
                  ON CONFLICT (otel_trace_id) DO NOTHING",
@@ -317,6 +395,25 @@ async fn resolve_run(
             Ok(run)
         }
     }
+}
+
+/// The run id OTLP spans use for `wanted` (a conversation or OpenTelemetry trace id): itself,
+/// or `otlp:{wanted}` when an imported run already has that id, so spans never replace an
+/// imported trace.
+async fn otlp_run_id(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    wanted: &str,
+) -> Result<String> {
+    let imported: Option<i64> =
+        sqlx::query_scalar("SELECT 1 FROM runs WHERE id = $1 AND source <> 'otlp'")
+            .bind(wanted)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(q("run id clash"))?;
+    Ok(match imported {
+        Some(_) => format!("otlp:{wanted}"),
+        None => wanted.to_string(),
+    })
 }
 
 /// One multi-row `INSERT ... ON CONFLICT DO NOTHING`; returns the rows stored.
@@ -608,6 +705,135 @@ mod tests {
                 ids(store.list_runs(&keeper).await.expect("list")),
                 std::slice::from_ref(&run)
             );
+        }
+    }
+
+    /// Issue 35: a NUL in the agent name, an attribute key, the service, the span name or the
+    /// conversation id is stored replaced (and reported) with the good spans of the request,
+    /// and every run is assembled (PostgreSQL refused the text: a 503 or a poisoned run).
+    #[tokio::test]
+    async fn nul_characters_are_replaced_span_by_span_and_reported() {
+        for (store, _dir) in stores().await {
+            let mut bad = span("a", "1", None, 1, chat("Pl\0anner", "hi"));
+            bad.name = "ch\0at".into();
+            bad.service = Some("svc\0".into());
+            bad.attributes.insert("k\0".into(), json!("v"));
+            bad.attributes
+                .insert("gen_ai.conversation.id".into(), json!("conv\0x"));
+            let good = span("b", "2", None, 2, chat("Coder", "fine"));
+            let out = store.ingest(&[bad, good]).await.expect("ingest");
+            assert_eq!(out.stored, 2);
+            assert_eq!(
+                out.sanitized,
+                [format!("{}/{}", "a".repeat(32), "1".repeat(16))]
+            );
+            assert!(out.sanitized_message().contains("1 span(s)"), "{out:?}");
+            let done = store.assemble_pending(10).await.expect("assemble");
+            assert_eq!(done.len(), 2, "{done:?}");
+            let run = store
+                .run("conv\u{FFFD}x")
+                .await
+                .expect("run")
+                .expect("stored under the cleaned id");
+            let trace = run.trace.expect("assembled");
+            assert_eq!(trace.steps[0].agent, "Pl\u{FFFD}anner");
+            assert_eq!(run.summary.system.as_deref(), Some("svc\u{FFFD}"));
+        }
+    }
+
+    /// Issue 35: a run that cannot be assembled is marked failed with its reason and the other
+    /// runs are still assembled; new spans reopen it.
+    #[tokio::test]
+    async fn a_run_that_fails_to_assemble_is_marked_failed_and_skipped() {
+        for (store, _dir) in stores().await {
+            let out = store
+                .ingest(&[span("c", "1", None, 1, chat("A", "x"))])
+                .await
+                .expect("ingest");
+            let broken = out.runs[0].clone();
+            sqlx::query("UPDATE spans SET record = 'not json' WHERE otel_trace_id = $1")
+                .bind("c".repeat(32))
+                .execute(store.pool())
+                .await
+                .expect("corrupt");
+            let out = store
+                .ingest(&[span("d", "1", None, 2, chat("B", "y"))])
+                .await
+                .expect("ingest");
+            let good = out.runs[0].clone();
+            let done = store.assemble_pending(10).await.expect("the loop goes on");
+            assert_eq!(done, [good]);
+            let s = store
+                .run(&broken)
+                .await
+                .expect("run")
+                .expect("kept")
+                .summary;
+            assert_eq!(s.state, "failed");
+            assert!(
+                s.error.as_deref().is_some_and(|e| e.contains("assembly")),
+                "{s:?}"
+            );
+            assert!(store.pending_assembly(10).await.expect("p").is_empty());
+            // New spans reopen it (and clear the reason).
+            store
+                .ingest(&[span("c", "2", Some("1"), 3, chat("A", "z"))])
+                .await
+                .expect("ingest");
+            let s = store
+                .run(&broken)
+                .await
+                .expect("run")
+                .expect("kept")
+                .summary;
+            assert_eq!((s.state.as_str(), s.error), ("open", None));
+        }
+    }
+
+    /// Issue 35: OTLP spans whose conversation id is an imported run's id go to their own run
+    /// (`otlp:ID`), and an import over an OTLP run's id is refused, not reported as stored.
+    #[tokio::test]
+    async fn otlp_and_imported_runs_never_replace_each_other() {
+        for (store, _dir) in stores().await {
+            let imported = maslens_trace::TraceBuilder::new("shared")
+                .task("q")
+                .step("A", "imported text")
+                .build();
+            store.put_trace(&imported).await.expect("import");
+            let mut attrs = chat("B", "otlp text")
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            attrs.insert("gen_ai.conversation.id".into(), json!("shared"));
+            let out = store
+                .ingest(&[span("g", "1", None, 1, Value::Object(attrs))])
+                .await
+                .expect("ingest");
+            assert_eq!(out.runs, ["otlp:shared"]);
+            store.assemble_pending(10).await.expect("assemble");
+            let kept = store.run("shared").await.expect("run").expect("kept");
+            assert_eq!(kept.summary.source, "import");
+            assert_eq!(kept.summary.state, "complete");
+            assert_eq!(kept.trace.expect("trace").steps[0].content, "imported text");
+            let otlp = store
+                .run("otlp:shared")
+                .await
+                .expect("run")
+                .expect("own run");
+            assert_eq!(otlp.trace.expect("trace").steps[0].content, "otlp text");
+            // An import with an OTLP run's id: an error, nothing replaced.
+            let clash = maslens_trace::TraceBuilder::new("otlp:shared")
+                .task("q")
+                .step("C", "import over otlp")
+                .build();
+            let e = store.put_trace(&clash).await.expect_err("clash");
+            assert!(matches!(e, crate::StoreError::Clash(_)), "{e}");
+            let otlp = store
+                .run("otlp:shared")
+                .await
+                .expect("run")
+                .expect("own run");
+            assert_eq!(otlp.trace.expect("trace").steps[0].content, "otlp text");
         }
     }
 }

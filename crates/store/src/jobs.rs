@@ -11,6 +11,24 @@ use sqlx::any::AnyRow;
 use crate::diagnosis::new_id;
 use crate::{col, json_col, now_ns, q, Backend, Result, Store};
 
+/// Mark a job done with its diagnosis, on `ex` (the pool, or the diagnosis' transaction).
+pub(crate) async fn finish<'e, E>(ex: E, job_id: &str, diagnosis_id: &str) -> Result<()>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    sqlx::query(
+        "UPDATE jobs SET state = 'done', finished_ns = $1, diagnosis_id = $2, error = NULL
+         WHERE id = $3",
+    )
+    .bind(now_ns())
+    .bind(diagnosis_id)
+    .bind(job_id)
+    .execute(ex)
+    .await
+    .map_err(q("finish job"))?;
+    Ok(())
+}
+
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -150,17 +168,7 @@ impl Store {
 
     /// A claimed job finished with a diagnosis.
     pub async fn finish(&self, job_id: &str, diagnosis_id: &str) -> Result<()> {
-        sqlx::query(
-            "UPDATE jobs SET state = 'done', finished_ns = $1, diagnosis_id = $2, error = NULL
-             WHERE id = $3",
-        )
-        .bind(now_ns())
-        .bind(diagnosis_id)
-        .bind(job_id)
-        .execute(&self.pool)
-        .await
-        .map_err(q("finish job"))?;
-        Ok(())
+        finish(&self.pool, job_id, diagnosis_id).await
     }
 
     /// A claimed job failed: queued again while it has attempts left, else failed for good.
@@ -178,6 +186,21 @@ impl Store {
         .await
         .map_err(q("fail job"))?;
         Ok(JobState::parse(state.as_deref().unwrap_or("failed")))
+    }
+
+    /// Give back a claimed job that was interrupted (the server is stopping): queued again, the
+    /// interrupted attempt not counted, so the next start resumes it.
+    pub async fn release(&self, job_id: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE jobs SET state = 'queued', worker = NULL,
+               attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
+             WHERE id = $1 AND state = 'running'",
+        )
+        .bind(job_id)
+        .execute(&self.pool)
+        .await
+        .map_err(q("release job"))?;
+        Ok(())
     }
 
     /// Give back running jobs claimed before `claimed_before_ns` (their worker died). Returns how

@@ -22,9 +22,11 @@ pub mod diagnosis;
 pub mod ingest;
 pub mod jobs;
 pub mod outbox;
+mod preflight;
 pub mod runs;
 pub mod search;
 pub mod testing;
+pub mod text;
 
 use std::path::Path;
 use std::time::Duration;
@@ -33,7 +35,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{AnyPool, Executor, SqlSafeStr};
 
-pub use diagnosis::{new_id, Diagnosis, ImplicitEvent, NewDiagnosis, Provenance};
+pub use diagnosis::{new_id, Diagnosis, FollowUp, ImplicitEvent, NewDiagnosis, Provenance};
 pub use ingest::IngestOutcome;
 pub use jobs::{BatchProgress, Job, JobState};
 pub use runs::{RunFilter, RunSummary, StoredRun};
@@ -56,6 +58,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/0002_search_sqlite.sql"),
         include_str!("../migrations/0002_search_postgres.sql"),
     ),
+    (
+        3,
+        "run error",
+        include_str!("../migrations/0003_run_error.sql"),
+        include_str!("../migrations/0003_run_error.sql"),
+    ),
 ];
 
 /// Errors from the store.
@@ -67,6 +75,8 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    #[error("store file {path}: {message}")]
+    File { path: String, message: String },
     #[error("store migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("store query ({what}): {source}")]
@@ -77,6 +87,8 @@ pub enum StoreError {
     },
     #[error("store record {what}: {message}")]
     Corrupt { what: String, message: String },
+    #[error("run {0} exists from another source (received over OTLP); choose another id")]
+    Clash(String),
     #[error("not in the store: {0}")]
     NotFound(String),
 }
@@ -182,6 +194,9 @@ impl Store {
             source,
         };
         if backend == Backend::Sqlite {
+            if let Some(path) = sqlite_file(url) {
+                preflight::check_sqlite_file(&path)?;
+            }
             // A new store's folder is made like its file (`--db ~/.cache/maslens/maslens.db` on a
             // fresh machine); if that fails, connecting reports it.
             if let Some(parent) = sqlite_file(url).and_then(|p| p.parent().map(Path::to_path_buf)) {
@@ -190,7 +205,11 @@ impl Store {
                 }
             }
         }
+        // One connection without retries first: a store that cannot be opened says why at once.
+        preflight::check_connect(url).await?;
         let pool = AnyPoolOptions::new()
+            // A connection left inside a transaction (a failed commit) is closed, not reused.
+            .before_acquire(|conn, _| Box::pin(async move { Ok(preflight::fit_for_use(conn)) }))
             // SQLite has one writer at a time; a few connections let reads go on beside it.
             .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
             .acquire_timeout(Duration::from_secs(30))

@@ -30,8 +30,11 @@ pub struct RunSummary {
     pub last_ns: Option<i64>,
     /// When the store last received something for this run.
     pub received_ns: i64,
-    /// `open` (spans may still arrive) or `complete`.
+    /// `open` (spans may still arrive), `complete`, or `failed` (could not be assembled or
+    /// diagnosed; [`RunSummary::error`] says why; new spans reopen it).
     pub state: String,
+    /// Why the run failed (state `failed`).
+    pub error: Option<String>,
     pub located_agent: Option<String>,
     pub located_step: Option<i64>,
     pub risk: Option<f64>,
@@ -173,7 +176,7 @@ fn qualified(columns: &str) -> String {
 
 const SUMMARY_COLS: &str =
     "id, source, system, task, outcome, n_steps, n_spans, agents, has_root, \
-     first_ns, last_ns, received_ns, state, located_agent, located_step, risk, trace_hash";
+     first_ns, last_ns, received_ns, state, located_agent, located_step, risk, trace_hash, error";
 
 fn summary(row: &AnyRow) -> Result<RunSummary> {
     let has_root: i64 = col(row, "has_root")?;
@@ -195,12 +198,14 @@ fn summary(row: &AnyRow) -> Result<RunSummary> {
         located_step: col(row, "located_step")?,
         risk: col(row, "risk")?,
         trace_hash: col(row, "trace_hash")?,
+        error: col(row, "error")?,
     })
 }
 
 impl Store {
     /// Store an imported trace (from a file, the CLI, the API) as a complete run, replacing an
-    /// earlier import with the same id (a run received over OTLP with that id is left as it is).
+    /// earlier import with the same id. A run received over OTLP with that id is left as it is
+    /// and the import is refused ([`crate::StoreError::Clash`]), never reported as stored.
     /// Its search rows are rewritten in the same transaction. Returns its content hash.
     pub async fn put_trace(&self, trace: &Trace) -> Result<String> {
         let (json, hash) = crate::trace_json(trace)?;
@@ -230,9 +235,10 @@ impl Store {
         .execute(&mut *tx)
         .await
         .map_err(q("put trace"))?;
-        if done.rows_affected() > 0 {
-            index_run(&mut tx, self.backend, &trace.id, Some(trace), now).await?;
+        if done.rows_affected() == 0 {
+            return Err(crate::StoreError::Clash(trace.id.clone()));
         }
+        index_run(&mut tx, self.backend, &trace.id, Some(trace), now).await?;
         tx.commit().await.map_err(q("commit put trace"))?;
         Ok(hash)
     }

@@ -28,6 +28,10 @@ pub struct Args {
     /// Port (4318 is OTLP/HTTP's); 0 picks a free one (the bound address is printed on stdout).
     #[arg(long, default_value_t = 4318)]
     pub port: u16,
+    /// A host name (any port) this server answers to besides the loopback names, against DNS
+    /// rebinding (repeat the flag). On a non-loopback `--host` without it, any name is answered.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_host: Vec<String>,
     /// Bearer token required on every route but /health.
     #[arg(long, env = "MASLENS_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -84,6 +88,21 @@ fn secs(v: f64, flag: &str) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
+/// The Host names served: loopback names on a loopback address, plus `--allow-host`.
+fn allowed_hosts(args: &Args) -> Option<Vec<String>> {
+    let loopback = maslens_server::serve::guard::LOOPBACK_HOSTS.map(String::from);
+    match (args.host.is_loopback(), args.allow_host.is_empty()) {
+        (true, _) => Some(
+            loopback
+                .into_iter()
+                .chain(args.allow_host.clone())
+                .collect(),
+        ),
+        (false, true) => None,
+        (false, false) => Some(args.allow_host.clone()),
+    }
+}
+
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     if !args.host.is_loopback() && args.token.is_none() {
         anyhow::bail!(
@@ -102,6 +121,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     };
     let config = ServeConfig {
         token: args.token.clone(),
+        allowed_hosts: allowed_hosts(&args),
         max_body_bytes: args.max_body_mib.max(1) << 20,
         settle: secs(args.settle, "--settle")?,
         idle: secs(args.idle, "--idle")?,

@@ -151,6 +151,7 @@ async fn put_run(State(state): State<Arc<AppState>>, body: axum::body::Bytes) ->
             Json(json!({"id": trace.id, "trace_hash": hash})),
         )
             .into_response(),
+        Err(e @ maslens_store::StoreError::Clash(_)) => error(StatusCode::CONFLICT, e.to_string()),
         Err(e) => store_error(e),
     }
 }

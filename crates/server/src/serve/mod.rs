@@ -19,6 +19,7 @@
 //! `/ui/login` and carry a session cookie instead.
 
 pub mod api;
+pub mod guard;
 pub mod openapi;
 pub mod pipeline;
 pub mod ui;
@@ -114,6 +115,12 @@ pub struct WriteBack {
 pub struct ServeConfig {
     /// Required as `Authorization: Bearer TOKEN` on every route but `/health` when set.
     pub token: Option<String>,
+    /// Host names (any port) this server answers to; `None` answers to any (a server on a
+    /// non-loopback address, reached by names it cannot know, behind its token). Loopback
+    /// names by default, so a DNS-rebinding page cannot reach a local server.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// How long a browser session lasts after sign-in.
+    pub session_ttl: Duration,
     /// Largest request body, before and after decompression.
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
@@ -141,6 +148,13 @@ impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             token: None,
+            allowed_hosts: Some(
+                guard::LOOPBACK_HOSTS
+                    .iter()
+                    .map(|h| h.to_string())
+                    .collect(),
+            ),
+            session_ttl: Duration::from_secs(12 * 3600),
             max_body_bytes: 64 << 20,
             request_timeout: Duration::from_secs(60),
             settle: Duration::from_secs(2),
@@ -169,6 +183,10 @@ pub struct AppState {
     pub http: reqwest::Client,
     /// Content-Security-Policy violations browsers reported on UI pages.
     pub csp_reports: std::sync::atomic::AtomicU64,
+    /// Browser sessions (random, expiring, revoked by logout).
+    pub sessions: guard::Sessions,
+    /// Failed sign-ins and bearer tokens: 20 a minute at most.
+    pub auth_failures: guard::FailureLimit,
 }
 
 impl AppState {
@@ -180,6 +198,7 @@ impl AppState {
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| ServeError::Setup(format!("HTTP client: {e}")))?;
+        let config_ttl = config.session_ttl;
         Ok(Arc::new(AppState {
             store,
             config,
@@ -187,6 +206,8 @@ impl AppState {
             models: OnceCell::new(),
             http,
             csp_reports: std::sync::atomic::AtomicU64::new(0),
+            sessions: guard::Sessions::new(config_ttl),
+            auth_failures: guard::FailureLimit::new(20, Duration::from_secs(60)),
         }))
     }
 }
@@ -211,6 +232,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi.json", get(openapi::document))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .route("/health", get(|| async { "ok" }))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::guard,
+        ))
         .layer(DefaultBodyLimit::max(limit))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
@@ -228,21 +253,33 @@ pub fn constant_time_eq(a: &str, b: &str) -> bool {
             == 0
 }
 
-/// Credentials check when a token is configured: `Authorization: Bearer TOKEN`, or the UI's
-/// session cookie. The UI's login form and static files need none; a browser that navigates
-/// to a UI page without a session is sent to the login form.
+/// Credentials check when a token is configured: `Authorization: Bearer TOKEN`, or on UI
+/// routes only the UI's session cookie (a cookie never authorizes `/api` or `/v1`). The UI's
+/// login form and static files need none; a browser that navigates to a UI page without a
+/// session is sent to the login form. Failed tokens count toward the sign-in limit.
 async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(token) = &state.config.token {
+        let path = req.uri().path();
+        if ui::public(path) {
+            return next.run(req).await;
+        }
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        let path = req.uri().path();
-        let ok = constant_time_eq(given, token)
-            || ui::has_session(req.headers(), token)
-            || ui::public(path);
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let ui_route = path == "/" || path == "/ui" || path.starts_with("/ui/");
+        let session = ui_route && ui::has_session(req.headers(), &state.sessions);
+        let ok = session
+            || match given {
+                Some(_) if state.auth_failures.blocked() => return guard::too_many(),
+                Some(g) if constant_time_eq(g, token) => true,
+                Some(_) => {
+                    state.auth_failures.record_failure();
+                    false
+                }
+                None => false,
+            };
         if !ok {
             if let Some(r) = ui::unauthenticated(req.method(), path, req.uri().query()) {
                 return r;
@@ -300,7 +337,7 @@ async fn v1_traces(
             (
                 StatusCode::OK,
                 [(header::CONTENT_TYPE, encoding.content_type())],
-                encode_response(encoding, flat.rejected.len(), &flat.rejection_message()),
+                encode_response(encoding, flat.rejected.len(), &partial_message(&flat, &out)),
             )
                 .into_response()
         }
@@ -315,6 +352,18 @@ async fn v1_traces(
                 .into_response()
         }
     }
+}
+
+/// The partial-success message: the rejected spans, then the spans stored with text replaced.
+fn partial_message(
+    flat: &maslens_otlp::span::Flattened,
+    out: &maslens_store::IngestOutcome,
+) -> String {
+    [flat.rejection_message(), out.sanitized_message()]
+        .into_iter()
+        .filter(|m| !m.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Run the background tasks (assembly, completion, the queue worker, write-back) until

@@ -19,8 +19,13 @@ pub async fn assemble_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<b
     // Jobs of servers that died (a restart of this one included) go back to the queue.
     let mut last_requeue: Option<Instant> = None;
     loop {
-        if let Err(e) = assemble_once(&state).await {
-            tracing::warn!(%e, "assembly");
+        // A long pass (a huge run) is dropped at shutdown: its transaction rolls back and the
+        // run stays pending for the next start.
+        tokio::select! {
+            r = assemble_once(&state) => if let Err(e) = r {
+                tracing::warn!(%e, "assembly");
+            },
+            _ = shutdown.changed() => return,
         }
         if last_requeue.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(10)) {
             last_requeue = Some(Instant::now());
@@ -52,7 +57,14 @@ pub async fn assemble_once(state: &AppState) -> Result<(), maslens_store::StoreE
         .await?;
     for (run, seq) in due {
         if state.store.mark_complete(&run, seq).await? {
-            on_complete(state, &run).await?;
+            // A run whose diagnosis fails is marked failed with its reason; the others go on.
+            if let Err(e) = on_complete(state, &run).await {
+                tracing::warn!(%run, %e, "diagnosis on arrival failed; the run is marked failed");
+                let reason = format!("diagnosis on arrival: {e}");
+                if let Err(e) = state.store.mark_failed(&run, seq, &reason).await {
+                    tracing::warn!(%run, %e, "could not mark the run failed");
+                }
+            }
         }
     }
     Ok(())
@@ -68,8 +80,12 @@ async fn on_complete(state: &AppState, run: &str) -> Result<(), maslens_store::S
     };
     let hash = stored.summary.trace_hash.unwrap_or_default();
     if let Some(d) = prior_diagnosis(state, &trace, &hash) {
-        let id = state.store.add_diagnosis(&d).await?;
-        queue_writeback(state, &id).await?;
+        let targets = writeback_targets(state);
+        let follow = maslens_store::FollowUp {
+            outbox: &targets,
+            ..Default::default()
+        };
+        state.store.add_diagnosis_with(&d, follow).await?;
     }
     let wanted = match state.config.policy {
         Policy::Off => false,
@@ -96,17 +112,16 @@ pub async fn enqueue(
     store.enqueue(run, method.as_str(), params, &dedup).await
 }
 
-pub(crate) async fn queue_writeback(
-    state: &AppState,
-    diagnosis: &str,
-) -> Result<(), maslens_store::StoreError> {
-    if state.config.writeback.otlp_logs.is_some() {
-        state.store.outbox_add(diagnosis, "otlp").await?;
-    }
-    if state.config.writeback.phoenix.is_some() {
-        state.store.outbox_add(diagnosis, "phoenix").await?;
-    }
-    Ok(())
+/// The write-back targets configured (outbox rows queued with each diagnosis).
+pub(crate) fn writeback_targets(state: &AppState) -> Vec<&'static str> {
+    let w = &state.config.writeback;
+    [
+        (w.otlp_logs.is_some(), "otlp"),
+        (w.phoenix.is_some(), "phoenix"),
+    ]
+    .into_iter()
+    .filter_map(|(on, t)| on.then_some(t))
+    .collect()
 }
 
 /// The prior's localization as a diagnosis (none for a trace without steps).
@@ -131,12 +146,15 @@ pub fn prior_to_diagnosis(
     Some(NewDiagnosis::from_verdict(trace, &l.verdict, hash, p))
 }
 
-/// Drain the queue, one job at a time (the LLM layer bounds the calls within a job).
+/// Drain the queue, one job at a time (the LLM layer bounds the calls within a job). At
+/// shutdown a running job is interrupted and given back to the queue ([`Store::release`]), so
+/// the server stops at once and the next start resumes the job.
 pub async fn worker_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
     loop {
-        match work_once(&state).await {
-            Ok(true) => continue,
-            Ok(false) => {}
+        match work_once_until(&state, &mut shutdown).await {
+            Ok(Some(true)) => continue,
+            Ok(Some(false)) => {}
+            Ok(None) => return,
             Err(e) => tracing::warn!(%e, "queue"),
         }
         tokio::select! {
@@ -148,14 +166,35 @@ pub async fn worker_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<boo
 
 /// Claim and run one job; false when the queue was empty.
 pub async fn work_once(state: &AppState) -> Result<bool, maslens_store::StoreError> {
+    let (_tx, mut never) = watch::channel(false);
+    Ok(work_once_until(state, &mut never).await?.unwrap_or(false))
+}
+
+/// [`work_once`], interrupted when `shutdown` changes (then `None`, the job given back).
+async fn work_once_until(
+    state: &AppState,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Option<bool>, maslens_store::StoreError> {
     let Some(job) = state.store.claim(&state.config.worker).await? else {
-        return Ok(false);
+        return Ok(Some(false));
     };
-    match run_job(state, &job).await {
+    let result = tokio::select! {
+        r = run_job(state, &job) => r,
+        _ = shutdown.changed() => {
+            tracing::info!(job = %job.id, "stopping: the running job goes back to the queue");
+            state.store.release(&job.id).await?;
+            return Ok(None);
+        }
+    };
+    match result {
         Ok(d) => {
-            let id = state.store.add_diagnosis(&d).await?;
-            state.store.finish(&job.id, &id).await?;
-            queue_writeback(state, &id).await?;
+            // The diagnosis, its outbox rows and the job's end: one transaction.
+            let targets = writeback_targets(state);
+            let follow = maslens_store::FollowUp {
+                outbox: &targets,
+                finish_job: Some(&job.id),
+            };
+            state.store.add_diagnosis_with(&d, follow).await?;
         }
         Err(e) => {
             tracing::warn!(job = %job.id, run = %job.run_id, method = %job.method, %e, "job failed");
@@ -165,7 +204,7 @@ pub async fn work_once(state: &AppState) -> Result<bool, maslens_store::StoreErr
                 .await?;
         }
     }
-    Ok(true)
+    Ok(Some(true))
 }
 
 async fn run_job(state: &AppState, job: &maslens_store::Job) -> Result<NewDiagnosis, String> {

@@ -35,7 +35,9 @@ pub async fn loop_(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
 
 /// One pass over a target's due deliveries.
 pub async fn deliver_due(state: &AppState, target: &str) -> Result<(), maslens_store::StoreError> {
-    for d in state.store.outbox_due(target, 50).await? {
+    // Claimed for 10 minutes (10 sends of at most 30 s each fit): another server skips them.
+    const LEASE_NS: i64 = 600_000_000_000;
+    for d in state.store.outbox_claim(target, 10, LEASE_NS).await? {
         let Some(diag) = state.store.diagnosis(&d.diagnosis_id).await? else {
             state.store.outbox_done(&d.id).await?;
             continue;

@@ -843,6 +843,14 @@ async fn job_events(State(state): State<Arc<AppState>>, Path(batch): Path<String
     if !valid_batch(&batch) {
         return plain(StatusCode::BAD_REQUEST, "bad batch id".into());
     }
+    // A batch that does not exist is a 404, not a stream that never ends.
+    match state.store.batch_progress(&batch).await {
+        Ok(p) if p.total == 0 => {
+            return plain(StatusCode::NOT_FOUND, format!("no batch {batch}"));
+        }
+        Ok(_) => {}
+        Err(e) => return plain(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
     let poll = Duration::from_millis(300);
     let stream = futures_util::stream::unfold(
         (state, batch, None::<String>, false),
@@ -882,33 +890,38 @@ async fn job_events(State(state): State<Arc<AppState>>, Path(batch): Path<String
 }
 
 /// CSP violation reports (`report-uri`): logged and counted (`/api/status` shows the count).
-async fn csp_report(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Response {
-    state.csp_reports.fetch_add(1, Ordering::Relaxed);
+async fn csp_report(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    // Counted only from a signed-in browser (or with no token set), so the count cannot be
+    // faked from outside; others are logged.
+    let counted = state.config.token.is_none() || has_session(&headers, &state.sessions);
+    if counted {
+        state.csp_reports.fetch_add(1, Ordering::Relaxed);
+    }
     let text = String::from_utf8_lossy(&body[..body.len().min(4096)]).into_owned();
     tracing::warn!(report = %text, "Content-Security-Policy violation reported by a browser");
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// The session cookie's value for a token: a hash, so the cookie never carries the token.
-pub fn session_value(token: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(
-        format!("maslens-ui-session|{token}").as_bytes(),
-    ))
-}
-
 pub const COOKIE: &str = "maslens_session";
 
-/// Whether the request carries the session cookie for `token`.
-pub fn has_session(headers: &HeaderMap, token: &str) -> bool {
-    let want = session_value(token);
+/// The session id the request's cookie carries, if any.
+fn session_cookie(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .any(|(k, v)| k == COOKIE && super::constant_time_eq(v, &want))
+        .find_map(|(k, v)| (k == COOKIE).then_some(v))
+}
+
+/// Whether the request carries a live session cookie.
+pub fn has_session(headers: &HeaderMap, sessions: &super::guard::Sessions) -> bool {
+    session_cookie(headers).is_some_and(|id| sessions.valid(id))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -927,7 +940,11 @@ struct LoginQuery {
 
 /// Only our own UI paths are followed after logging in.
 fn safe_next(next: &str) -> String {
-    if next.starts_with("/ui/") && !next.starts_with("//") && !next.contains('\\') {
+    if next.starts_with("/ui/")
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && !next.chars().any(char::is_control)
+    {
         next.to_string()
     } else {
         "/ui/traces".into()
@@ -955,14 +972,19 @@ async fn login(
     let Some(token) = &state.config.token else {
         return Redirect::to(&next).into_response();
     };
+    if state.auth_failures.blocked() {
+        return super::guard::too_many();
+    }
     if !super::constant_time_eq(&form.token, token) {
+        state.auth_failures.record_failure();
         tracing::info!("UI sign-in with a wrong token");
         return Redirect::to(&format!("/ui/login?failed=1&next={}", urlencode(&next)))
             .into_response();
     }
     let cookie = format!(
-        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
-        session_value(token)
+        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        state.sessions.create(),
+        state.sessions.ttl().as_secs()
     );
     let mut r = Redirect::to(&next).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
@@ -971,9 +993,12 @@ async fn login(
     r
 }
 
-async fn logout(headers: HeaderMap) -> Response {
+async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if !same_origin(&headers) {
         return (StatusCode::FORBIDDEN, "cross-site request refused").into_response();
+    }
+    if let Some(id) = session_cookie(&headers) {
+        state.sessions.revoke(id);
     }
     let mut r = Redirect::to("/ui/login").into_response();
     r.headers_mut().insert(

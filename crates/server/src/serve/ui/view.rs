@@ -697,6 +697,7 @@ mod tests {
             located_step: None,
             risk: None,
             trace_hash: Some("h".into()),
+            error: None,
         };
         let prior = Diagnosis {
             id: "d1".into(),

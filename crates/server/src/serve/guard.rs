@@ -1,0 +1,256 @@
+//! Guards on every route of `maslens serve`, as one layer ([`guard`]), before authentication:
+//!
+//! - **Host**: the `Host` header must name this server (`ServeConfig::allowed_hosts`; loopback
+//!   names by default), so a DNS-rebinding page cannot read it under a foreign name;
+//! - **Origin**: a request a browser marks with an `Origin` must come from this server's own
+//!   origin (same scheme-less `host:port` as `Host`), so a page elsewhere cannot send simple
+//!   (no-preflight) requests;
+//! - **content type**: a write to `/api` or `/v1` must say JSON or protobuf
+//!   (`text/plain`, a form or none gets 415), so no HTML form can write.
+//!
+//! And the browser sessions ([`Sessions`]): random, expiring, revoked by logout; with a limit
+//! on failed sign-ins and bearer tokens ([`FailureLimit`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+
+/// The host names a loopback server answers to.
+pub const LOOPBACK_HOSTS: [&str; 4] = ["localhost", "127.0.0.1", "[::1]", "::1"];
+
+/// `host` of a `Host` header value or an origin's authority, without its port.
+fn host_name(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        // [::1]:8080
+        return rest
+            .split_once(']')
+            .map_or(authority, |(h, _)| &authority[..h.len() + 2]);
+    }
+    authority.split(':').next().unwrap_or(authority)
+}
+
+/// Whether `host` (a `Host` header value) is one of `allowed` (names, any port).
+pub fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = host_name(host);
+    allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+}
+
+/// Whether an `Origin` header names the same `host:port` as the `Host` header.
+pub fn origin_matches(origin: &str, host: &str) -> bool {
+    origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .is_some_and(|a| a.eq_ignore_ascii_case(host))
+}
+
+fn is_write(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Whether a write to `path` says a content type the API reads.
+fn content_type_ok(path: &str, headers: &HeaderMap) -> bool {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+    match ct.as_deref() {
+        Some("application/json") => true,
+        Some("application/x-protobuf") | Some("application/protobuf") => path.starts_with("/v1/"),
+        _ => false,
+    }
+}
+
+fn refuse(status: StatusCode, why: &'static str) -> Response {
+    tracing::info!(%status, why, "request refused");
+    (status, why).into_response()
+}
+
+/// The Host, Origin and content-type checks (see the module docs).
+pub async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if let Some(allowed) = &state.config.allowed_hosts {
+        if !host_allowed(host, allowed) {
+            return refuse(
+                StatusCode::MISDIRECTED_REQUEST,
+                "this server does not answer to that Host name",
+            );
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let ok = origin.to_str().is_ok_and(|o| origin_matches(o, host));
+        if !ok {
+            return refuse(StatusCode::FORBIDDEN, "cross-origin request refused");
+        }
+    }
+    let path = req.uri().path();
+    if is_write(req.method())
+        && (path.starts_with("/api/") || path.starts_with("/v1/"))
+        && !content_type_ok(path, headers)
+    {
+        return refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "a write needs Content-Type: application/json (or application/x-protobuf for OTLP)",
+        );
+    }
+    next.run(req).await
+}
+
+/// Browser sessions: a random id per sign-in, valid for `ttl`, removed by logout.
+#[derive(Debug)]
+pub struct Sessions {
+    ttl: Duration,
+    live: Mutex<HashMap<String, Instant>>,
+}
+
+impl Sessions {
+    pub fn new(ttl: Duration) -> Sessions {
+        Sessions {
+            ttl,
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long a session lasts.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// A new session id (256 random bits, hex).
+    pub fn create(&self) -> String {
+        use rand::RngCore;
+        let mut bytes = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut bytes);
+        let id = hex::encode(bytes);
+        let now = Instant::now();
+        if let Ok(mut live) = self.live.lock() {
+            live.retain(|_, until| *until > now);
+            live.insert(id.clone(), now + self.ttl);
+        }
+        id
+    }
+
+    /// Whether `id` is a live session.
+    pub fn valid(&self, id: &str) -> bool {
+        let now = Instant::now();
+        self.live
+            .lock()
+            .is_ok_and(|live| live.get(id).is_some_and(|until| *until > now))
+    }
+
+    /// End a session (logout).
+    pub fn revoke(&self, id: &str) {
+        if let Ok(mut live) = self.live.lock() {
+            live.remove(id);
+        }
+    }
+}
+
+/// A limit on failed credentials (sign-ins and bearer tokens): at most `max` failures in a
+/// sliding `window`; past it, credentials are not even checked until the window moves on.
+#[derive(Debug)]
+pub struct FailureLimit {
+    max: usize,
+    window: Duration,
+    failures: Mutex<Vec<Instant>>,
+}
+
+impl FailureLimit {
+    pub fn new(max: usize, window: Duration) -> FailureLimit {
+        FailureLimit {
+            max,
+            window,
+            failures: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// True while the limit is reached (answer 429 without checking the credentials).
+    pub fn blocked(&self) -> bool {
+        let now = Instant::now();
+        self.failures.lock().is_ok_and(|mut f| {
+            f.retain(|t| now.duration_since(*t) < self.window);
+            f.len() >= self.max
+        })
+    }
+
+    pub fn record_failure(&self) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.push(Instant::now());
+        }
+    }
+}
+
+/// The 429 answer while [`FailureLimit::blocked`].
+pub fn too_many() -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, "60")],
+        "too many failed sign-ins or tokens; try again in a minute",
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_origins() {
+        let allowed: Vec<String> = LOOPBACK_HOSTS.iter().map(|s| s.to_string()).collect();
+        for ok in ["127.0.0.1:4318", "localhost", "LOCALHOST:1", "[::1]:80"] {
+            assert!(host_allowed(ok, &allowed), "{ok}");
+        }
+        for bad in [
+            "evil.example:4318",
+            "127.0.0.1.evil.example",
+            "",
+            "localhost.:1",
+        ] {
+            assert!(!host_allowed(bad, &allowed), "{bad}");
+        }
+        assert!(origin_matches("http://127.0.0.1:4318", "127.0.0.1:4318"));
+        assert!(!origin_matches("http://127.0.0.1:9999", "127.0.0.1:4318"));
+        assert!(!origin_matches("null", "127.0.0.1:4318"));
+    }
+
+    #[test]
+    fn sessions_expire_and_are_revoked() {
+        let s = Sessions::new(Duration::from_millis(50));
+        let a = s.create();
+        let b = s.create();
+        assert_ne!(a, b);
+        assert!(s.valid(&a) && s.valid(&b));
+        s.revoke(&a);
+        assert!(!s.valid(&a) && s.valid(&b));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!s.valid(&b));
+    }
+
+    #[test]
+    fn failures_are_limited_per_window() {
+        let l = FailureLimit::new(3, Duration::from_millis(50));
+        for _ in 0..3 {
+            assert!(!l.blocked());
+            l.record_failure();
+        }
+        assert!(l.blocked());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!l.blocked());
+    }
+}
