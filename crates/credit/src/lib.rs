@@ -18,6 +18,7 @@
 //! - [`report`]: tables, JSON, Markdown and HTML with plots.
 
 pub mod answer;
+mod bcd_state;
 pub mod config;
 pub mod credit;
 pub mod credit_run;

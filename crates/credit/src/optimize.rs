@@ -18,6 +18,7 @@
 //! returned prompts are the evaluated iterate with the best optimization-set accuracy (latest on
 //! ties); the test set is never read during optimization.
 
+use crate::bcd_state::{observe_failures, BcdState};
 use crate::config::{Blocks, CriticRounds, DebateConfig, Decoding, PromptSet};
 use crate::credit::{
     credit_table, select_roles, select_rounds, CreditTable, EmaCredit, InformativeFailure,
@@ -895,39 +896,6 @@ pub fn clean_prompt(text: &str) -> String {
         t
     };
     t.chars().take(4000).collect::<String>().trim().to_string()
-}
-
-/// What BCD carries from one iteration to the next.
-struct BcdState {
-    prompts: PromptSet,
-    ema: EmaCredit,
-    /// The last rollout and the prompts it was made with.
-    cached: Option<(PromptSet, Vec<DebateRun>)>,
-    /// The prompts whose rollouts the EMA has observed.
-    observed: Option<PromptSet>,
-}
-
-/// Feed the EMA every round's aggregation of `runs` with its critique.
-fn observe_failures(ema: &mut EmaCredit, runs: &[DebateRun], crit: &[RunCritique]) {
-    for (run, c) in runs.iter().zip(crit) {
-        for t in 0..run.rounds_run {
-            let (Some(state), Some(Some(eval))) = (run.states.get(t), c.agg.get(t)) else {
-                continue;
-            };
-            let f = InformativeFailure {
-                question: run.question.clone(),
-                round: t,
-                messages: run.utterances[t]
-                    .iter()
-                    .map(|u| (u.role.clone(), u.text.clone()))
-                    .collect(),
-                state: state.text.clone(),
-                q_agg: eval.q(),
-                explanation: eval.explanation.clone(),
-            };
-            ema.observe_failure(f, state.correct, run.any_agent_correct(t));
-        }
-    }
 }
 
 #[cfg(test)]
