@@ -582,6 +582,15 @@ fn not_self(above: Vec<Option<usize>>) -> Vec<Option<usize>> {
         .collect()
 }
 
+/// Whether two spans may belong to one agent's call: not when both name an agent and the
+/// names differ.
+fn same_agent(a: &SpanRecord, b: &SpanRecord) -> bool {
+    match (attr_agent(a), attr_agent(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => true,
+    }
+}
+
 /// Which spans are steps, and as what: a model call (`Llm`) or a tool execution (`Tool`).
 ///
 /// One step per model call: an LLM span directly wrapping another LLM span that records messages
@@ -592,11 +601,16 @@ fn not_self(above: Vec<Option<usize>>) -> Vec<Option<usize>> {
 /// (AG2's tool executor `invoke_agent user` > `execute_tool`), the tool's result is the one step.
 fn step_roles(tree: &Tree, kinds: &[SpanKind]) -> Vec<Option<SpanKind>> {
     let n = tree.len();
-    // The LLM span directly above (a wrapper is the call's parent span, as LlamaIndex's outer
-    // `astream_chat` or AutoGen's client span above the openai SDK's).
+    // The LLM span directly above, when it is the same call (a wrapper is the call's parent
+    // span, as LlamaIndex's outer `astream_chat` or AutoGen's client span above the openai
+    // SDK's). Spans naming two different agents are two calls, never a wrapper and its call.
     let llm_above: Vec<Option<usize>> = not_self(
         (0..n)
-            .map(|i| tree.parent[i].filter(|&p| kinds[p] == SpanKind::Llm))
+            .map(|i| {
+                tree.parent[i].filter(|&p| {
+                    kinds[p] == SpanKind::Llm && same_agent(tree.spans[p], tree.spans[i])
+                })
+            })
             .collect(),
     );
     let has_msgs: Vec<bool> = (0..n)
