@@ -624,3 +624,69 @@ async fn small_hardening_items() {
         0
     );
 }
+
+/// Asserts the UI's security headers on a response; `cache` is the Cache-Control it must carry.
+fn assert_secure(what: &str, h: &reqwest::header::HeaderMap, cache: &str) {
+    let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+    assert_eq!(get("content-security-policy"), ui::CSP, "{what}: CSP");
+    assert_eq!(get("x-content-type-options"), "nosniff", "{what}");
+    assert_eq!(get("referrer-policy"), "no-referrer", "{what}");
+    assert_eq!(get("x-frame-options"), "DENY", "{what}");
+    assert_eq!(get("cross-origin-opener-policy"), "same-origin", "{what}");
+    assert!(
+        get("cache-control").contains(cache),
+        "{what}: cache-control"
+    );
+}
+
+/// Issue 40: the security headers are a layer over every UI path, so no response kind can lack
+/// them: pages, error pages, the router's own 404, redirects (the handlers' and the sign-in
+/// guard's), static files, plain-text errors and the CSP report sink. The JSON API is not a UI
+/// path and keeps its own headers.
+#[tokio::test]
+async fn every_ui_response_carries_the_security_headers() {
+    let open = start(None).await;
+    let css = ui::assets::url("app.css");
+    for (path, status, cache) in [
+        ("/ui/login", 200, "no-store"),
+        ("/ui/traces", 200, "no-store"),
+        ("/ui/traces/nope", 404, "no-store"),
+        ("/ui/traces?min_risk=x", 400, "no-store"),
+        ("/ui/no-such-page", 404, "no-store"),
+        ("/", 303, "no-store"),
+        ("/ui", 303, "no-store"),
+        ("/ui/jobs/bad!/events", 400, "no-store"),
+        (css.as_str(), 200, "immutable"),
+        ("/favicon.ico", 200, "max-age=86400"),
+    ] {
+        let (got, h, body) = open.get(path).await;
+        assert_eq!(got, status, "{path}: {body}");
+        assert_secure(path, &h, cache);
+    }
+    let r = open
+        .http
+        .post(format!("{}/ui/csp-report", open.base))
+        .header("content-type", "application/csp-report")
+        .body("{}")
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status().as_u16(), 204);
+    assert_secure("POST /ui/csp-report", r.headers(), "no-store");
+    let (_, h, _) = open.get("/api/status").await;
+    assert!(h.get("content-security-policy").is_none(), "not a UI path");
+
+    let locked = start(Some("s3cret")).await;
+    let (status, h, _) = locked.get("/ui/traces").await;
+    assert_eq!(status, 303, "to the login form");
+    assert_secure("sign-in redirect", &h, "no-store");
+    let r = locked
+        .post_form("/ui/login", &[("token", "s3cret"), ("next", "/ui/traces")])
+        .await;
+    assert_eq!(r.status().as_u16(), 303);
+    assert_secure("POST /ui/login", r.headers(), "no-store");
+    let r = locked
+        .post_form("/ui/login", &[("token", "wrong"), ("next", "/ui/traces")])
+        .await;
+    assert_secure("failed sign-in", r.headers(), "no-store");
+}

@@ -241,6 +241,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             timeout,
         ))
+        // Outermost: the UI's security headers on every response to a UI path, the guards'
+        // and the sign-in redirects included.
+        .layer(axum::middleware::from_fn(ui::security_headers))
         .with_state(state)
 }
 
