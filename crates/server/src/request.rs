@@ -1,0 +1,402 @@
+//! Reading an OpenAI chat-completions body (`POST /v1/chat/completions`) into a
+//! [`ChatRequest`]: the messages, the sampling settings, the output constraints; every error
+//! names the field.
+
+use maslens_llm::{ChatRequest, Message, Role};
+use serde_json::{json, Map, Value};
+
+use crate::{tools, DEFAULT_MAX_TOKENS};
+
+/// A parsed `/v1/chat/completions` body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedRequest {
+    pub request: ChatRequest,
+    pub stream: bool,
+    /// `tools` / `tool_choice` ([`tools`]): the answer may be a tool call.
+    pub tools: Option<tools::Tools>,
+}
+
+/// Turn an OpenAI chat-completions body into a [`ChatRequest`]; the error says which field is wrong.
+///
+/// Departures from OpenAI: `temperature` defaults to 0 (greedy, deterministic) rather than 1;
+/// `max_tokens` defaults to [`DEFAULT_MAX_TOKENS`]; a non-standard `grammar` field (GBNF, as
+/// llama.cpp's server takes it) is honoured. `tools`, `tool_choice`, `tool` messages and
+/// assistant `tool_calls` are read as [`tools`] says.
+pub fn parse_request(v: &Value) -> Result<ParsedRequest, String> {
+    let obj = v.as_object().ok_or("the body must be a JSON object")?;
+    let mut messages = parse_messages(obj)?;
+    let tools = tools::parse_tools(obj)?;
+    if let Some(t) = &tools {
+        tools::add_instructions(&mut messages, t);
+    }
+    let mut request = ChatRequest::new(messages);
+    request.seed = None;
+    parse_sampling(obj, &mut request)?;
+    parse_output_format(obj, &mut request)?;
+    let stream = match obj.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err("`stream` must be a boolean".into()),
+    };
+    if let Some(schema) = tools.as_ref().and_then(tools::Tools::call_schema) {
+        if request.json_schema.is_some() || request.grammar.is_some() {
+            return Err(
+                "`tool_choice` forces a tool call, which cannot be combined with `response_format` or `grammar`"
+                    .into(),
+            );
+        }
+        request.json_schema = Some(schema);
+    }
+    request.stage = "serve".into();
+    Ok(ParsedRequest {
+        request,
+        stream,
+        tools,
+    })
+}
+
+/// `messages`: a non-empty array, each read by [`parse_message`].
+fn parse_messages(obj: &Map<String, Value>) -> Result<Vec<Message>, String> {
+    let messages_v = obj.get("messages").ok_or("missing field `messages`")?;
+    let messages_a = messages_v.as_array().ok_or("`messages` must be an array")?;
+    if messages_a.is_empty() {
+        return Err("`messages` is empty".into());
+    }
+    messages_a
+        .iter()
+        .enumerate()
+        .map(|(i, m)| parse_message(i, m))
+        .collect()
+}
+
+/// `messages[i]`: its role, its text, a `tool` result or an assistant's `tool_calls` as text.
+fn parse_message(i: usize, m: &Value) -> Result<Message, String> {
+    let role = m
+        .get("role")
+        .and_then(Value::as_str)
+        .ok_or(format!("messages[{i}].role is missing"))?;
+    let role = match role {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" => Role::User,
+        other => return Err(format!("messages[{i}].role {other:?} is not supported (system, developer, user, assistant, tool)")),
+    };
+    let is_tool = m.get("role").and_then(Value::as_str) == Some("tool");
+    let content = message_content(i, m)?;
+    if is_tool {
+        return Ok(tools::tool_result_message(m, content));
+    }
+    let content = match m.get("tool_calls") {
+        Some(calls) if !calls.is_null() && role == Role::Assistant => {
+            let call_text = tools::calls_as_text(calls, i)?;
+            if content.is_empty() {
+                call_text
+            } else {
+                format!("{content}\n{call_text}")
+            }
+        }
+        _ => content,
+    };
+    Ok(Message { role, content })
+}
+
+/// `messages[i].content`: a string, null, or an array of text parts (joined).
+fn message_content(i: usize, m: &Value) -> Result<String, String> {
+    match m.get("content") {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (j, p) in parts.iter().enumerate() {
+                match (
+                    p.get("type").and_then(Value::as_str),
+                    p.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    _ => {
+                        return Err(format!(
+                            "messages[{i}].content[{j}]: only text parts are supported"
+                        ))
+                    }
+                }
+            }
+            Ok(text)
+        }
+        Some(_) => Err(format!(
+            "messages[{i}].content must be a string or an array of text parts"
+        )),
+    }
+}
+
+/// `temperature`, `top_p`, `max_completion_tokens` / `max_tokens`, `seed`, `stop`, `n`.
+fn parse_sampling(obj: &Map<String, Value>, request: &mut ChatRequest) -> Result<(), String> {
+    let num = |key: &str| -> Result<Option<f64>, String> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(x) => x
+                .as_f64()
+                .map(Some)
+                .ok_or(format!("`{key}` must be a number")),
+        }
+    };
+    if let Some(t) = num("temperature")? {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(format!("`temperature` {t} is outside [0, 2]"));
+        }
+        request.temperature = t as f32;
+    }
+    if let Some(p) = num("top_p")? {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(format!("`top_p` {p} is outside [0, 1]"));
+        }
+        request.top_p = Some(p as f32);
+    }
+    request.max_tokens = parse_max_tokens(obj)?;
+    if let Some(seed) = obj.get("seed").filter(|s| !s.is_null()) {
+        request.seed = Some(
+            seed.as_u64()
+                .or_else(|| seed.as_i64().map(|s| s as u64))
+                .ok_or("`seed` must be an integer")?,
+        );
+    }
+    request.stop = match obj.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|s| {
+                s.as_str()
+                    .map(str::to_string)
+                    .ok_or("`stop` entries must be strings")
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("`stop` must be a string or an array of strings".into()),
+    };
+    if let Some(n) = obj.get("n").filter(|n| !n.is_null()) {
+        if n.as_u64() != Some(1) {
+            return Err("only `n`: 1 is supported".into());
+        }
+    }
+    Ok(())
+}
+
+/// `max_completion_tokens` (preferred) or `max_tokens`; [`DEFAULT_MAX_TOKENS`] when neither.
+fn parse_max_tokens(obj: &Map<String, Value>) -> Result<u32, String> {
+    let max_tokens = match (obj.get("max_completion_tokens"), obj.get("max_tokens")) {
+        (Some(x), _) if !x.is_null() => Some(("max_completion_tokens", x)),
+        (_, Some(x)) if !x.is_null() => Some(("max_tokens", x)),
+        _ => None,
+    };
+    match max_tokens {
+        Some((key, x)) => match x.as_u64() {
+            Some(0) => Err(format!("`{key}` must be at least 1, got 0")),
+            Some(n) => u32::try_from(n).map_err(|_| {
+                format!(
+                    "`{key}` {n} is too large: at most {} (an answer also ends where the model's \
+                     context window does; leave it out for the default of {DEFAULT_MAX_TOKENS})",
+                    u32::MAX
+                )
+            }),
+            None => Err(format!("`{key}` must be a positive integer, got {x}")),
+        },
+        None => Ok(DEFAULT_MAX_TOKENS),
+    }
+}
+
+/// `response_format` (text, a JSON object, a JSON schema) and the non-standard `grammar`.
+fn parse_output_format(obj: &Map<String, Value>, request: &mut ChatRequest) -> Result<(), String> {
+    match obj.get("response_format") {
+        None | Some(Value::Null) => {}
+        Some(rf) => match rf.get("type").and_then(Value::as_str) {
+            Some("text") => {}
+            Some("json_object") => request.json_schema = Some(json!({"type": "object"})),
+            Some("json_schema") => {
+                let schema = rf
+                    .get("json_schema")
+                    .and_then(|j| j.get("schema"))
+                    .ok_or("`response_format.json_schema.schema` is missing")?;
+                if !schema.is_object() && !schema.is_boolean() {
+                    return Err("`response_format.json_schema.schema` must be a JSON schema object".into());
+                }
+                request.json_schema = Some(schema.clone());
+            }
+            other => {
+                return Err(format!(
+                    "`response_format.type` {other:?} is not supported (text, json_object, json_schema)"
+                ))
+            }
+        },
+    }
+    match obj.get("grammar") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(g)) => request.grammar = Some(g.clone()),
+        Some(_) => return Err("`grammar` must be a GBNF string".into()),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::completion_json_with;
+    use maslens_llm::ChatResponse;
+
+    #[test]
+    fn parses_an_openai_body() {
+        let body = json!({
+            "model": "whatever",
+            "messages": [
+                {"role": "developer", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "there"}]}
+            ],
+            "temperature": 0.5, "top_p": 0.9, "max_completion_tokens": 7, "seed": 3,
+            "stop": "END",
+            "response_format": {"type": "json_schema", "json_schema": {"name": "v", "schema": {"type": "object"}}}
+        });
+        let p = parse_request(&body).unwrap();
+        assert!(!p.stream);
+        let r = p.request;
+        assert_eq!(
+            r.messages,
+            vec![Message::system("be brief"), Message::user("hello there")]
+        );
+        assert_eq!(
+            (r.temperature, r.top_p, r.max_tokens, r.seed),
+            (0.5, Some(0.9), 7, Some(3))
+        );
+        assert_eq!(r.stop, vec!["END".to_string()]);
+        assert_eq!(r.json_schema, Some(json!({"type": "object"})));
+    }
+
+    #[test]
+    fn defaults_are_greedy_and_bounded() {
+        let p = parse_request(
+            &json!({"messages": [{"role": "user", "content": "hi"}], "stream": true}),
+        )
+        .unwrap();
+        assert!(p.stream);
+        assert_eq!(p.request.temperature, 0.0);
+        assert_eq!(p.request.max_tokens, DEFAULT_MAX_TOKENS);
+        assert_eq!(p.request.json_schema, None);
+    }
+
+    #[test]
+    fn tool_requests_render_history_and_constrain_forced_calls() {
+        let body = json!({
+            "messages": [
+                {"role": "system", "content": "You triage."},
+                {"role": "user", "content": "2+3?"},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                  "function": {"name": "transfer_to_math", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "{\"assistant\": \"Math\"}"},
+            ],
+            "tools": [{"type": "function", "function": {"name": "transfer_to_math", "parameters":
+                {"type": "object", "properties": {}, "additionalProperties": false}}}],
+            "tool_choice": "required",
+        });
+        let p = parse_request(&body).unwrap();
+        let m = &p.request.messages;
+        assert_eq!(m.len(), 4);
+        assert!(m[0]
+            .content
+            .starts_with("You triage.\n\nYou can call these functions:"));
+        assert_eq!(m[2].role, Role::Assistant);
+        assert_eq!(
+            m[2].content,
+            r#"{"name": "transfer_to_math", "arguments": {}}"#
+        );
+        assert_eq!(m[3].role, Role::User);
+        assert!(m[3].content.starts_with("Result of call c1:"));
+        let schema = p.request.json_schema.unwrap();
+        assert_eq!(schema["properties"]["name"]["const"], "transfer_to_math");
+        // A forced call's answer comes back as tool_calls.
+        let r = ChatResponse {
+            text: r#"{"name": "transfer_to_math", "arguments": {}}"#.into(),
+            finish_reason: "stop".into(),
+            usage: Default::default(),
+            latency_ms: 0,
+            from_cache: false,
+            queue: Default::default(),
+        };
+        let calls = p.tools.as_ref().unwrap().calls_in(&r.text, "chatcmpl-1");
+        let j = completion_json_with("m", "chatcmpl-1", &r, calls);
+        assert_eq!(j["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(j["choices"][0]["message"]["content"], Value::Null);
+        assert_eq!(
+            j["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+            "transfer_to_math"
+        );
+        // Without tools nothing changes: no schema, no calls.
+        let plain =
+            parse_request(&json!({"messages": [{"role": "user", "content": "hi"}]})).unwrap();
+        assert!(plain.tools.is_none() && plain.request.json_schema.is_none());
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let cases = [
+            (json!([]), "JSON object"),
+            (json!({}), "messages"),
+            (json!({"messages": []}), "empty"),
+            (
+                json!({"messages": [{"role": "function", "content": "x"}]}),
+                "messages[0].role",
+            ),
+            (
+                json!({"messages": [{"role": "assistant", "tool_calls": [{"id": "c"}]}]}),
+                "messages[0].tool_calls[0].function",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+                       "tools": [{"type": "function", "function": {"name": "f"}}],
+                       "response_format": {"type": "json_object"}}),
+                "cannot be combined",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": 3}]}),
+                "messages[0].content",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "temperature": 9}),
+                "temperature",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}),
+                "`max_tokens` must be at least 1, got 0",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5}),
+                "`max_tokens` must be a positive integer, got 1.5",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999999u64}),
+                "`max_tokens` 99999999999 is too large: at most 4294967295",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -3}),
+                "`max_completion_tokens` must be a positive integer, got -3",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "n": 2}),
+                "`n`",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "stop": [1]}),
+                "stop",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}}),
+                "schema",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}),
+                "xml",
+            ),
+        ];
+        for (body, needle) in cases {
+            let err = parse_request(&body).unwrap_err();
+            assert!(err.contains(needle), "{body}: {err}");
+        }
+    }
+}
