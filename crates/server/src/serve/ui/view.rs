@@ -246,6 +246,55 @@ pub fn trace_view(
         .or_else(|| views.iter().rev().find(|d| d.method == "prior"))
         .cloned();
     let scan = views.iter().rev().find(|d| d.method == "scan").cloned();
+    let (lanes, lane_of) = lanes_of(trace);
+    let lane_columns = lanes.len().clamp(1, MAX_LANES);
+    let probs = prior_probs(diagnoses).filter(|p| p.len() == trace.steps.len());
+    let max_p = probs
+        .as_ref()
+        .map(|p| p.iter().copied().fold(0.0_f64, f64::max))
+        .unwrap_or(0.0);
+    let cx = StepContext {
+        lane_of: &lane_of,
+        focus: focus.as_ref(),
+        scan: scan.as_ref(),
+        probs: probs.as_deref(),
+        max_p,
+        terms: terms(q),
+    };
+    let steps = trace
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(pos, st)| step_view(&cx, pos, st))
+        .collect::<Vec<_>>();
+    let strip = steps
+        .iter()
+        .filter_map(|s| {
+            s.prior.map(|p| StripCell {
+                index: s.index,
+                agent: s.agent.clone(),
+                p,
+                bucket: s.prior_bucket,
+            })
+        })
+        .collect();
+    let (otel_trace_ids, rounds) = otel_ids_and_rounds(trace);
+    TraceView {
+        lanes,
+        lane_columns,
+        steps,
+        strip,
+        focus,
+        scan,
+        diagnoses: views,
+        otel_trace_ids,
+        rounds,
+    }
+}
+
+/// The lanes in order of first appearance (past [`MAX_LANES`], the last lane is shared), and
+/// each agent's lane.
+fn lanes_of(trace: &Trace) -> (Vec<Lane>, BTreeMap<&str, usize>) {
     let mut lanes: Vec<Lane> = Vec::new();
     let mut lane_of: BTreeMap<&str, usize> = BTreeMap::new();
     for st in &trace.steps {
@@ -260,102 +309,91 @@ pub fn trace_view(
         });
         lanes[idx].steps += 1;
     }
-    let lane_columns = lanes.len().clamp(1, MAX_LANES);
-    let probs = prior_probs(diagnoses).filter(|p| p.len() == trace.steps.len());
-    let max_p = probs
-        .as_ref()
-        .map(|p| p.iter().copied().fold(0.0_f64, f64::max))
-        .unwrap_or(0.0);
-    let terms = terms(q);
+    (lanes, lane_of)
+}
+
+/// The OpenTelemetry trace ids and the rounds the steps carry, each once, in step order.
+fn otel_ids_and_rounds(trace: &Trace) -> (Vec<String>, Vec<u32>) {
     let mut otel: Vec<String> = Vec::new();
     let mut rounds: Vec<u32> = Vec::new();
-    let steps = trace
-        .steps
-        .iter()
-        .enumerate()
-        .map(|(pos, st)| {
-            let lane = lane_of
-                .get(st.agent.as_str())
-                .copied()
-                .unwrap_or(0)
-                .min(MAX_LANES - 1);
-            let decisive = focus
-                .as_ref()
-                .is_some_and(|d| d.step == i64::try_from(st.index).ok());
-            let events: Vec<EventMark> = scan
-                .as_ref()
-                .map(|s| {
-                    s.events
-                        .iter()
-                        .filter(|e| e.step == i64::try_from(st.index).ok())
-                        .cloned()
-                        .collect()
-                })
-                .unwrap_or_default();
-            let body = highlight(&st.content, &terms);
-            let matched = body.iter().any(|s| s.mark);
-            let long =
-                st.content.chars().count() > FOLD_CHARS || st.content.lines().count() > FOLD_LINES;
-            let prior = probs.as_ref().and_then(|p| p.get(pos).copied());
-            if let Some(sp) = &st.span {
-                if !otel.contains(&sp.trace_id) {
-                    otel.push(sp.trace_id.clone());
-                }
+    for st in &trace.steps {
+        if let Some(sp) = &st.span {
+            if !otel.contains(&sp.trace_id) {
+                otel.push(sp.trace_id.clone());
             }
-            if let Some(r) = st.round {
-                if !rounds.contains(&r) {
-                    rounds.push(r);
-                }
+        }
+        if let Some(r) = st.round {
+            if !rounds.contains(&r) {
+                rounds.push(r);
             }
-            StepView {
-                index: st.index,
-                position: pos,
-                agent: st.agent.clone(),
-                lane,
-                summary: summary_line(&st.content),
-                body,
-                tool_calls: st
-                    .tool_calls
-                    .iter()
-                    .map(|t| (t.name.clone(), t.arguments.clone()))
-                    .collect(),
-                open: !long || decisive || matched || !events.is_empty(),
-                decisive,
-                matched,
-                events,
-                prior,
-                prior_bucket: match prior {
-                    Some(p) if max_p > 0.0 => bucket(p / max_p),
-                    _ => 0,
-                },
-                round: st.round,
-                phase: st.phase.clone(),
-                span_id: st.span.as_ref().map(|s| s.span_id.clone()),
-                otel_trace_id: st.span.as_ref().map(|s| s.trace_id.clone()),
-            }
+        }
+    }
+    (otel, rounds)
+}
+
+/// What every step card is drawn against.
+struct StepContext<'a> {
+    lane_of: &'a BTreeMap<&'a str, usize>,
+    focus: Option<&'a DiagnosisView>,
+    scan: Option<&'a DiagnosisView>,
+    /// The prior's probability per step position, with its largest value.
+    probs: Option<&'a [f64]>,
+    max_p: f64,
+    /// Search terms to mark.
+    terms: Vec<String>,
+}
+
+/// One step's card: its lane, its text with the search marked, whether it is decisive, the
+/// scan's events on it, its prior probability.
+fn step_view(cx: &StepContext, pos: usize, st: &maslens_trace::Step) -> StepView {
+    let lane = cx
+        .lane_of
+        .get(st.agent.as_str())
+        .copied()
+        .unwrap_or(0)
+        .min(MAX_LANES - 1);
+    let decisive = cx
+        .focus
+        .is_some_and(|d| d.step == i64::try_from(st.index).ok());
+    let events: Vec<EventMark> = cx
+        .scan
+        .map(|s| {
+            s.events
+                .iter()
+                .filter(|e| e.step == i64::try_from(st.index).ok())
+                .cloned()
+                .collect()
         })
-        .collect::<Vec<_>>();
-    let strip = steps
-        .iter()
-        .filter_map(|s| {
-            s.prior.map(|p| StripCell {
-                index: s.index,
-                agent: s.agent.clone(),
-                p,
-                bucket: s.prior_bucket,
-            })
-        })
-        .collect();
-    TraceView {
-        lanes,
-        lane_columns,
-        steps,
-        strip,
-        focus,
-        scan,
-        diagnoses: views,
-        otel_trace_ids: otel,
-        rounds,
+        .unwrap_or_default();
+    let body = highlight(&st.content, &cx.terms);
+    let matched = body.iter().any(|s| s.mark);
+    let long = st.content.chars().count() > FOLD_CHARS || st.content.lines().count() > FOLD_LINES;
+    let prior = cx.probs.and_then(|p| p.get(pos).copied());
+    StepView {
+        index: st.index,
+        position: pos,
+        agent: st.agent.clone(),
+        lane,
+        summary: summary_line(&st.content),
+        body,
+        tool_calls: st
+            .tool_calls
+            .iter()
+            .map(|t| (t.name.clone(), t.arguments.clone()))
+            .collect(),
+        open: !long || decisive || matched || !events.is_empty(),
+        decisive,
+        matched,
+        events,
+        prior,
+        prior_bucket: match prior {
+            Some(p) if cx.max_p > 0.0 => bucket(p / cx.max_p),
+            _ => 0,
+        },
+        round: st.round,
+        phase: st.phase.clone(),
+        span_id: st.span.as_ref().map(|s| s.span_id.clone()),
+        otel_trace_id: st.span.as_ref().map(|s| s.trace_id.clone()),
     }
 }
 
