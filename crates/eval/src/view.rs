@@ -285,3 +285,114 @@ pub(crate) fn view(r: &LocateReport) -> View<'_> {
         charts: Charts::default(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Case, CaseUsage, Gold, Prediction};
+    use crate::report::{build, ReportOptions};
+    use crate::run::{DatasetInfo, PromptRef, Provenance};
+
+    fn case(id: &str, gold: Gold, pred: Prediction, cost: Option<f64>) -> Case {
+        Case {
+            id: id.into(),
+            subset: Some(if id.starts_with('A') { "AG" } else { "HC" }.into()),
+            gold,
+            pred,
+            trace_tokens: 100 * id.len(),
+            usage: CaseUsage {
+                prompt_tokens: 900,
+                cached_tokens: 300,
+                completion_tokens: 40,
+                calls: 2,
+                seconds: 1.5,
+                cost_usd: cost,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn at(agent: &str, step: usize) -> Prediction {
+        Prediction {
+            agent: Some(agent.into()),
+            step: Some(step),
+            ..Default::default()
+        }
+    }
+
+    /// Cases for every gold and prediction shape: decisive gold, agent-level (Aegis) gold with
+    /// and without a mode, a located, an agent-only and an abstained prediction.
+    fn report(scorer: Scorer, cost: Option<f64>, git: Option<&str>) -> LocateReport {
+        let decisive = |agent: &str, step| Gold {
+            agent: Some(agent.into()),
+            step: Some(step),
+            ..Default::default()
+        };
+        let faulty = Gold {
+            faulty: vec![("Solver".into(), Some("FM-2.4".into())), ("Critic".into(), None)],
+            ..Default::default()
+        };
+        let agent_only = Prediction {
+            agent: Some("Solver".into()),
+            ..Default::default()
+        };
+        let abstained = Prediction {
+            abstained: true,
+            ..Default::default()
+        };
+        let cases = vec![
+            case("A1", decisive("Coder", 2), at("Coder", 2), cost),
+            case("A2", decisive("Coder", 4), at("Planner", 1), cost),
+            case("H1", faulty.clone(), agent_only, cost),
+            case("H22", faulty, abstained, cost),
+        ];
+        let base = vec![
+            case("A1", decisive("Coder", 2), at("Coder", 3), cost),
+            case("A2", decisive("Coder", 4), at("Coder", 4), cost),
+        ];
+        let mut r = build(
+            &cases,
+            &[("last-agent".into(), base)],
+            vec![("A9".into(), "timed out".into())],
+            &ReportOptions {
+                method: "locate/all-at-once".into(),
+                dataset: "sample".into(),
+                scorer,
+                seed: 5,
+                tolerances: vec![10, 2, 0],
+                resamples: 50,
+                ..Default::default()
+            },
+        );
+        r.provenance = Provenance {
+            maslens_version: "0.0.0-test".into(),
+            git_revision: git.map(str::to_string),
+            dataset: DatasetInfo {
+                spec: "sample".into(),
+                cases: 4,
+                ids_sha256: "c".repeat(64),
+                content_sha256: "d".repeat(64),
+            },
+            prompts: vec![PromptRef::new("locate/judge.v1", "Which agent?")],
+        };
+        r
+    }
+
+    /// The template context of two reports, pinned whole: every row, label and formatted number
+    /// `view` derives from a report.
+    #[test]
+    fn view_of_reports_is_pinned() {
+        let mut exact = report(Scorer::Exact, Some(0.0125), Some("fedcba9876543210"));
+        exact.split = Some(crate::report::SplitInfo {
+            fraction: 0.25,
+            seed: 9,
+            train: 1,
+            test: 4,
+        });
+        let compat = report(Scorer::CompatSubstring, None, None);
+        insta::assert_json_snapshot!(serde_json::json!({
+            "exact, priced, split, from a checkout": view(&exact),
+            "compat, no price, no revision": view(&compat),
+        }));
+    }
+}
