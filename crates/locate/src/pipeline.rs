@@ -21,6 +21,7 @@ use crate::judge::{judge_guided, JudgeResult, Protocol, Settings};
 use crate::render::Strategy;
 use crate::vote::{prior_ballots, vote, Ballot, VoteOutcome};
 use crate::{prompts, LocateError};
+use maslens_llm::prompt::Template;
 use maslens_llm::ChatModel;
 use maslens_llm::Totals;
 use maslens_trace::Trace;
@@ -278,7 +279,6 @@ impl<'a> Locator<'a> {
         if trace.steps.is_empty() {
             return Err(LocateError::EmptyTrace(trace.id.clone()));
         }
-        let settings = &self.config.settings;
         let guide = if self.config.narrow_with_prior {
             prior.filter(|p| p.len() == trace.steps.len())
         } else {
@@ -286,221 +286,36 @@ impl<'a> Locator<'a> {
         };
         let mut stats = Totals::default();
         let mut templates = Vec::new();
-
-        let judge_result: Option<JudgeResult> = if !self.config.variant.runs_judge() {
-            None
-        } else {
-            templates.push(match self.config.protocol {
-                Protocol::AllAtOnce => prompts::JUDGE_ALL_AT_ONCE,
-                Protocol::StepByStep => prompts::JUDGE_STEP,
-                Protocol::BinarySearch => prompts::JUDGE_BINARY,
-            });
-            let r = judge_guided(self.judge, trace, self.config.protocol, settings, guide).await?;
-            if matches!(r.strategy, Strategy::Windows { .. }) {
-                templates.push(prompts::JUDGE_WINDOW);
-            }
-            stats += &r.stats;
-            Some(r)
-        };
+        let judge_result = self
+            .run_judge(trace, guide, &mut stats, &mut templates)
+            .await?;
         let hypothesis = judge_result.as_ref().and_then(|j| j.finding.location());
-
-        let mut evaluators = Vec::new();
-        let mut eval_strategy = None;
-        if self.config.variant.runs_evaluators() && !self.evaluators.is_empty() {
-            // Views are built per model (token counts and windows depend on it); Evaluators that
-            // share a model share the view and hence the prompt prefix.
-            let mut views: Vec<(String, SharedView)> = Vec::new();
-            for spec in &self.evaluators {
-                templates.push(spec.style.template());
-                let id = spec.model.id().to_string();
-                if !views.iter().any(|(m, _)| *m == id) {
-                    let v = SharedView::build(
-                        spec.model,
-                        trace,
-                        settings,
-                        hypothesis.map(|h| h.1),
-                        guide,
-                    )?;
-                    views.push((id.clone(), v));
-                }
-                let Some((_, view)) = views.iter().find(|(m, _)| *m == id) else {
-                    continue;
-                };
-                eval_strategy = Some(view.strategy.clone());
-                let r = evaluate(
-                    spec.model,
-                    trace,
-                    view,
-                    spec.style,
-                    hypothesis,
-                    judge_result.is_some(),
-                    settings,
-                )
-                .await?;
-                stats += &r.stats;
-                evaluators.push(r);
-            }
+        let evaluated = self
+            .run_evaluators(
+                trace,
+                guide,
+                hypothesis,
+                judge_result.is_some(),
+                &mut templates,
+            )
+            .await?;
+        for e in &evaluated.results {
+            stats += &e.stats;
         }
-
-        // Vote over Evaluator ballots (plus the optional prior voter).
-        let mut vote_outcome = None;
-        if self.config.variant.runs_evaluators() {
-            let mut ballots: Vec<Ballot> = evaluators
-                .iter()
-                .filter_map(|e| {
-                    e.finding
-                        .location()
-                        .map(|(a, t)| Ballot::new(a, t, e.finding.confidence))
-                })
-                .collect();
-            if let Some(p) = prior {
-                if self.config.prior_weight > 0.0 {
-                    let probs: Vec<(String, usize, f64)> = trace
-                        .steps
-                        .iter()
-                        .zip(p.iter())
-                        .map(|(s, &q)| (s.agent.clone(), s.index, q))
-                        .collect();
-                    ballots.extend(prior_ballots(&probs, self.config.prior_weight));
-                }
-            }
-            vote_outcome = Some(vote(&ballots, hypothesis));
-        }
-
-        let n_eval_ballots = evaluators
-            .iter()
-            .filter(|e| e.finding.location().is_some())
-            .count();
-        let (
-            agent,
-            step,
-            (rationale, rationale_problem),
-            confidence,
-            error_mode,
-            source,
-            note,
-            abstain_reason,
-        ) = match (&vote_outcome, &judge_result) {
-            (Some(v), _)
-                if v.winner.is_some() && (n_eval_ballots > 0 || self.config.prior_weight > 0.0) =>
-            {
-                let (a, t) = v.winner.clone().unwrap_or_default();
-                let supporters: Vec<&EvaluatorResult> = {
-                    let mut s: Vec<&EvaluatorResult> = evaluators
-                        .iter()
-                        .filter(|e| e.finding.location() == Some((a.as_str(), t)))
-                        .collect();
-                    // A rationale that passed the check first, then the most confident.
-                    s.sort_by(|x, y| {
-                        x.finding
-                            .rationale_problem
-                            .is_some()
-                            .cmp(&y.finding.rationale_problem.is_some())
-                            .then(y.finding.confidence.total_cmp(&x.finding.confidence))
-                    });
-                    s
-                };
-                let rationale = supporters
-                    .first()
-                    .map(|e| e.finding.rationale.clone())
-                    .unwrap_or_else(|| "chosen by the prior voter".into());
-                let rationale_problem = supporters
-                    .first()
-                    .and_then(|e| e.finding.rationale_problem.clone());
-                let error_mode = supporters
-                    .iter()
-                    .find_map(|e| e.finding.error_mode.clone())
-                    .or_else(|| {
-                        judge_result
-                            .as_ref()
-                            .and_then(|j| j.finding.error_mode.clone())
-                    });
-                let score = v.support.first().map(|s| s.score).unwrap_or(0.0);
-                let voters = n_eval_ballots as f64
-                    + if prior.is_some() {
-                        self.config.prior_weight
-                    } else {
-                        0.0
-                    };
-                let confidence = if voters > 0.0 {
-                    (score / voters).clamp(0.0, 1.0)
-                } else {
-                    0.0
-                };
-                (
-                    Some(a),
-                    Some(t),
-                    (rationale, rationale_problem),
-                    confidence,
-                    error_mode,
-                    "vote".to_string(),
-                    None,
-                    None,
-                )
-            }
-            (_, Some(j)) if j.finding.location().is_some() => {
-                let f = &j.finding;
-                let note = (self.config.variant == Variant::Verified).then(|| {
-                    "every Evaluator abstained: fell back to the Judge's hypothesis".to_string()
-                });
-                (
-                    f.agent.clone(),
-                    f.step,
-                    (f.rationale.clone(), f.rationale_problem.clone()),
-                    f.confidence,
-                    f.error_mode.clone(),
-                    "judge".to_string(),
-                    note,
-                    None,
-                )
-            }
-            _ => {
-                let reason = judge_result
-                    .as_ref()
-                    .and_then(|j| j.finding.abstain_reason.clone())
-                    .map(|r| format!("judge: {r}"))
-                    .unwrap_or_default();
-                let reason = if evaluators.is_empty() {
-                    reason
-                } else {
-                    format!("{reason}; no Evaluator gave a valid location")
-                        .trim_start_matches("; ")
-                        .to_string()
-                };
-                (
-                    None,
-                    None,
-                    (String::new(), None),
-                    0.0,
-                    None,
-                    "none".to_string(),
-                    None,
-                    Some(reason),
-                )
-            }
-        };
-        let agreement = (!evaluators.is_empty()).then(|| {
-            let agree = evaluators
-                .iter()
-                .filter(|e| matches!((e.finding.location(), &agent, step), (Some((a, t)), Some(fa), Some(ft)) if a == fa && t == ft))
-                .count();
-            agree as f64 / evaluators.len() as f64
-        });
-
+        let vote_outcome = self
+            .config
+            .variant
+            .runs_evaluators()
+            .then(|| self.cast_vote(trace, prior, &evaluated.results, hypothesis));
+        let decision = self.decide(
+            vote_outcome.as_ref(),
+            judge_result.as_ref(),
+            &evaluated.results,
+            prior.is_some(),
+        );
+        let agreement = agreement(&evaluated.results, decision.agent.as_deref(), decision.step);
         let judge_strategy = judge_result.as_ref().map(|j| j.strategy.clone());
-        let strategy = [judge_strategy.clone(), eval_strategy.clone()]
-            .into_iter()
-            .flatten()
-            .max_by_key(Strategy::rank)
-            .unwrap_or(Strategy::Full);
-        let (full_text, _) = crate::render::render_steps(trace, 0..trace.steps.len(), None);
-        let long_trace = LongTrace {
-            strategy,
-            judge: judge_strategy,
-            evaluators: eval_strategy,
-            context_size: self.judge.context_size(),
-            trace_tokens: self.judge.count_tokens(&full_text),
-        };
+        let long_trace = self.long_trace(trace, judge_strategy, evaluated.strategy);
         templates.dedup_by_key(|t| t.name);
         let mut verdict = LocateVerdict {
             trace: trace.id.clone(),
@@ -508,19 +323,19 @@ impl<'a> Locator<'a> {
             protocol: self.config.protocol,
             variant: self.config.variant,
             model: self.judge.id().to_string(),
-            step_excerpt: step.and_then(|s| excerpt(trace, s)),
-            agent,
-            step,
-            rationale,
-            rationale_problem,
-            confidence,
-            error_mode,
-            abstain_reason,
+            step_excerpt: decision.step.and_then(|s| excerpt(trace, s)),
+            agent: decision.agent,
+            step: decision.step,
+            rationale: decision.rationale,
+            rationale_problem: decision.rationale_problem,
+            confidence: decision.confidence,
+            error_mode: decision.error_mode,
+            abstain_reason: decision.abstain_reason,
             agreement,
-            source,
-            note,
+            source: decision.source.to_string(),
+            note: decision.note,
             judge: judge_result,
-            evaluators,
+            evaluators: evaluated.results,
             vote: vote_outcome,
             long_trace,
             usage: Totals {
@@ -533,6 +348,282 @@ impl<'a> Locator<'a> {
         verdict.steering = crate::steering::check(trace, &verdict);
         Ok(verdict)
     }
+
+    /// The Judge stage (when the variant runs it), adding its prompts to `templates` and its
+    /// usage to `stats`.
+    async fn run_judge(
+        &self,
+        trace: &Trace,
+        guide: Option<&[f64]>,
+        stats: &mut Totals,
+        templates: &mut Vec<Template>,
+    ) -> Result<Option<JudgeResult>, LocateError> {
+        if !self.config.variant.runs_judge() {
+            return Ok(None);
+        }
+        let protocol = self.config.protocol;
+        templates.push(match protocol {
+            Protocol::AllAtOnce => prompts::JUDGE_ALL_AT_ONCE,
+            Protocol::StepByStep => prompts::JUDGE_STEP,
+            Protocol::BinarySearch => prompts::JUDGE_BINARY,
+        });
+        let settings = &self.config.settings;
+        let r = judge_guided(self.judge, trace, protocol, settings, guide).await?;
+        if matches!(r.strategy, Strategy::Windows { .. }) {
+            templates.push(prompts::JUDGE_WINDOW);
+        }
+        *stats += &r.stats;
+        Ok(Some(r))
+    }
+
+    /// The Evaluator stage (when the variant runs it), given the Judge's `hypothesis`, adding
+    /// their prompts to `templates`.
+    async fn run_evaluators(
+        &self,
+        trace: &Trace,
+        guide: Option<&[f64]>,
+        hypothesis: Option<(&str, usize)>,
+        judge_ran: bool,
+        templates: &mut Vec<Template>,
+    ) -> Result<Evaluated, LocateError> {
+        let mut evaluated = Evaluated {
+            results: Vec::new(),
+            strategy: None,
+        };
+        if !self.config.variant.runs_evaluators() {
+            return Ok(evaluated);
+        }
+        let settings = &self.config.settings;
+        // Views are built per model (token counts and windows depend on it); Evaluators that
+        // share a model share the view and hence the prompt prefix.
+        let mut views: Vec<(String, SharedView)> = Vec::new();
+        for spec in &self.evaluators {
+            templates.push(spec.style.template());
+            let id = spec.model.id().to_string();
+            if !views.iter().any(|(m, _)| *m == id) {
+                let focus = hypothesis.map(|h| h.1);
+                let v = SharedView::build(spec.model, trace, settings, focus, guide)?;
+                views.push((id.clone(), v));
+            }
+            let Some((_, view)) = views.iter().find(|(m, _)| *m == id) else {
+                continue;
+            };
+            evaluated.strategy = Some(view.strategy.clone());
+            let r = evaluate(
+                spec.model, trace, view, spec.style, hypothesis, judge_ran, settings,
+            )
+            .await?;
+            evaluated.results.push(r);
+        }
+        Ok(evaluated)
+    }
+
+    /// The confidence-weighted vote over the Evaluators' locations, plus the prior voter when
+    /// `prior` is given and `config.prior_weight` is positive.
+    fn cast_vote(
+        &self,
+        trace: &Trace,
+        prior: Option<&[f64]>,
+        evaluators: &[EvaluatorResult],
+        hypothesis: Option<(&str, usize)>,
+    ) -> VoteOutcome {
+        let mut ballots: Vec<Ballot> = evaluators
+            .iter()
+            .filter_map(|e| {
+                e.finding
+                    .location()
+                    .map(|(a, t)| Ballot::new(a, t, e.finding.confidence))
+            })
+            .collect();
+        if let Some(p) = prior.filter(|_| self.config.prior_weight > 0.0) {
+            let probs: Vec<(String, usize, f64)> = trace
+                .steps
+                .iter()
+                .zip(p.iter())
+                .map(|(s, &q)| (s.agent.clone(), s.index, q))
+                .collect();
+            ballots.extend(prior_ballots(&probs, self.config.prior_weight));
+        }
+        vote(&ballots, hypothesis)
+    }
+
+    /// The final location: the vote's winner when it had ballots (from Evaluators, or the prior
+    /// voter), else the Judge's hypothesis, else an abstention.
+    fn decide(
+        &self,
+        vote: Option<&VoteOutcome>,
+        judge: Option<&JudgeResult>,
+        evaluators: &[EvaluatorResult],
+        prior_given: bool,
+    ) -> Decision {
+        let n_eval_ballots = evaluators
+            .iter()
+            .filter(|e| e.finding.location().is_some())
+            .count();
+        let has_ballots = n_eval_ballots > 0 || self.config.prior_weight > 0.0;
+        if let Some((v, winner)) = vote.and_then(|v| Some((v, v.winner.as_ref()?))) {
+            if has_ballots {
+                let prior_votes = if prior_given {
+                    self.config.prior_weight
+                } else {
+                    0.0
+                };
+                let voters = n_eval_ballots as f64 + prior_votes;
+                return vote_decision(winner, v, evaluators, judge, voters);
+            }
+        }
+        match judge {
+            Some(j) if j.finding.location().is_some() => {
+                let f = &j.finding;
+                let note = (self.config.variant == Variant::Verified).then(|| {
+                    "every Evaluator abstained: fell back to the Judge's hypothesis".to_string()
+                });
+                Decision {
+                    agent: f.agent.clone(),
+                    step: f.step,
+                    rationale: f.rationale.clone(),
+                    rationale_problem: f.rationale_problem.clone(),
+                    confidence: f.confidence,
+                    error_mode: f.error_mode.clone(),
+                    source: "judge",
+                    note,
+                    abstain_reason: None,
+                }
+            }
+            _ => abstention(judge, evaluators),
+        }
+    }
+
+    /// The strategies the Judge and the Evaluators used on a long trace, and its size.
+    fn long_trace(
+        &self,
+        trace: &Trace,
+        judge: Option<Strategy>,
+        evaluators: Option<Strategy>,
+    ) -> LongTrace {
+        let strategy = [judge.clone(), evaluators.clone()]
+            .into_iter()
+            .flatten()
+            .max_by_key(Strategy::rank)
+            .unwrap_or(Strategy::Full);
+        let (full_text, _) = crate::render::render_steps(trace, 0..trace.steps.len(), None);
+        LongTrace {
+            strategy,
+            judge,
+            evaluators,
+            context_size: self.judge.context_size(),
+            trace_tokens: self.judge.count_tokens(&full_text),
+        }
+    }
+}
+
+/// The Evaluators' results and the strategy of the (last) view they were shown.
+struct Evaluated {
+    results: Vec<EvaluatorResult>,
+    strategy: Option<Strategy>,
+}
+
+/// A verdict's final location, what explains it and where it came from.
+struct Decision {
+    agent: Option<String>,
+    step: Option<usize>,
+    rationale: String,
+    rationale_problem: Option<String>,
+    confidence: f64,
+    error_mode: Option<String>,
+    /// `vote`, `judge` or `none`.
+    source: &'static str,
+    note: Option<String>,
+    abstain_reason: Option<String>,
+}
+
+/// The vote's `winner`, explained by its best supporter (a rationale that passed the check
+/// first, then the most confident); its confidence is the winner's support over `voters`.
+fn vote_decision(
+    winner: &(String, usize),
+    vote: &VoteOutcome,
+    evaluators: &[EvaluatorResult],
+    judge: Option<&JudgeResult>,
+    voters: f64,
+) -> Decision {
+    let (agent, step) = winner.clone();
+    let mut supporters: Vec<&EvaluatorResult> = evaluators
+        .iter()
+        .filter(|e| e.finding.location() == Some((agent.as_str(), step)))
+        .collect();
+    supporters.sort_by(|x, y| {
+        x.finding
+            .rationale_problem
+            .is_some()
+            .cmp(&y.finding.rationale_problem.is_some())
+            .then(y.finding.confidence.total_cmp(&x.finding.confidence))
+    });
+    let best = supporters.first().map(|e| &e.finding);
+    let error_mode = supporters
+        .iter()
+        .find_map(|e| e.finding.error_mode.clone())
+        .or_else(|| judge.and_then(|j| j.finding.error_mode.clone()));
+    let score = vote.support.first().map(|s| s.score).unwrap_or(0.0);
+    let confidence = if voters > 0.0 {
+        (score / voters).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    Decision {
+        agent: Some(agent),
+        step: Some(step),
+        rationale: best
+            .map(|f| f.rationale.clone())
+            .unwrap_or_else(|| "chosen by the prior voter".into()),
+        rationale_problem: best.and_then(|f| f.rationale_problem.clone()),
+        confidence,
+        error_mode,
+        source: "vote",
+        note: None,
+        abstain_reason: None,
+    }
+}
+
+/// No location: the Judge's reason for abstaining, and that no Evaluator gave one.
+fn abstention(judge: Option<&JudgeResult>, evaluators: &[EvaluatorResult]) -> Decision {
+    let reason = judge
+        .and_then(|j| j.finding.abstain_reason.clone())
+        .map(|r| format!("judge: {r}"))
+        .unwrap_or_default();
+    let reason = if evaluators.is_empty() {
+        reason
+    } else {
+        format!("{reason}; no Evaluator gave a valid location")
+            .trim_start_matches("; ")
+            .to_string()
+    };
+    Decision {
+        agent: None,
+        step: None,
+        rationale: String::new(),
+        rationale_problem: None,
+        confidence: 0.0,
+        error_mode: None,
+        source: "none",
+        note: None,
+        abstain_reason: Some(reason),
+    }
+}
+
+/// Share of the Evaluators whose location is the final one (`None` without Evaluators).
+fn agreement(
+    evaluators: &[EvaluatorResult],
+    agent: Option<&str>,
+    step: Option<usize>,
+) -> Option<f64> {
+    let chosen = agent.zip(step);
+    (!evaluators.is_empty()).then(|| {
+        let agree = evaluators
+            .iter()
+            .filter(|e| chosen.is_some() && e.finding.location() == chosen)
+            .count();
+        agree as f64 / evaluators.len() as f64
+    })
 }
 
 impl LocateVerdict {

@@ -34,10 +34,9 @@ async fn full_pipeline_votes_over_evaluators() {
     let calls = m.calls.lock().unwrap();
     let ctx_end = calls[0].messages[1].content.find("Definition.").unwrap();
     let prefix = &calls[0].messages[1].content[..ctx_end];
-    assert!(calls
-        .iter()
-        .all(|c| c.messages[1].content.starts_with(prefix)
-            && c.messages[0] == calls[0].messages[0]));
+    assert!(calls.iter().all(
+        |c| c.messages[1].content.starts_with(prefix) && c.messages[0] == calls[0].messages[0]
+    ));
 }
 
 #[tokio::test]
