@@ -284,11 +284,8 @@ impl<'a> Locator<'a> {
         } else {
             None
         };
-        let mut stats = Totals::default();
         let mut templates = Vec::new();
-        let judge_result = self
-            .run_judge(trace, guide, &mut stats, &mut templates)
-            .await?;
+        let judge_result = self.run_judge(trace, guide, &mut templates).await?;
         let hypothesis = judge_result.as_ref().and_then(|j| j.finding.location());
         let evaluated = self
             .run_evaluators(
@@ -299,8 +296,10 @@ impl<'a> Locator<'a> {
                 &mut templates,
             )
             .await?;
-        for e in &evaluated.results {
-            stats += &e.stats;
+        let mut stats = Totals::default();
+        let judge_stats = judge_result.iter().map(|j| &j.stats);
+        for s in judge_stats.chain(evaluated.results.iter().map(|e| &e.stats)) {
+            stats += s;
         }
         let vote_outcome = self
             .config
@@ -349,13 +348,11 @@ impl<'a> Locator<'a> {
         Ok(verdict)
     }
 
-    /// The Judge stage (when the variant runs it), adding its prompts to `templates` and its
-    /// usage to `stats`.
+    /// The Judge stage (when the variant runs it), adding its prompts to `templates`.
     async fn run_judge(
         &self,
         trace: &Trace,
         guide: Option<&[f64]>,
-        stats: &mut Totals,
         templates: &mut Vec<Template>,
     ) -> Result<Option<JudgeResult>, LocateError> {
         if !self.config.variant.runs_judge() {
@@ -372,7 +369,6 @@ impl<'a> Locator<'a> {
         if matches!(r.strategy, Strategy::Windows { .. }) {
             templates.push(prompts::JUDGE_WINDOW);
         }
-        *stats += &r.stats;
         Ok(Some(r))
     }
 
@@ -460,17 +456,19 @@ impl<'a> Locator<'a> {
             .iter()
             .filter(|e| e.finding.location().is_some())
             .count();
-        let has_ballots = n_eval_ballots > 0 || self.config.prior_weight > 0.0;
-        if let Some((v, winner)) = vote.and_then(|v| Some((v, v.winner.as_ref()?))) {
-            if has_ballots {
-                let prior_votes = if prior_given {
-                    self.config.prior_weight
-                } else {
-                    0.0
-                };
-                let voters = n_eval_ballots as f64 + prior_votes;
-                return vote_decision(winner, v, evaluators, judge, voters);
-            }
+        // The vote decides when an Evaluator cast a ballot or the prior voter is on.
+        let vote_decides = n_eval_ballots > 0 || self.config.prior_weight > 0.0;
+        let won = vote
+            .filter(|_| vote_decides)
+            .and_then(|v| Some((v, v.winner.as_ref()?)));
+        if let Some((v, winner)) = won {
+            let prior_votes = if prior_given {
+                self.config.prior_weight
+            } else {
+                0.0
+            };
+            let voters = n_eval_ballots as f64 + prior_votes;
+            return vote_decision(winner, v, evaluators, judge, voters);
         }
         match judge {
             Some(j) if j.finding.location().is_some() => {
