@@ -67,7 +67,7 @@ struct Output {
     faulty_agents: Vec<Label>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 struct Label {
     agent_name: String,
     #[serde(default)]
@@ -93,19 +93,10 @@ pub fn import_value(
     value: Value,
     ctx: &RecordCtx<'_>,
 ) -> Result<(Trace, Vec<Diagnostic>), ImportError> {
-    let Value::Object(mut obj) = value else {
+    let Value::Object(obj) = value else {
         return Err(ctx.error(None, "expected a JSON object (an Aegis record)"));
     };
-    if !obj.contains_key("input") && obj.contains_key("conversation_history") {
-        let mut input = Map::new();
-        for k in ["query", "conversation_history", "final_output"] {
-            if let Some(v) = obj.remove(k) {
-                input.insert(k.to_string(), v);
-            }
-        }
-        obj.insert("input".into(), Value::Object(input));
-    }
-    let raw: Raw = super::typed(Value::Object(obj), ctx, "Aegis")?;
+    let raw: Raw = super::typed(Value::Object(with_input(obj)), ctx, "Aegis")?;
     let mut diags = Vec::new();
     let id = raw
         .id
@@ -115,15 +106,59 @@ pub fn import_value(
     let mut trace = Trace::new(id);
     trace.source = ctx.source("aegis");
     trace.task = raw.input.query.map(Text::into_string).unwrap_or_default();
+    let source_steps = push_turns(&mut trace, raw.input.conversation_history, &mut diags);
 
-    let mut source_steps = Vec::with_capacity(raw.input.conversation_history.len());
+    let (correct_answer, injected, injection_ok) = match raw.ground_truth {
+        Some(gt) => (
+            gt.correct_answer,
+            gt.injected_agents,
+            gt.is_injection_successful,
+        ),
+        None => (None, Vec::new(), None),
+    };
+    trace.ground_truth = correct_answer.map(Text::into_string);
+    let faulty = raw.output.map(|o| o.faulty_agents).unwrap_or_default();
+    push_labels(&mut trace, faulty, &injected, &mut diags);
+
+    trace.outcome = Outcome::Unknown;
+    let mut metadata = raw.metadata.unwrap_or_default();
+    if let Some(fo) = raw.input.final_output.filter(|v| !is_placeholder(v)) {
+        metadata.insert("final_output".into(), fo);
+    }
+    if let Some(ok) = injection_ok {
+        metadata.insert("is_injection_successful".into(), Value::Bool(ok));
+    }
+    metadata.insert("source_steps".into(), Value::Array(source_steps));
+    trace.metadata = metadata;
+    Ok((trace, diags))
+}
+
+/// The record with a top-level conversation (`query`, `conversation_history`, `final_output`
+/// beside `id`, no `input`) moved under `input`, as the typed record expects it.
+fn with_input(mut obj: Map<String, Value>) -> Map<String, Value> {
+    if !obj.contains_key("input") && obj.contains_key("conversation_history") {
+        let mut input = Map::new();
+        for k in ["query", "conversation_history", "final_output"] {
+            if let Some(v) = obj.remove(k) {
+                input.insert(k.to_string(), v);
+            }
+        }
+        obj.insert("input".into(), Value::Object(input));
+    }
+    obj
+}
+
+/// One step per turn, in source order (registering each speaker with its first role); returns
+/// the source `step` numbers, with a warning when they are not 1..n (or 0..n-1).
+fn push_turns(trace: &mut Trace, turns: Vec<Turn>, diags: &mut Vec<Diagnostic>) -> Vec<Value> {
+    let mut source_steps = Vec::with_capacity(turns.len());
     // Source numbers 1..n (the Aegis builders) or 0..n-1 are both contiguous.
-    let base = match raw.input.conversation_history.first().and_then(|t| t.step) {
+    let base = match turns.first().and_then(|t| t.step) {
         Some(0) => 0,
         _ => 1,
     };
     let mut contiguous = true;
-    for (i, turn) in raw.input.conversation_history.into_iter().enumerate() {
+    for (i, turn) in turns.into_iter().enumerate() {
         let name = turn.agent_name.trim().to_string();
         if name.is_empty() {
             diags.push(
@@ -138,18 +173,8 @@ pub fn import_value(
                 }
             }
         }
-        match turn.step {
-            Some(s) => {
-                if s != i as i64 + base {
-                    contiguous = false;
-                }
-                source_steps.push(Value::from(s));
-            }
-            None => {
-                contiguous = false;
-                source_steps.push(Value::Null);
-            }
-        }
+        contiguous &= turn.step == Some(i as i64 + base);
+        source_steps.push(turn.step.map_or(Value::Null, Value::from));
         trace.steps.push(Step {
             index: i,
             agent: name,
@@ -168,34 +193,29 @@ pub fn import_value(
             .at("input.conversation_history"),
         );
     }
+    source_steps
+}
 
-    let (correct_answer, injected, injection_ok) = match raw.ground_truth {
-        Some(gt) => (
-            gt.correct_answer,
-            gt.injected_agents,
-            gt.is_injection_successful,
-        ),
-        None => (None, Vec::new(), None),
-    };
-    trace.ground_truth = correct_answer.map(Text::into_string);
-
-    let labels = raw.output.map(|o| o.faulty_agents).unwrap_or_default();
-    // Without `output.faulty_agents`, fall back on `ground_truth.injected_agents`.
-    let (labels, label_path) = if labels.is_empty() && !injected.is_empty() {
-        (
-            injected
-                .iter()
-                .map(|l| Label {
-                    agent_name: l.agent_name.clone(),
-                    error_type: l.error_type.clone(),
-                    injection_strategy: l.injection_strategy.clone(),
-                    malicious_action_description: None,
-                })
-                .collect(),
-            "ground_truth.injected_agents",
-        )
+/// The faulty-agent labels: `output.faulty_agents`, else `ground_truth.injected_agents`; each
+/// named as the conversation spells it (a warning when no speaker has the name), with the
+/// matching injected entry's description.
+fn push_labels(
+    trace: &mut Trace,
+    faulty: Vec<Label>,
+    injected: &[Label],
+    diags: &mut Vec<Diagnostic>,
+) {
+    let (labels, label_path) = if faulty.is_empty() && !injected.is_empty() {
+        let without_description = injected
+            .iter()
+            .map(|l| Label {
+                malicious_action_description: None,
+                ..l.clone()
+            })
+            .collect();
+        (without_description, "ground_truth.injected_agents")
     } else {
-        (labels, "output.faulty_agents")
+        (faulty, "output.faulty_agents")
     };
     for (i, l) in labels.into_iter().enumerate() {
         let given = l.agent_name.trim();
@@ -229,21 +249,6 @@ pub fn import_value(
             description,
         });
     }
-
-    trace.outcome = Outcome::Unknown;
-    let mut metadata = Map::new();
-    if let Some(m) = raw.metadata {
-        metadata.extend(m);
-    }
-    if let Some(fo) = raw.input.final_output.filter(|v| !is_placeholder(v)) {
-        metadata.insert("final_output".into(), fo);
-    }
-    if let Some(ok) = injection_ok {
-        metadata.insert("is_injection_successful".into(), Value::Bool(ok));
-    }
-    metadata.insert("source_steps".into(), Value::Array(source_steps));
-    trace.metadata = metadata;
-    Ok((trace, diags))
 }
 
 /// What the Aegis builders write when a run has no final output (`""` in the smolagents and

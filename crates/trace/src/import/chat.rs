@@ -87,47 +87,86 @@ const KNOWN: &[&str] = &[
     "metadata",
 ];
 
+/// What [`import_value`] says when the record holds no transcript.
+const NOT_A_TRANSCRIPT: &str =
+    "expected an array of messages or an object with `messages` or `history`";
+
+/// A record taken apart: the messages (still JSON), the key they were under (`messages` or
+/// `history`; empty for a bare array) and the object's other fields (the header).
+struct Transcript {
+    messages: Value,
+    key: &'static str,
+    header: Map<String, Value>,
+}
+
 /// Import one chat transcript.
 pub fn import_value(
     value: Value,
     ctx: &RecordCtx<'_>,
 ) -> Result<(Trace, Vec<Diagnostic>), ImportError> {
+    let Transcript {
+        messages,
+        key,
+        header,
+    } = split_transcript(value, ctx)?;
+    let messages = typed_messages(messages, key, ctx)?;
     let mut diags = Vec::new();
-    let mut metadata = Map::new();
-    let (messages_value, prefix, header) = match value {
-        Value::Array(items) => (Value::Array(items), "", Map::new()),
-        Value::Object(mut obj) => {
-            let (key, msgs) = if let Some(m) = obj.remove("messages") {
+    let id = header_text(&header, "id")
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| ctx.default_id(false));
+    let mut trace = Trace::new(id);
+    trace.source = ctx.source("chat");
+    trace.ground_truth = header_text(&header, "ground_truth");
+    trace.outcome = header_outcome(header.get("outcome"), &mut diags);
+    let first_user = push_messages(&mut trace, messages, key, &mut diags);
+    trace.task = header_text(&header, "task")
+        .or_else(|| header_text(&header, "question"))
+        .or(first_user)
+        .unwrap_or_default();
+    trace.metadata = header_metadata(header);
+    Ok((trace, diags))
+}
+
+/// The messages of a bare array, or of an object's `messages` (else `history`) with the rest
+/// of the object as its header.
+fn split_transcript(value: Value, ctx: &RecordCtx<'_>) -> Result<Transcript, ImportError> {
+    match value {
+        Value::Array(items) => Ok(Transcript {
+            messages: Value::Array(items),
+            key: "",
+            header: Map::new(),
+        }),
+        Value::Object(mut header) => {
+            let (key, messages) = if let Some(m) = header.remove("messages") {
                 ("messages", m)
-            } else if let Some(h) = obj.remove("history") {
+            } else if let Some(h) = header.remove("history") {
                 ("history", h)
             } else {
-                return Err(ctx.error(
-                    None,
-                    "expected an array of messages or an object with `messages` or `history`",
-                ));
+                return Err(ctx.error(None, NOT_A_TRANSCRIPT));
             };
-            for (k, v) in &obj {
-                if !KNOWN.contains(&k.as_str()) {
-                    metadata.insert(k.clone(), v.clone());
-                }
-            }
-            (msgs, key, obj)
+            Ok(Transcript {
+                messages,
+                key,
+                header,
+            })
         }
-        _ => {
-            return Err(ctx.error(
-                None,
-                "expected an array of messages or an object with `messages` or `history`",
-            ))
-        }
-    };
-    let messages: Vec<Message> = serde_path_to_error::deserialize(messages_value).map_err(|e| {
+        _ => Err(ctx.error(None, NOT_A_TRANSCRIPT)),
+    }
+}
+
+/// The messages as typed values; an error names the JSON path under `key`.
+fn typed_messages(
+    messages: Value,
+    key: &str,
+    ctx: &RecordCtx<'_>,
+) -> Result<Vec<Message>, ImportError> {
+    serde_path_to_error::deserialize(messages).map_err(|e| {
         let inner = super::path_string(e.path());
-        let path = match (prefix.is_empty(), inner) {
+        let path = match (key.is_empty(), inner) {
             (true, p) => p,
-            (false, Some(p)) if p.starts_with('[') => Some(format!("{prefix}{p}")),
-            (false, Some(p)) => Some(format!("{prefix}.{p}")),
-            (false, None) => Some(prefix.to_string()),
+            (false, Some(p)) if p.starts_with('[') => Some(format!("{key}{p}")),
+            (false, Some(p)) => Some(format!("{key}.{p}")),
+            (false, None) => Some(key.to_string()),
         };
         ctx.error(
             path,
@@ -136,53 +175,48 @@ pub fn import_value(
                 super::plain_message(&e.inner().to_string())
             ),
         )
-    })?;
+    })
+}
 
-    let get_str = |k: &str| -> Option<String> {
-        match header.get(k) {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Number(n)) => Some(n.to_string()),
-            _ => None,
-        }
+/// A header field given as a string or a number, as text.
+fn header_text(header: &Map<String, Value>, key: &str) -> Option<String> {
+    match header.get(key) {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The header's `outcome`: a word or a boolean; anything else is unknown, with a warning.
+fn header_outcome(outcome: Option<&Value>, diags: &mut Vec<Diagnostic>) -> Outcome {
+    let mut warn = |message: String| {
+        diags.push(Diagnostic::warning(message).at("outcome"));
+        Outcome::Unknown
     };
-    let id = get_str("id")
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| ctx.default_id(false));
-    let mut trace = Trace::new(id);
-    trace.source = ctx.source("chat");
-    trace.ground_truth = get_str("ground_truth");
-    let explicit_task = get_str("task").or_else(|| get_str("question"));
-    trace.outcome = match header.get("outcome") {
+    match outcome {
         None | Some(Value::Null) => Outcome::Unknown,
         Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
             "success" | "succeeded" | "pass" | "passed" | "correct" => Outcome::Success,
             "failure" | "failed" | "fail" | "incorrect" => Outcome::Failure,
             "unknown" | "" => Outcome::Unknown,
-            other => {
-                diags.push(
-                    Diagnostic::warning(format!(
-                        "unknown outcome {other:?}: expected success, failure or unknown"
-                    ))
-                    .at("outcome"),
-                );
-                Outcome::Unknown
-            }
+            other => warn(format!(
+                "unknown outcome {other:?}: expected success, failure or unknown"
+            )),
         },
-        Some(Value::Bool(b)) => {
-            if *b {
-                Outcome::Success
-            } else {
-                Outcome::Failure
-            }
-        }
-        Some(_) => {
-            diags.push(
-                Diagnostic::warning("`outcome` is not a string or boolean; outcome unknown")
-                    .at("outcome"),
-            );
-            Outcome::Unknown
-        }
-    };
+        Some(Value::Bool(true)) => Outcome::Success,
+        Some(Value::Bool(false)) => Outcome::Failure,
+        Some(_) => warn("`outcome` is not a string or boolean; outcome unknown".to_string()),
+    }
+}
+
+/// The header's fields maslens does not read, then the entries of its `metadata` object (a
+/// `metadata` that is not an object is kept under `metadata`).
+fn header_metadata(header: Map<String, Value>) -> Map<String, Value> {
+    let mut metadata: Map<String, Value> = header
+        .iter()
+        .filter(|(k, _)| !KNOWN.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     match header.get("metadata") {
         Some(Value::Object(m)) => metadata.extend(m.clone()),
         Some(Value::Null) | None => {}
@@ -190,15 +224,18 @@ pub fn import_value(
             metadata.insert("metadata".into(), other.clone());
         }
     }
+    metadata
+}
 
+/// One step per message, in order (registering each speaker as an agent); returns the text of
+/// the first `user` message.
+fn push_messages(
+    trace: &mut Trace,
+    messages: Vec<Message>,
+    key: &str,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<String> {
     let mut first_user: Option<String> = None;
-    let loc = |i: usize| {
-        if prefix.is_empty() {
-            format!("[{i}]")
-        } else {
-            format!("{prefix}[{i}]")
-        }
-    };
     for (i, m) in messages.into_iter().enumerate() {
         let role = m.role.clone().unwrap_or_default();
         let speaker = match &m.name {
@@ -209,55 +246,62 @@ pub fn import_value(
         if agent.is_empty() {
             diags.push(
                 Diagnostic::warning("message has neither `name` nor `role`; agent left empty")
-                    .at(loc(i)),
+                    .at(format!("{key}[{i}]")),
             );
         } else {
             trace.ensure_agent(&agent, infer_kind(&agent, m.role.as_deref()));
         }
-        let content = match m.content {
-            None => String::new(),
-            Some(Content::Text(s)) => s,
-            Some(Content::Parts(parts)) => parts
-                .into_iter()
-                .map(|p| match (p.text, p.kind) {
-                    (Some(t), _) => t,
-                    (None, Some(k)) => format!("[{k}]"),
-                    (None, None) => String::from("[part]"),
-                })
-                .collect::<Vec<_>>()
-                .join("\n"),
-        };
+        let content = content_text(m.content);
         if first_user.is_none() && role.eq_ignore_ascii_case("user") {
             first_user = Some(content.clone());
         }
-        let tool_calls = m
-            .tool_calls
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| {
-                let (name, arguments) = match c.function {
-                    Some(f) => (f.name.or(c.name), f.arguments.or(c.arguments)),
-                    None => (c.name, c.arguments),
-                };
-                ToolCall {
-                    id: c.id,
-                    name: name.unwrap_or_default(),
-                    arguments: args_string(arguments),
-                }
-            })
-            .collect();
         trace.steps.push(Step {
             index: i,
             agent,
             speaker,
             content,
-            tool_calls,
+            tool_calls: tool_calls(m.tool_calls),
             tool_call_id: m.tool_call_id,
             timestamp: m.timestamp.map(Text::into_string),
             ..Step::default()
         });
     }
-    trace.task = explicit_task.or(first_user).unwrap_or_default();
-    trace.metadata = metadata;
-    Ok((trace, diags))
+    first_user
+}
+
+/// A message's text: the string, or its parts joined with newlines (`[<type>]` for a part
+/// without text).
+fn content_text(content: Option<Content>) -> String {
+    match content {
+        None => String::new(),
+        Some(Content::Text(s)) => s,
+        Some(Content::Parts(parts)) => parts
+            .into_iter()
+            .map(|p| match (p.text, p.kind) {
+                (Some(t), _) => t,
+                (None, Some(k)) => format!("[{k}]"),
+                (None, None) => String::from("[part]"),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+/// A message's tool calls, from `function.{name,arguments}` or the call's own fields.
+fn tool_calls(calls: Option<Vec<RawToolCall>>) -> Vec<ToolCall> {
+    calls
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| {
+            let (name, arguments) = match c.function {
+                Some(f) => (f.name.or(c.name), f.arguments.or(c.arguments)),
+                None => (c.name, c.arguments),
+            };
+            ToolCall {
+                id: c.id,
+                name: name.unwrap_or_default(),
+                arguments: args_string(arguments),
+            }
+        })
+        .collect()
 }
