@@ -30,12 +30,22 @@
 //! Lookups up the parent chain are memoized per run (module `tree`): assembly is linear in
 //! the spans however deep the chain.
 //! Repeated spans (same span id) count once; parent cycles end the ancestor walk.
+//!
+//! Here: span kinds, runs, and the trace of a run; messages read from attributes and events
+//! in `messages`, agent names in `agents`, step roles, order and inherited errors in `steps`.
+
+mod agents;
+mod messages;
+mod steps;
 
 use crate::span::SpanRecord;
 use crate::tree::Tree;
-use maslens_trace::{AgentKind, Outcome, SpanRef, Step, ToolCall, Trace};
+use agents::{attr_agent, own_agent};
+use maslens_trace::{AgentKind, Outcome, SpanRef, Step, Trace};
+use messages::{input_messages, json_or_string, output_messages, span_error, system_prompt};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use steps::{inherited_errors, step_order, step_roles};
 
 /// What a span is to the trace model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,123 +83,6 @@ pub fn kind(span: &SpanRecord) -> SpanKind {
         // Older instrumentations: flattened completions mean a model call.
         None if a.keys().any(|k| k.starts_with("gen_ai.completion.")) => SpanKind::Llm,
         None => SpanKind::Other,
-    }
-}
-
-/// The LangGraph node a span ran in: OpenInference's LangChain instrumentor puts
-/// `{"langgraph_node": ...}` in the `metadata` attribute (a JSON string) of every span of a node,
-/// model calls included; a supervisor node is a CHAIN span without any other agent name.
-fn langgraph_node(span: &SpanRecord) -> Option<String> {
-    let meta = span.attributes.get("metadata")?;
-    let parsed;
-    let meta = match meta {
-        Value::String(s) => {
-            parsed = serde_json::from_str::<Value>(s).ok()?;
-            &parsed
-        }
-        other => other,
-    };
-    meta.get("langgraph_node")?
-        .as_str()
-        .filter(|n| !n.is_empty() && !n.starts_with("__"))
-        .map(String::from)
-}
-
-/// The agent a span names by attribute (never by its span name): `gen_ai.agent.name` /
-/// `agent.name`, a LangGraph node, LlamaIndex's current agent, or `graph.node.*`.
-fn attr_agent(span: &SpanRecord) -> Option<String> {
-    let a = &span.attributes;
-    if let Some(n) = str_attr(a, "gen_ai.agent.name").or_else(|| str_attr(a, "agent.name")) {
-        return Some(n.to_string());
-    }
-    if let Some(node) = langgraph_node(span).or_else(|| llamaindex_agent(span)) {
-        return Some(node);
-    }
-    if kind(span) == SpanKind::Agent {
-        return str_attr(a, "graph.node.name")
-            .or_else(|| str_attr(a, "graph.node.id"))
-            .map(String::from);
-    }
-    // A LangGraph node (OpenInference CHAIN span with graph.node.id) is the agent of its calls.
-    str_attr(a, "graph.node.id")
-        .filter(|id| !id.starts_with("__"))
-        .map(String::from)
-}
-
-/// LlamaIndex AgentWorkflow: the agent of a workflow step is only in the step's input
-/// (`AgentWorkflow.run_agent_step` / `setup_agent` / `parse_agent_output`, whose input repr
-/// holds `current_agent_name='triage'`); the model calls of that agent run under it.
-fn llamaindex_agent(span: &SpanRecord) -> Option<String> {
-    let method = span.name.rsplit('.').next()?;
-    if !["run_agent_step", "setup_agent", "parse_agent_output"].contains(&method) {
-        return None;
-    }
-    let input = str_attr(&span.attributes, "input.value")?;
-    let name = input
-        .split("current_agent_name='")
-        .nth(1)?
-        .split('\'')
-        .next()?;
-    (!name.is_empty()).then(|| name.to_string())
-}
-
-/// Method names an instrumentor appends to an agent's name in its AGENT span's name
-/// (smolagents `researcher.run`).
-const METHOD_SUFFIXES: &[&str] = &[
-    "run",
-    "arun",
-    "run_stream",
-    "invoke",
-    "ainvoke",
-    "stream",
-    "astream",
-    "__call__",
-    "call",
-    "acall",
-    "execute",
-    "kickoff",
-];
-
-/// Span names of workflow containers and group managers: never agents.
-const CONTAINER_NAMES: &[&str] = &[
-    "agent workflow",
-    "chat_manager",
-    "invoke_agent",
-    "invoke_workflow",
-    "workflow",
-];
-
-/// An AGENT span's name as an agent name: without `invoke_agent ` and a method suffix; `None`
-/// for a container name.
-fn span_name_agent(span: &SpanRecord) -> Option<String> {
-    let name = span
-        .name
-        .strip_prefix("invoke_agent ")
-        .unwrap_or(&span.name);
-    let name = match name.rsplit_once('.') {
-        Some((head, m)) if !head.is_empty() && METHOD_SUFFIXES.contains(&m) => head,
-        _ => name,
-    }
-    .trim();
-    let container = CONTAINER_NAMES.contains(&name.to_ascii_lowercase().as_str());
-    (!name.is_empty() && !container).then(|| name.to_string())
-}
-
-/// The agent a span names itself. An AGENT span without a name attribute is named by its
-/// span name only when no AGENT span of the run has a name attribute (`named_run` false):
-/// where the instrumentor names agents, a nameless AGENT span (OpenAI Agents SDK's root
-/// "Agent workflow") is a container.
-fn own_agent(span: &SpanRecord, named_run: bool) -> Option<String> {
-    let is_agent = kind(span) == SpanKind::Agent;
-    match attr_agent(span) {
-        // A group manager's agent span (AG2's `invoke_agent chat_manager`) is a container.
-        Some(name) if is_agent && CONTAINER_NAMES.contains(&name.to_ascii_lowercase().as_str()) => {
-            None
-        }
-        Some(name) => Some(name),
-        None => (is_agent && !named_run)
-            .then(|| span_name_agent(span))
-            .flatten(),
     }
 }
 
@@ -236,329 +129,6 @@ pub fn group(spans: &[SpanRecord]) -> BTreeMap<String, Vec<&SpanRecord>> {
     runs
 }
 
-/// A message read from either convention: role, text, tool calls.
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Message {
-    role: String,
-    text: String,
-    tool_calls: Vec<ToolCall>,
-}
-
-fn json_or_string(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-/// GenAI `gen_ai.input.messages` / `gen_ai.output.messages`: a JSON string or a structured
-/// array of `{role, parts: [{type, content | id, name, arguments | response | result}]}`.
-fn genai_messages(v: &Value) -> Vec<Message> {
-    let parsed;
-    let v = match v {
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
-            Ok(x) => {
-                parsed = x;
-                &parsed
-            }
-            Err(_) => {
-                return vec![Message {
-                    text: s.clone(),
-                    ..Message::default()
-                }]
-            }
-        },
-        v => v,
-    };
-    let Some(items) = v.as_array() else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .map(|m| {
-            let mut msg = Message {
-                role: m["role"].as_str().unwrap_or_default().to_string(),
-                ..Message::default()
-            };
-            let mut texts = Vec::new();
-            if let Some(c) = m.get("content").filter(|c| !c.is_null()) {
-                texts.push(json_or_string(c));
-            }
-            for p in m["parts"].as_array().into_iter().flatten() {
-                match p["type"].as_str().unwrap_or_default() {
-                    "tool_call" => msg.tool_calls.push(ToolCall {
-                        id: p["id"].as_str().map(String::from),
-                        name: p["name"].as_str().unwrap_or_default().to_string(),
-                        arguments: json_or_string(&p["arguments"]),
-                    }),
-                    "tool_call_response" => {
-                        let r = p.get("response").or_else(|| p.get("result"));
-                        texts.push(r.map(json_or_string).unwrap_or_default());
-                    }
-                    _ => {
-                        if let Some(c) = p.get("content").filter(|c| !c.is_null()) {
-                            texts.push(json_or_string(c));
-                        }
-                    }
-                }
-            }
-            msg.text = texts.join("\n");
-            msg
-        })
-        .collect()
-}
-
-/// Flattened messages under `prefix` (`llm.output_messages`, `gen_ai.completion`, ...): the
-/// numbered entries `prefix.N.<field>` in order, reading role / content / tool calls from either
-/// OpenInference (`message.role`, `message.content`, `message.contents.K.message_content.text`,
-/// `message.tool_calls.J.tool_call.{id,function.name,function.arguments}`) or OpenLLMetry
-/// (`role`, `content`, `tool_calls.J.{id,name,arguments}`) names.
-fn flat_messages(a: &Map<String, Value>, prefix: &str) -> Vec<Message> {
-    let mut by_index: BTreeMap<usize, Map<String, Value>> = BTreeMap::new();
-    let head = format!("{prefix}.");
-    for (k, v) in a {
-        let Some(rest) = k.strip_prefix(&head) else {
-            continue;
-        };
-        let Some((n, field)) = rest.split_once('.') else {
-            continue;
-        };
-        if let Ok(n) = n.parse::<usize>() {
-            let field = field.strip_prefix("message.").unwrap_or(field);
-            by_index
-                .entry(n)
-                .or_default()
-                .insert(field.to_string(), v.clone());
-        }
-    }
-    by_index
-        .into_values()
-        .map(|f| {
-            let s = |k: &str| f.get(k).map(json_or_string).unwrap_or_default();
-            let mut texts = vec![s("content")];
-            let mut contents: BTreeMap<usize, String> = BTreeMap::new();
-            let mut calls: BTreeMap<usize, ToolCall> = BTreeMap::new();
-            for (k, v) in &f {
-                if let Some(rest) = k.strip_prefix("contents.") {
-                    if let Some((n, "message_content.text")) = rest.split_once('.') {
-                        if let Ok(n) = n.parse() {
-                            contents.insert(n, json_or_string(v));
-                        }
-                    }
-                } else if let Some(rest) = k.strip_prefix("tool_calls.") {
-                    let Some((n, field)) = rest.split_once('.') else {
-                        continue;
-                    };
-                    let Ok(n) = n.parse() else { continue };
-                    let call = calls.entry(n).or_insert_with(|| ToolCall {
-                        id: None,
-                        name: String::new(),
-                        arguments: String::new(),
-                    });
-                    let field = field.strip_prefix("tool_call.").unwrap_or(field);
-                    match field {
-                        "id" => call.id = Some(json_or_string(v)),
-                        "function.name" | "name" => call.name = json_or_string(v),
-                        "function.arguments" | "arguments" => call.arguments = json_or_string(v),
-                        _ => {}
-                    }
-                }
-            }
-            texts.extend(contents.into_values());
-            texts.retain(|t| !t.is_empty());
-            Message {
-                role: s("role"),
-                text: texts.join("\n"),
-                tool_calls: calls.into_values().collect(),
-            }
-        })
-        .collect()
-}
-
-/// Messages from the older per-message span events (`gen_ai.choice`, `gen_ai.user.message`, ...).
-fn event_messages(span: &SpanRecord, output: bool) -> Vec<Message> {
-    span.events
-        .iter()
-        .filter(|e| {
-            let is_choice = e.name == "gen_ai.choice";
-            e.name.starts_with("gen_ai.") && is_choice == output
-        })
-        .map(|e| {
-            let a = &e.attributes;
-            let body = a
-                .get("message")
-                .cloned()
-                .unwrap_or(Value::Object(a.clone()));
-            let body = match body {
-                Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
-                v => v,
-            };
-            let role = e
-                .name
-                .strip_prefix("gen_ai.")
-                .and_then(|r| r.strip_suffix(".message"))
-                .unwrap_or("assistant");
-            let tool_calls = body["tool_calls"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| ToolCall {
-                    id: c["id"].as_str().map(String::from),
-                    name: c["function"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    arguments: json_or_string(&c["function"]["arguments"]),
-                })
-                .collect();
-            Message {
-                role: body["role"].as_str().unwrap_or(role).to_string(),
-                text: match &body {
-                    Value::String(s) => s.clone(),
-                    b => json_or_string(&b["content"]),
-                },
-                tool_calls,
-            }
-        })
-        .collect()
-}
-
-/// The output messages a span records as messages (GenAI, flattened or events), not as a
-/// plain `output.value`.
-fn structured_output(span: &SpanRecord) -> Vec<Message> {
-    let a = &span.attributes;
-    if let Some(v) = a.get("gen_ai.output.messages") {
-        return genai_messages(v);
-    }
-    for prefix in ["llm.output_messages", "gen_ai.completion"] {
-        let mut m = flat_messages(a, prefix);
-        if !m.is_empty() {
-            fill_tool_arguments(span, &mut m);
-            return m;
-        }
-    }
-    event_messages(span, true)
-}
-
-fn output_messages(span: &SpanRecord) -> Vec<Message> {
-    let m = structured_output(span);
-    if !m.is_empty() {
-        return m;
-    }
-    let a = &span.attributes;
-    str_attr(a, "output.value")
-        .or_else(|| str_attr(a, "gen_ai.completion"))
-        .map(|t| {
-            vec![Message {
-                role: "assistant".into(),
-                text: t.to_string(),
-                ..Message::default()
-            }]
-        })
-        .unwrap_or_default()
-}
-
-/// Tool calls recorded without arguments (OpenInference's openai-agents instrumentor drops
-/// `function.arguments` from `llm.output_messages`) take them from the same call in the span's
-/// `output.value`, the provider's JSON (`[{"tool_calls": [{"id", "function": {"arguments"}}]}]`).
-fn fill_tool_arguments(span: &SpanRecord, messages: &mut [Message]) {
-    let missing = messages
-        .iter()
-        .flat_map(|m| &m.tool_calls)
-        .any(|c| c.arguments.is_empty() && c.id.is_some());
-    if !missing {
-        return;
-    }
-    let Some(Ok(out)) =
-        str_attr(&span.attributes, "output.value").map(serde_json::from_str::<Value>)
-    else {
-        return;
-    };
-    let items: Vec<&Value> = match &out {
-        Value::Array(items) => items.iter().collect(),
-        other => vec![other],
-    };
-    let args: HashMap<&str, String> = items
-        .iter()
-        .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
-        .filter_map(|c| {
-            Some((
-                c["id"].as_str()?,
-                json_or_string(&c["function"]["arguments"]),
-            ))
-        })
-        .collect();
-    for call in messages.iter_mut().flat_map(|m| &mut m.tool_calls) {
-        if call.arguments.is_empty() {
-            if let Some(a) = call.id.as_deref().and_then(|id| args.get(id)) {
-                call.arguments.clone_from(a);
-            }
-        }
-    }
-}
-
-/// Whether a span records its messages (input or output) as messages.
-fn has_messages(span: &SpanRecord) -> bool {
-    !structured_output(span).is_empty() || !input_messages(span).is_empty()
-}
-
-/// A span's error: its ERROR status message, else its `exception` events
-/// (`exception.type: exception.message`).
-fn span_error(span: &SpanRecord) -> Option<String> {
-    if span.error.is_some() {
-        return span.error.clone();
-    }
-    let events: Vec<String> = span
-        .events
-        .iter()
-        .filter(|e| e.name == "exception")
-        .map(|e| {
-            let a = &e.attributes;
-            match (
-                str_attr(a, "exception.type"),
-                str_attr(a, "exception.message"),
-            ) {
-                (Some(t), Some(m)) => format!("{t}: {m}"),
-                (t, m) => t.or(m).unwrap_or("exception").to_string(),
-            }
-        })
-        .collect();
-    (!events.is_empty()).then(|| events.join("; "))
-}
-
-fn input_messages(span: &SpanRecord) -> Vec<Message> {
-    let a = &span.attributes;
-    if let Some(v) = a.get("gen_ai.input.messages") {
-        return genai_messages(v);
-    }
-    for prefix in ["llm.input_messages", "gen_ai.prompt"] {
-        let m = flat_messages(a, prefix);
-        if !m.is_empty() {
-            return m;
-        }
-    }
-    event_messages(span, false)
-}
-
-fn system_prompt(span: &SpanRecord) -> Option<String> {
-    let v = span.attributes.get("gen_ai.system_instructions")?;
-    // A JSON string of `[{type, content}]` parts, the structured array itself, or plain text.
-    let parsed = match v {
-        Value::String(s) => serde_json::from_str::<Value>(s).unwrap_or_else(|_| v.clone()),
-        v => v.clone(),
-    };
-    let text = match &parsed {
-        Value::Array(parts) => parts
-            .iter()
-            .map(|p| json_or_string(&p["content"]))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        other => json_or_string(other),
-    };
-    (!text.is_empty()).then_some(text)
-}
-
 fn rfc3339(ns: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
     humantime::format_rfc3339_nanos(t).to_string()
@@ -571,155 +141,6 @@ fn u64_attr(a: &Map<String, Value>, keys: &[&str]) -> Option<u64> {
                 .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
         })
     })
-}
-
-/// Nearest-above span indexes without a span's own (which a parent cycle can give).
-fn not_self(above: Vec<Option<usize>>) -> Vec<Option<usize>> {
-    above
-        .into_iter()
-        .enumerate()
-        .map(|(i, a)| a.filter(|&a| a != i))
-        .collect()
-}
-
-/// Whether two spans may belong to one agent's call: not when both name an agent and the
-/// names differ.
-fn same_agent(a: &SpanRecord, b: &SpanRecord) -> bool {
-    match (attr_agent(a), attr_agent(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => true,
-    }
-}
-
-/// Which spans are steps, and as what: a model call (`Llm`) or a tool execution (`Tool`).
-///
-/// One step per model call: an LLM span directly wrapping another LLM span that records messages
-/// (or wrapping any while recording none itself) is not a step (LlamaIndex's outer `astream_chat`);
-/// an LLM span without messages beside or under one with them is not a step (LlamaIndex's
-/// `_prepare_chat_with_tools`). An agent span with no model call or tool execution below it (an
-/// instrumentation that traces agents only) is a model step when it has output; with a tool below
-/// (AG2's tool executor `invoke_agent user` > `execute_tool`), the tool's result is the one step.
-fn step_roles(tree: &Tree, kinds: &[SpanKind]) -> Vec<Option<SpanKind>> {
-    let n = tree.len();
-    // The LLM span directly above, when it is the same call (a wrapper is the call's parent
-    // span, as LlamaIndex's outer `astream_chat` or AutoGen's client span above the openai
-    // SDK's). Spans naming two different agents are two calls, never a wrapper and its call.
-    let llm_above: Vec<Option<usize>> = not_self(
-        (0..n)
-            .map(|i| {
-                tree.parent[i].filter(|&p| {
-                    kinds[p] == SpanKind::Llm && same_agent(tree.spans[p], tree.spans[i])
-                })
-            })
-            .collect(),
-    );
-    let has_msgs: Vec<bool> = (0..n)
-        .map(|i| kinds[i] == SpanKind::Llm && has_messages(tree.spans[i]))
-        .collect();
-    let (mut llm_below, mut msgs_below, mut msg_group, mut covered) = (
-        vec![false; n],
-        vec![false; n],
-        vec![false; n],
-        vec![false; n],
-    );
-    for i in (0..n).filter(|&i| matches!(kinds[i], SpanKind::Llm | SpanKind::Tool)) {
-        if let Some(a) = llm_above[i].filter(|_| kinds[i] == SpanKind::Llm) {
-            llm_below[a] = true;
-        }
-        // Each span is marked once: linear however deep.
-        let mut up = if has_msgs[i] { llm_above[i] } else { None };
-        while let Some(a) = up.filter(|&a| !msgs_below[a]) {
-            msgs_below[a] = true;
-            up = llm_above[a];
-        }
-        let mut up = tree.parent[i];
-        while let Some(p) = up.filter(|&p| !covered[p]) {
-            covered[p] = true;
-            up = tree.parent[p];
-        }
-    }
-    for i in (0..n).filter(|&i| has_msgs[i] || msgs_below[i]) {
-        if let Some(p) = tree.parent[i] {
-            msg_group[p] = true;
-        }
-    }
-    (0..n)
-        .map(|i| match kinds[i] {
-            SpanKind::Llm => {
-                let wrapper = llm_below[i] && (msgs_below[i] || !has_msgs[i]);
-                let beside = tree.parent[i].is_some_and(|p| msg_group[p])
-                    || llm_above[i].is_some_and(|a| has_msgs[a]);
-                let bare = !has_msgs[i] && beside;
-                (!wrapper && !bare).then_some(SpanKind::Llm)
-            }
-            SpanKind::Tool => Some(SpanKind::Tool),
-            SpanKind::Agent if !covered[i] && !output_messages(tree.spans[i]).is_empty() => {
-                Some(SpanKind::Llm)
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// Step spans in step order: start time, except that a tool span containing other steps
-/// (an agent run as a tool: pydantic-ai's `execute_tool ask_researcher`) is placed at its end,
-/// after the work it returns.
-fn step_order(tree: &Tree, roles: &[Option<SpanKind>]) -> Vec<usize> {
-    let n = tree.len();
-    let tools: Vec<Option<usize>> = (0..n)
-        .map(|i| (roles[i] == Some(SpanKind::Tool)).then_some(i))
-        .collect();
-    let tool_above = not_self(tree.nearest_above(&tools));
-    let mut holds_work = vec![false; n];
-    for i in (0..n).filter(|&i| roles[i].is_some()) {
-        if let Some(t) = tool_above[i] {
-            holds_work[t] = true;
-        }
-    }
-    let mut order: Vec<usize> = (0..n).filter(|&i| roles[i].is_some()).collect();
-    order.sort_by_key(|&i| {
-        let s = tree.spans[i];
-        (if holds_work[i] { s.end_ns } else { s.start_ns }, i)
-    });
-    order
-}
-
-/// Errors of spans that are not steps (an AGENT, CHAIN or workflow span: ERROR status or
-/// `exception` events), each on the last step under it; a root's error is the run's outcome.
-/// Step span -> the errors it shows, outermost first.
-fn inherited_errors(
-    tree: &Tree,
-    roles: &[Option<SpanKind>],
-    order: &[usize],
-) -> HashMap<usize, Vec<String>> {
-    let n = tree.len();
-    let errors: Vec<Option<String>> = tree.spans.iter().map(|s| span_error(s)).collect();
-    let own: Vec<Option<usize>> = (0..n)
-        .map(|i| {
-            let counted = roles[i].is_none() && tree.parent[i].is_some() && errors[i].is_some();
-            counted.then_some(i)
-        })
-        .collect();
-    let above = tree.nearest_above(&own);
-    let mut last: HashMap<usize, usize> = HashMap::new();
-    for &step in order {
-        let mut up = above[step];
-        let mut hops = 0;
-        while let Some(e) = up.filter(|_| hops < n) {
-            last.insert(e, step);
-            up = above[e];
-            hops += 1;
-        }
-    }
-    let mut by_span: Vec<(usize, usize)> = last.into_iter().collect();
-    by_span.sort_unstable();
-    let mut out: HashMap<usize, Vec<String>> = HashMap::new();
-    for (e, step) in by_span {
-        if let Some(msg) = &errors[e] {
-            out.entry(step).or_default().push(msg.clone());
-        }
-    }
-    out
 }
 
 /// Build the trace of one run (`key` from [`group`]).
@@ -740,28 +161,7 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
     let errors = inherited_errors(&tree, &roles, &order);
 
     let mut trace = Trace::new(key);
-    trace.source.format = "otlp".into();
-    let mut trace_ids: Vec<&str> = tree.spans.iter().map(|s| s.trace_id.as_str()).collect();
-    trace_ids.sort_unstable();
-    trace_ids.dedup();
-    trace
-        .metadata
-        .insert("otel_trace_ids".into(), Value::from(trace_ids));
-    let service = tree.spans.iter().find_map(|s| s.service.as_deref());
-    if let Some(service) = service {
-        trace
-            .metadata
-            .insert("service".into(), Value::from(service));
-        trace.metadata.insert("group".into(), Value::from(service));
-    }
-    let failed = (0..tree.len()).any(|i| {
-        let s = tree.spans[i];
-        (tree.parent[i].is_none() && s.error.is_some())
-            || (kinds[i] == SpanKind::Agent && s.error.is_some())
-    });
-    if failed {
-        trace.outcome = Outcome::Failure;
-    }
+    let service = note_run(&mut trace, &tree, &kinds);
     // Agents and the task in start order (as the spans began), steps in step order.
     let mut from_service = 0;
     let mut agent_of: HashMap<usize, String> = HashMap::new();
@@ -817,18 +217,7 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
         trace.steps.push(step);
     }
     if trace.task.is_empty() {
-        if let Some(r) = (0..tree.len()).find(|&i| tree.parent[i].is_none()) {
-            let r = tree.spans[r];
-            trace.task = str_attr(&r.attributes, "input.value")
-                .map(String::from)
-                .or_else(|| {
-                    input_messages(r)
-                        .into_iter()
-                        .find(|m| m.role == "user")
-                        .map(|m| m.text)
-                })
-                .unwrap_or_default();
-        }
+        trace.task = root_task(&tree);
     }
     let warnings = crate::warnings::run_warnings(&trace, tree.len(), from_service, service);
     if !warnings.is_empty() {
@@ -837,6 +226,51 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
             .insert("otel_warnings".into(), Value::Array(warnings));
     }
     trace
+}
+
+/// The run-level facts of a trace: its format, OpenTelemetry trace ids, service (also its
+/// group) and outcome (`failure` when a root or agent span failed). Returns the service.
+fn note_run<'a>(trace: &mut Trace, tree: &Tree<'a>, kinds: &[SpanKind]) -> Option<&'a str> {
+    trace.source.format = "otlp".into();
+    let mut trace_ids: Vec<&str> = tree.spans.iter().map(|s| s.trace_id.as_str()).collect();
+    trace_ids.sort_unstable();
+    trace_ids.dedup();
+    trace
+        .metadata
+        .insert("otel_trace_ids".into(), Value::from(trace_ids));
+    let service = tree.spans.iter().find_map(|s| s.service.as_deref());
+    if let Some(service) = service {
+        trace
+            .metadata
+            .insert("service".into(), Value::from(service));
+        trace.metadata.insert("group".into(), Value::from(service));
+    }
+    let failed = (0..tree.len()).any(|i| {
+        let s = tree.spans[i];
+        (tree.parent[i].is_none() && s.error.is_some())
+            || (kinds[i] == SpanKind::Agent && s.error.is_some())
+    });
+    if failed {
+        trace.outcome = Outcome::Failure;
+    }
+    service
+}
+
+/// The task when no model call has a user message: the first root span's input.
+fn root_task(tree: &Tree) -> String {
+    let Some(r) = (0..tree.len()).find(|&i| tree.parent[i].is_none()) else {
+        return String::new();
+    };
+    let r = tree.spans[r];
+    str_attr(&r.attributes, "input.value")
+        .map(String::from)
+        .or_else(|| {
+            input_messages(r)
+                .into_iter()
+                .find(|m| m.role == "user")
+                .map(|m| m.text)
+        })
+        .unwrap_or_default()
 }
 
 /// A model call's step: its output (text and tool calls), its error.

@@ -1,0 +1,132 @@
+//! Agent naming: the agent a span names itself (attributes, LangGraph nodes, LlamaIndex
+//! workflow steps, an AGENT span's name) and whether two spans may be one agent's call.
+
+use super::{kind, str_attr, SpanKind};
+use crate::span::SpanRecord;
+use serde_json::Value;
+
+/// The LangGraph node a span ran in: OpenInference's LangChain instrumentor puts
+/// `{"langgraph_node": ...}` in the `metadata` attribute (a JSON string) of every span of a node,
+/// model calls included; a supervisor node is a CHAIN span without any other agent name.
+fn langgraph_node(span: &SpanRecord) -> Option<String> {
+    let meta = span.attributes.get("metadata")?;
+    let parsed;
+    let meta = match meta {
+        Value::String(s) => {
+            parsed = serde_json::from_str::<Value>(s).ok()?;
+            &parsed
+        }
+        other => other,
+    };
+    meta.get("langgraph_node")?
+        .as_str()
+        .filter(|n| !n.is_empty() && !n.starts_with("__"))
+        .map(String::from)
+}
+
+/// The agent a span names by attribute (never by its span name): `gen_ai.agent.name` /
+/// `agent.name`, a LangGraph node, LlamaIndex's current agent, or `graph.node.*`.
+pub(super) fn attr_agent(span: &SpanRecord) -> Option<String> {
+    let a = &span.attributes;
+    if let Some(n) = str_attr(a, "gen_ai.agent.name").or_else(|| str_attr(a, "agent.name")) {
+        return Some(n.to_string());
+    }
+    if let Some(node) = langgraph_node(span).or_else(|| llamaindex_agent(span)) {
+        return Some(node);
+    }
+    if kind(span) == SpanKind::Agent {
+        return str_attr(a, "graph.node.name")
+            .or_else(|| str_attr(a, "graph.node.id"))
+            .map(String::from);
+    }
+    // A LangGraph node (OpenInference CHAIN span with graph.node.id) is the agent of its calls.
+    str_attr(a, "graph.node.id")
+        .filter(|id| !id.starts_with("__"))
+        .map(String::from)
+}
+
+/// LlamaIndex AgentWorkflow: the agent of a workflow step is only in the step's input
+/// (`AgentWorkflow.run_agent_step` / `setup_agent` / `parse_agent_output`, whose input repr
+/// holds `current_agent_name='triage'`); the model calls of that agent run under it.
+fn llamaindex_agent(span: &SpanRecord) -> Option<String> {
+    let method = span.name.rsplit('.').next()?;
+    if !["run_agent_step", "setup_agent", "parse_agent_output"].contains(&method) {
+        return None;
+    }
+    let input = str_attr(&span.attributes, "input.value")?;
+    let name = input
+        .split("current_agent_name='")
+        .nth(1)?
+        .split('\'')
+        .next()?;
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// Method names an instrumentor appends to an agent's name in its AGENT span's name
+/// (smolagents `researcher.run`).
+const METHOD_SUFFIXES: &[&str] = &[
+    "run",
+    "arun",
+    "run_stream",
+    "invoke",
+    "ainvoke",
+    "stream",
+    "astream",
+    "__call__",
+    "call",
+    "acall",
+    "execute",
+    "kickoff",
+];
+
+/// Span names of workflow containers and group managers: never agents.
+const CONTAINER_NAMES: &[&str] = &[
+    "agent workflow",
+    "chat_manager",
+    "invoke_agent",
+    "invoke_workflow",
+    "workflow",
+];
+
+/// An AGENT span's name as an agent name: without `invoke_agent ` and a method suffix; `None`
+/// for a container name.
+fn span_name_agent(span: &SpanRecord) -> Option<String> {
+    let name = span
+        .name
+        .strip_prefix("invoke_agent ")
+        .unwrap_or(&span.name);
+    let name = match name.rsplit_once('.') {
+        Some((head, m)) if !head.is_empty() && METHOD_SUFFIXES.contains(&m) => head,
+        _ => name,
+    }
+    .trim();
+    let container = CONTAINER_NAMES.contains(&name.to_ascii_lowercase().as_str());
+    (!name.is_empty() && !container).then(|| name.to_string())
+}
+
+/// The agent a span names itself. An AGENT span without a name attribute is named by its
+/// span name only when no AGENT span of the run has a name attribute (`named_run` false):
+/// where the instrumentor names agents, a nameless AGENT span (OpenAI Agents SDK's root
+/// "Agent workflow") is a container.
+pub(super) fn own_agent(span: &SpanRecord, named_run: bool) -> Option<String> {
+    let is_agent = kind(span) == SpanKind::Agent;
+    match attr_agent(span) {
+        // A group manager's agent span (AG2's `invoke_agent chat_manager`) is a container.
+        Some(name) if is_agent && CONTAINER_NAMES.contains(&name.to_ascii_lowercase().as_str()) => {
+            None
+        }
+        Some(name) => Some(name),
+        None => (is_agent && !named_run)
+            .then(|| span_name_agent(span))
+            .flatten(),
+    }
+}
+
+/// Whether two spans may belong to one agent's call: not when both name an agent and the
+/// names differ.
+pub(super) fn same_agent(a: &SpanRecord, b: &SpanRecord) -> bool {
+    match (attr_agent(a), attr_agent(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => true,
+    }
+}
