@@ -252,7 +252,7 @@ impl maslens_eval::run::Localizer for StackedLocalizer<'_> {
         let v = self
             .verdict(trace)
             .await
-            .map_err(|e| LocalizeError::Stop(e.to_string()))?;
+            .map_err(LocalizeError::stop)?;
         let usage = v
             .pipeline
             .as_ref()
