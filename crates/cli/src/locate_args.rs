@@ -78,6 +78,10 @@ pub struct MethodArgs {
     /// step-level answers scored apart, to reproduce the papers).
     #[arg(long, default_value = "coherent", value_parser = ["coherent", "independent"])]
     pub pair_rule: String,
+    /// `prior`: when the stacked method's LLM pipeline fails on a trace, answer with the prior
+    /// alone; the verdict says so and the exit code is 1. Without it such a trace is an error.
+    #[arg(long, value_name = "WHAT", value_parser = ["prior"])]
+    pub fallback: Option<String>,
 }
 
 impl MethodArgs {
@@ -108,6 +112,7 @@ impl MethodArgs {
             prior_narrowing: self.prior_narrowing,
             allow_non_acting: self.allow_non_acting,
             pair_rule: maslens_trace::ScoringRule::parse(&self.pair_rule).unwrap_or_default(),
+            fallback_prior: self.fallback.as_deref() == Some("prior"),
         }
     }
 }

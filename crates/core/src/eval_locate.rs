@@ -135,6 +135,12 @@ impl EvalLocateOutput {
         out
     }
 
+    /// Why the report's figures are in-sample, when they are (the built-in prior was trained on
+    /// some of its traces).
+    pub fn in_sample(&self) -> Option<&str> {
+        self.run.report.in_sample.as_deref()
+    }
+
     /// The warning of a run that stopped early (a budget), naming what the report covers.
     pub fn stopped_early(&self) -> Option<String> {
         let report = &self.run.report;
@@ -322,6 +328,10 @@ pub async fn eval_locate_with(
         },
     };
     run.report.config = serde_json::to_value(&config).unwrap_or_default();
+    if opts.predictions.is_none() {
+        let scored: Vec<&Trace> = test.iter().map(|c| &c.trace).collect();
+        run.report.in_sample = crate::in_sample::note(opts.locate.prior_spec(), &scored);
+    }
     Ok(EvalLocateOutput {
         run,
         problems,

@@ -16,6 +16,7 @@
 //! (cli, server, python). It never prints: progress goes through [`maslens_eval::run::Progress`].
 
 pub mod eval_locate;
+pub mod in_sample;
 pub mod localize;
 pub mod locate;
 pub mod refinement;

@@ -31,6 +31,9 @@ pub struct Chosen<'m> {
     pub allow_non_acting: bool,
     /// Which pair `eval` scores ([`ScoringRule`]): the primary pair, or the two heads apart.
     pub pair_rule: ScoringRule,
+    /// Let a stacked verdict be the prior's alone when the LLM pipeline fails (`--fallback
+    /// prior`); otherwise such a trace is an error.
+    pub fallback_prior: bool,
 }
 
 /// A [`Chosen`] localizer and what loading it had to say: `warnings` (records skipped in a
@@ -126,6 +129,7 @@ impl<'m> Setup<'m> {
                 kind,
                 allow_non_acting: opts.allow_non_acting,
                 pair_rule: opts.pair_rule,
+                fallback_prior: opts.fallback_prior,
             },
             warnings,
             notes,
@@ -150,6 +154,7 @@ impl<'m> Chosen<'m> {
             kind,
             allow_non_acting: false,
             pair_rule: ScoringRule::Coherent,
+            fallback_prior: false,
         }
     }
 
@@ -210,11 +215,19 @@ impl<'m> Chosen<'m> {
                     l.usage_of(&v),
                     AnyVerdict::Llm(Box::new(v)),
                 ),
-                Err(e) if budget_spent(&e) => return Err(LocalizeError::Stop(e.to_string())),
-                Err(e) => return Err(LocalizeError::Case(e.to_string())),
+                Err(e) if budget_spent(&e) => return Err(LocalizeError::stop(e)),
+                Err(e) => return Err(LocalizeError::case(e)),
             },
-            // The stacked localizer falls back to the prior on any other pipeline error.
+            // A pipeline that failed leaves the prior alone: an answer only when asked for.
             Kind::Stacked(s) => match s.verdict(trace).await {
+                Ok(v) if v.pipeline_error.is_some() && !self.fallback_prior => {
+                    return Err(LocalizeError::case(format!(
+                        "{}: the LLM pipeline failed ({}); pass --fallback prior to answer with \
+                         the prior alone",
+                        trace.id,
+                        v.pipeline_error.as_deref().unwrap_or_default()
+                    )))
+                }
                 Ok(v) => {
                     let usage = v
                         .pipeline
@@ -227,7 +240,7 @@ impl<'m> Chosen<'m> {
                         AnyVerdict::Stacked(Box::new(v)),
                     )
                 }
-                Err(e) => return Err(LocalizeError::Stop(e.to_string())),
+                Err(e) => return Err(LocalizeError::stop(e)),
             },
             Kind::Prior(p) => return prior_located(&p.source, trace, allow),
         };
@@ -263,14 +276,14 @@ impl<'c, 'm> LocateRun<'c, 'm> {
     /// The next trace's verdict (or why there is none).
     pub async fn verdict(&mut self, trace: &Trace) -> Result<Located, LocalizeError> {
         if let Some(why) = &self.stopped {
-            return Err(LocalizeError::Case(format!(
+            return Err(LocalizeError::case(format!(
                 "{}: not run ({why})",
                 trace.id
             )));
         }
         let r = self.chosen.verdict(trace).await;
         if let Err(LocalizeError::Stop(why)) = &r {
-            self.stopped = Some(why.clone());
+            self.stopped = Some(why.to_string());
         }
         r
     }
@@ -347,6 +360,15 @@ impl Located {
             AnyVerdict::Llm(v) => &v.steering,
             AnyVerdict::Stacked(v) => v.pipeline.as_ref().map_or(&[], |p| &p.steering),
             AnyVerdict::Prior => &[],
+        }
+    }
+
+    /// Why the LLM pipeline failed when the answer is the prior's alone (`--fallback prior`):
+    /// a front end states it and counts it as a problem (exit code 1).
+    pub fn fell_back(&self) -> Option<&str> {
+        match &self.detail {
+            AnyVerdict::Stacked(v) => v.pipeline_error.as_deref(),
+            _ => None,
         }
     }
 

@@ -90,6 +90,11 @@ pub struct LocateOptions {
     /// Who&When's tables, the agent-level and step-level answers apart.
     #[serde(default)]
     pub pair_rule: maslens_trace::ScoringRule,
+    /// `--fallback prior`: when the stacked method's LLM pipeline fails on a trace, answer with
+    /// the prior alone (the verdict says so and the run counts it as a problem). Off: the trace
+    /// gets an error instead of a silent prior-only answer.
+    #[serde(default)]
+    pub fallback_prior: bool,
 }
 
 impl Default for LocateOptions {
@@ -109,6 +114,7 @@ impl Default for LocateOptions {
             stack: None,
             allow_non_acting: false,
             pair_rule: maslens_trace::ScoringRule::Coherent,
+            fallback_prior: false,
         }
     }
 }
@@ -398,11 +404,11 @@ impl PriorLocalizer {
     ) -> Result<maslens_trace::Verdict, LocalizeError> {
         match prior_to_verdict(source, trace, allow_non_acting) {
             Some(v) => Ok(v),
-            None if trace.steps.is_empty() => Err(LocalizeError::Case(format!(
+            None if trace.steps.is_empty() => Err(LocalizeError::case(format!(
                 "{}: the trace has no steps to localize",
                 trace.id
             ))),
-            None => Err(LocalizeError::Case(format!(
+            None => Err(LocalizeError::case(format!(
                 "{}: the prior has no distribution for this trace",
                 trace.id
             ))),
@@ -546,8 +552,8 @@ impl Localizer for LlmLocalizer<'_> {
                     source: maslens_llm::LlmError::Budget(_),
                     ..
                 },
-            ) => Err(LocalizeError::Stop(e.to_string())),
-            Err(e) => Err(LocalizeError::Case(e.to_string())),
+            ) => Err(LocalizeError::stop(e)),
+            Err(e) => Err(LocalizeError::case(e)),
         }
     }
 }

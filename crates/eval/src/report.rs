@@ -130,6 +130,11 @@ pub struct LocateReport {
     /// cases run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_early: Option<String>,
+    /// Set when the method's model was trained on some of these cases (the built-in prior on
+    /// the bundled Who&When traces, recognised by content): the figures are in-sample, a fit to
+    /// the training data, not an estimate for new traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_sample: Option<String>,
     /// The localizer's typed configuration, serialized (protocol, variant, flags).
     pub config: serde_json::Value,
     /// maslens version, git revision, dataset hashes, prompt ids with content hashes.
@@ -305,6 +310,7 @@ pub fn build(
         split: None,
         errors,
         stopped_early: None,
+        in_sample: None,
         config: serde_json::Value::Null,
         provenance: Provenance::default(),
         per_case: cases.to_vec(),

@@ -66,6 +66,20 @@ impl DatasetInfo {
     }
 }
 
+/// SHA-256 of a trace's steps (each step's agent and content, in order): the same for the same
+/// trace read from another path, under another id or from another file format, so a model's
+/// training set can be recognised by content ([`LocateReport::in_sample`]).
+pub fn steps_sha256(t: &Trace) -> String {
+    let mut h = Sha256::new();
+    for s in &t.steps {
+        h.update(s.agent.as_bytes());
+        h.update([0x1f]);
+        h.update(s.content.as_bytes());
+        h.update([0x1e]);
+    }
+    hex(&h.finalize())
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -106,15 +120,46 @@ pub struct Localized {
     pub verdict: Option<serde_json::Value>,
 }
 
-/// Why a localizer gave no answer for a trace.
+/// The error behind a [`LocalizeError`], with its source chain; shared, so that a run loop can
+/// remember why it stopped.
+pub type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+
+/// Why a localizer gave no answer for a trace. Both kinds keep the error that caused them
+/// (a [`maslens_llm::LlmError`] and its source, or a message).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LocalizeError {
     /// This case failed (counted as unparsed, i.e. wrong, and listed); the run goes on.
-    #[error("{0}")]
-    Case(String),
+    #[error(transparent)]
+    Case(Cause),
     /// The run must stop here (a budget ran out); the report covers the cases run so far.
-    #[error("{0}")]
-    Stop(String),
+    #[error(transparent)]
+    Stop(Cause),
+}
+
+impl LocalizeError {
+    /// A failed case, from an error (its chain kept) or a message.
+    pub fn case(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> LocalizeError {
+        LocalizeError::Case(Cause::from(e.into()))
+    }
+
+    /// A stop, from an error (its chain kept) or a message.
+    pub fn stop(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> LocalizeError {
+        LocalizeError::Stop(Cause::from(e.into()))
+    }
+
+    /// The LLM error somewhere in the chain, when there is one: a caller tells a spent budget
+    /// ([`maslens_llm::LlmError::Budget`]) from other failures by its type, not its text.
+    pub fn llm_error(&self) -> Option<&maslens_llm::LlmError> {
+        let (LocalizeError::Case(c) | LocalizeError::Stop(c)) = self;
+        let mut e: Option<&(dyn std::error::Error + 'static)> = Some(c.as_ref());
+        while let Some(x) = e {
+            if let Some(l) = x.downcast_ref::<maslens_llm::LlmError>() {
+                return Some(l);
+            }
+            e = x.source();
+        }
+        None
+    }
 }
 
 /// Anything that answers "which agent, which step" for a trace.
@@ -214,12 +259,14 @@ pub async fn evaluate(
                 scored.push(case_of(c, l.prediction, l.usage, spec));
                 verdicts.extend(l.verdict);
             }
-            Err(LocalizeError::Stop(msg)) => {
+            Err(LocalizeError::Stop(e)) => {
+                let msg = e.to_string();
                 progress.error(&c.trace.id, &msg);
                 stopped_early = Some(msg);
                 break;
             }
-            Err(LocalizeError::Case(msg)) => {
+            Err(LocalizeError::Case(e)) => {
+                let msg = e.to_string();
                 progress.error(&c.trace.id, &msg);
                 scored.push(case_of(c, abstained(), CaseUsage::default(), spec));
                 errors.push((c.trace.id.clone(), msg));
@@ -412,6 +459,26 @@ mod tests {
 
     /// Answers `Coder` at step 2, fails on `*/bad`, stops on `*/stop`.
     struct Scripted;
+    #[test]
+    fn a_stop_keeps_the_llm_error_it_came_from() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("trace t: {source}")]
+        struct Wrapped {
+            #[source]
+            source: maslens_llm::LlmError,
+        }
+        let budget = maslens_llm::LlmError::Budget("max calls 3".into());
+        let e = LocalizeError::stop(Wrapped { source: budget });
+        // Told apart by type, not text; the chain is kept for `{:#}`.
+        assert!(matches!(
+            e.llm_error(),
+            Some(maslens_llm::LlmError::Budget(_))
+        ));
+        assert_eq!(e.to_string(), "trace t: budget exhausted: max calls 3");
+        assert!(std::error::Error::source(&e).is_some());
+        assert!(LocalizeError::case("no steps").llm_error().is_none());
+    }
+
     #[async_trait::async_trait]
     impl Localizer for Scripted {
         fn method(&self) -> String {
@@ -419,10 +486,12 @@ mod tests {
         }
         async fn localize(&self, trace: &Trace) -> Result<Localized, LocalizeError> {
             if trace.id.ends_with("/bad") {
-                return Err(LocalizeError::Case("boom".into()));
+                return Err(LocalizeError::case("boom"));
             }
             if trace.id.ends_with("/stop") {
-                return Err(LocalizeError::Stop("budget".into()));
+                return Err(LocalizeError::stop(maslens_llm::LlmError::Budget(
+                    "max calls".into(),
+                )));
             }
             Ok(Localized {
                 prediction: Prediction {
@@ -479,7 +548,10 @@ mod tests {
         );
         let r = &run.report;
         assert_eq!(r.cases, 3, "stopped before B/stop: A/1, A/bad, B/1");
-        assert_eq!(r.stopped_early.as_deref(), Some("budget"));
+        assert_eq!(
+            r.stopped_early.as_deref(),
+            Some("budget exhausted: max calls")
+        );
         assert_eq!(r.errors, vec![("A/bad".to_string(), "boom".to_string())]);
         assert_eq!(
             r.agent_accuracy.unwrap().k,

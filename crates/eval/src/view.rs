@@ -111,6 +111,8 @@ pub(crate) struct View<'a> {
     pub joint: Option<String>,
     /// Why the run stopped before the last case.
     pub stopped_early: Option<&'a str>,
+    /// Why the figures are in-sample, when they are.
+    pub in_sample: Option<&'a str>,
     /// `maslens VERSION (git REV)`.
     pub built_by: String,
     /// `ids SHA-256 prefix, content SHA-256 prefix`.
@@ -169,6 +171,7 @@ pub(crate) fn view(r: &LocateReport) -> View<'_> {
         errors: &r.errors,
         joint: r.joint_accuracy.as_ref().map(Accuracy::display),
         stopped_early: r.stopped_early.as_deref(),
+        in_sample: r.in_sample.as_deref(),
         built_by: built_by(&r.provenance),
         dataset_hash: format!(
             "ids {}, content {}",

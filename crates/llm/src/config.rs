@@ -421,6 +421,7 @@ impl Effective {
             usage_log: run.usage_log,
             threads: run.threads,
             context_size: run.context_size,
+            preflight: true,
         })
     }
 

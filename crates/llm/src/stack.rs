@@ -12,6 +12,7 @@ use crate::batch::BatchRecorder;
 use crate::budget::{Budget, BudgetModel};
 use crate::cache::{Cache, CachePolicy, CachedModel};
 use crate::openai::{OpenAiConfig, OpenAiModel, SchemaMode};
+use crate::preflight::Endpoint;
 use crate::spec::{ModelSpec, Provider};
 use crate::usage::{PriceTable, TrackedModel, UsageTracker};
 use crate::{ChatModel, LlmError};
@@ -79,6 +80,10 @@ pub struct OpenOptions {
     /// Embedded model: CPU threads and context size.
     pub threads: Option<usize>,
     pub context_size: Option<u32>,
+    /// Check before opening that an HTTP model can be reached and takes the key
+    /// ([`crate::preflight`]); skipped in `replay` and `export:` modes. Off by default (a library
+    /// caller may open a model it will not call); the CLI and the Python package turn it on.
+    pub preflight: bool,
 }
 
 impl Default for OpenOptions {
@@ -99,6 +104,7 @@ impl Default for OpenOptions {
             usage_log: None,
             threads: None,
             context_size: None,
+            preflight: false,
         }
     }
 }
@@ -138,35 +144,17 @@ pub fn open_backend(
 ) -> Result<Arc<dyn ChatModel>, LlmError> {
     match spec {
         ModelSpec::OpenAi {
-            provider,
-            model,
-            base_url,
+            provider, model, ..
         } => {
-            // --base-url, then the spec's @URL, then the provider's variable, then its default.
-            let base = opts
-                .base_url
-                .clone()
-                .or_else(|| base_url.clone())
-                .or_else(|| cfg.base_url.clone())
-                .or_else(|| {
-                    let var = provider.base_url_env()?;
-                    provider.base_url_from_env_value(&std::env::var(var).ok()?)
-                })
-                .unwrap_or_else(|| provider.default_base_url().to_string());
-            // --api-key-env / the config's api_key_env, then the provider's usual variable.
-            let key_env = opts
-                .api_key_env
-                .clone()
-                .or_else(|| cfg.api_key_env.clone())
-                .or_else(|| provider.key_env().map(str::to_string));
-            let api_key = opts
-                .api_key
-                .clone()
-                .or_else(|| key_env.as_deref().and_then(|v| std::env::var(v).ok()))
-                .or_else(|| cfg.api_key.clone())
-                .filter(|k| !k.is_empty());
+            let Endpoint {
+                base,
+                key: api_key,
+                key_env,
+                ..
+            } = endpoint(spec, opts, cfg)
+                .ok_or_else(|| LlmError::Other("not an HTTP model".into()))?;
             // Named on purpose but empty: say so now (a provider's usual variable left unset is
-            // normal for local servers; a hosted API's 401 names it at the first call).
+            // normal for local servers; the preflight names it for a hosted API).
             let explicit = opts.api_key_env.is_some() || cfg.api_key_env.is_some();
             if let (true, Some(var), None) = (explicit, &key_env, &api_key) {
                 tracing::warn!("the API key variable {var} is not set");
@@ -187,6 +175,47 @@ pub fn open_backend(
         }
         ModelSpec::Local { spec: local } => open_local_backend(local, opts),
     }
+}
+
+/// Where an HTTP model is served and with which key: `--base-url`, then the spec's `@URL`, then
+/// the config's, then the provider's variable, then its default; the key from `--api-key-env` /
+/// the config's `api_key_env`, else the provider's usual variable, else the config's `api_key`.
+/// `None` for the embedded model.
+pub fn endpoint(spec: &ModelSpec, opts: &OpenOptions, cfg: &LlmConfig) -> Option<Endpoint> {
+    let ModelSpec::OpenAi {
+        provider, base_url, ..
+    } = spec
+    else {
+        return None;
+    };
+    let base = opts
+        .base_url
+        .clone()
+        .or_else(|| base_url.clone())
+        .or_else(|| cfg.base_url.clone())
+        .or_else(|| {
+            let var = provider.base_url_env()?;
+            provider.base_url_from_env_value(&std::env::var(var).ok()?)
+        })
+        .unwrap_or_else(|| provider.default_base_url().to_string());
+    let key_env = opts
+        .api_key_env
+        .clone()
+        .or_else(|| cfg.api_key_env.clone())
+        .or_else(|| provider.key_env().map(str::to_string));
+    let key = opts
+        .api_key
+        .clone()
+        .or_else(|| key_env.as_deref().and_then(|v| std::env::var(v).ok()))
+        .or_else(|| cfg.api_key.clone())
+        .filter(|k| !k.is_empty());
+    Some(Endpoint {
+        provider: *provider,
+        model: spec.id(),
+        base,
+        key,
+        key_env,
+    })
 }
 
 /// The native Messages API backend of an `anthropic:` spec.
@@ -296,6 +325,11 @@ pub async fn open(spec: &str, opts: &OpenOptions) -> Result<Stack, LlmError> {
             }
         }
     } else {
+        if opts.preflight {
+            if let Some(ep) = endpoint(&parsed, opts, &cfg) {
+                crate::preflight::check(&ep).await?;
+            }
+        }
         open_backend(&parsed, opts, &cfg)?
     };
     wrap(backend, opts, &prices)

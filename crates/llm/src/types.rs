@@ -197,6 +197,9 @@ pub enum LlmError {
     /// the next token. Nothing to answer, nothing to retry.
     #[error("cancelled: {0}")]
     Cancelled(String),
+    /// The model cannot be used (no key, unreachable, key refused): found before any work.
+    #[error(transparent)]
+    Preflight(#[from] crate::preflight::PreflightError),
     #[error("{0}")]
     Other(String),
 }

@@ -195,8 +195,47 @@ fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_lowercase)
 }
 
+/// Lower-case runs of letters and digits of `text`, every length, in order.
+fn plain_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// How many consecutive words of a reason, found in a prompt and not in the step, make it a
+/// restatement of the prompt.
+const PROMPT_RUN: usize = 6;
+
+/// Every prompt template the pipeline sends, as its plain words joined by one space (with a
+/// space at both ends, so a run matches whole words only).
+fn prompt_texts() -> &'static [String] {
+    static TEXTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    TEXTS.get_or_init(|| {
+        prompts::all()
+            .map(|t| format!(" {} ", plain_words(t.source).join(" ")))
+            .collect()
+    })
+}
+
+/// Whether `reason` echoes the prompt: an unfilled placeholder (`<your justification: ...>`), or
+/// [`PROMPT_RUN`] consecutive words of a prompt template that the step itself does not say.
+fn echoes_prompt(reason: &str, step_text: &str) -> bool {
+    let t = reason.trim();
+    if t.starts_with('<') && t.ends_with('>') || t.contains("<your ") {
+        return true;
+    }
+    let step = format!(" {} ", plain_words(step_text).join(" "));
+    plain_words(reason).windows(PROMPT_RUN).any(|w| {
+        let run = format!(" {} ", w.join(" "));
+        !step.contains(&run) && prompt_texts().iter().any(|p| p.contains(&run))
+    })
+}
+
 /// Why `reason` does not explain the location at position `pos` of `trace`, or `None` when it
-/// does. Two checks, cheap and language-light:
+/// does. Cheap, language-light checks, in order:
+/// 0. **Not text** ("1.5, 1.5"): no word of letters at all. **Prompt echo**: the prompt's
+///    placeholder sent back, or a run of the prompt's words ([`echoes_prompt`]).
 /// 1. **Tautology**: fewer than three distinct words are left once step numbers, agent names and
 ///    verdict vocabulary ([`VERDICT_WORDS`]) are taken out, so the reason only restates the
 ///    verdict ("The decisive failure step is step 1", "Orchestrator made the mistake at step 1").
@@ -207,6 +246,21 @@ fn words(text: &str) -> impl Iterator<Item = String> + '_ {
 /// The answer parser sends the problem in its one repair call (`typed::complete_as_checked`).
 pub fn rationale_problem(trace: &Trace, pos: usize, reason: &str) -> Option<String> {
     let step = trace.steps.get(pos)?;
+    let index = step.index;
+    if !reason.chars().any(char::is_alphabetic) && !reason.trim().is_empty() {
+        return Some(format!(
+            "the reason is not text ({:?}): say in words what the agent did wrong at step {index}, \
+             quoting the words of step {index} that are wrong",
+            reason.trim()
+        ));
+    }
+    if echoes_prompt(reason, &step.content) {
+        return Some(format!(
+            "the reason repeats the instructions instead of answering them ({:?}): write your own \
+             words about step {index}, quoting the words of step {index} that are wrong",
+            reason.trim()
+        ));
+    }
     let names: std::collections::HashSet<String> = trace
         .agents
         .iter()
@@ -220,7 +274,6 @@ pub fn rationale_problem(trace: &Trace, pos: usize, reason: &str) -> Option<Stri
         .collect();
     content.sort();
     content.dedup();
-    let index = step.index;
     if content.len() < 3 {
         // The whole reason is quoted: a repair that must leave the first answer out to fit
         // the window still shows the model what it wrote.
@@ -361,6 +414,58 @@ mod tests {
                 .unwrap()
                 .contains("(1 to 1)")
         );
+    }
+
+    /// Rationales seen in real runs (issue 37 item 2) and honest ones, with the problem each
+    /// must get (`None`: accepted).
+    #[test]
+    fn rationale_check_rejects_junk_seen_in_real_runs() {
+        let t = maslens_trace::TraceBuilder::new("t")
+            .step(
+                "human",
+                "Which words did the author quote in the 1998 letter?",
+            )
+            .step(
+                "WebSurfer",
+                "I searched the archive and quote the words: 'no comment'. The answer is 1.5",
+            )
+            .build();
+        let cases: [(&str, Option<&str>); 7] = [
+            // Hand-Crafted/24: the evaluator prompt's placeholder sent back as the answer.
+            (
+                "<your justification: quote the words of the decisive step that are wrong, and \
+                 say what is wrong with them>",
+                Some("repeats the instructions"),
+            ),
+            // The placeholder without its brackets.
+            (
+                "your justification: quote the words of the decisive step that are wrong",
+                Some("repeats the instructions"),
+            ),
+            // Numbers only.
+            ("1.5, 1.5", Some("is not text")),
+            ("3", Some("is not text")),
+            // The old checks still answer first for what they cover.
+            ("The decisive failure step is step 1", Some("only restates the verdict")),
+            // Honest reasons that share words with the prompt or quote the step.
+            (
+                "WebSurfer quote the words 'no comment' from an archive page but never checked \
+                 the 1998 letter itself",
+                None,
+            ),
+            (
+                "WebSurfer answered 1.5 although the archive it searched says nothing about the letter",
+                None,
+            ),
+        ];
+        for (reason, want) in cases {
+            let got = rationale_problem(&t, 1, reason);
+            match (want, &got) {
+                (None, None) => {}
+                (Some(w), Some(p)) => assert!(p.contains(w), "{reason:?}: {p}"),
+                _ => panic!("{reason:?}: expected {want:?}, got {got:?}"),
+            }
+        }
     }
 
     #[test]

@@ -131,6 +131,8 @@ pub(crate) struct LocateOpts {
     pub allow_non_acting: bool,
     /// Which pair `eval_locate` scores: `coherent` or `independent`.
     pub pair_rule: maslens_trace::ScoringRule,
+    /// `fallback="prior"`: a stacked verdict may be the prior's alone when the LLM fails.
+    pub fallback: Option<String>,
 }
 
 impl Default for LocateOpts {
@@ -150,6 +152,7 @@ impl Default for LocateOpts {
             stack: d.stack,
             allow_non_acting: d.allow_non_acting,
             pair_rule: d.pair_rule,
+            fallback: None,
         }
     }
 }
@@ -172,6 +175,7 @@ impl LocateOpts {
             stack: self.stack,
             allow_non_acting: self.allow_non_acting,
             pair_rule: self.pair_rule,
+            fallback_prior: self.fallback.as_deref() == Some("prior"),
         }
     }
 }

@@ -630,7 +630,7 @@ fn assert_secure(what: &str, h: &reqwest::header::HeaderMap, cache: &str) {
     let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
     assert_eq!(get("content-security-policy"), ui::CSP, "{what}: CSP");
     assert_eq!(get("x-content-type-options"), "nosniff", "{what}");
-    assert_eq!(get("referrer-policy"), "no-referrer", "{what}");
+    assert_eq!(get("referrer-policy"), "same-origin", "{what}");
     assert_eq!(get("x-frame-options"), "DENY", "{what}");
     assert_eq!(get("cross-origin-opener-policy"), "same-origin", "{what}");
     assert!(

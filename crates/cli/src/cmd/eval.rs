@@ -177,6 +177,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     if let Some(w) = out.stopped_early() {
         eprintln!("warning: {w}");
     }
+    if let Some(w) = out.in_sample() {
+        eprintln!("warning: {w}");
+    }
     Ok(exit_code(out.has_problems()))
 }
 

@@ -105,6 +105,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 });
                 // A trace that tried to steer the judge is a problem to look at (exit 1), whatever
                 // the verdict: the verdict says whether it followed.
+                if let Some(why) = v.fell_back() {
+                    pb.suspend(|| {
+                        eprintln!(
+                            "warning: {}: the LLM pipeline failed ({why}); answered by the prior \
+                             alone (--fallback prior)",
+                            t.id
+                        )
+                    });
+                    problems += 1;
+                }
                 if !v.steering().is_empty() {
                     problems += 1;
                     steered_traces += 1;

@@ -249,10 +249,7 @@ impl maslens_eval::run::Localizer for StackedLocalizer<'_> {
         trace: &Trace,
     ) -> Result<maslens_eval::run::Localized, maslens_eval::run::LocalizeError> {
         use maslens_eval::run::{LocalizeError, Localized};
-        let v = self
-            .verdict(trace)
-            .await
-            .map_err(|e| LocalizeError::Stop(e.to_string()))?;
+        let v = self.verdict(trace).await.map_err(LocalizeError::stop)?;
         let usage = v
             .pipeline
             .as_ref()
