@@ -254,24 +254,6 @@ pub fn diag_line(trace_id: &str, d: &Diagnostic) -> String {
     format!("{d} [trace {trace_id}]")
 }
 
-/// A temporary file in the directory of `path`, for an atomic write (`persist(path)` at the end).
-pub fn temp_beside(path: &std::path::Path) -> anyhow::Result<tempfile::NamedTempFile> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    let mut b = tempfile::Builder::new();
-    // An output file, not a secret: readable like any file the user writes (tempfile's default
-    // is 0600, which the rename would keep).
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        b.permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    b.tempfile_in(dir)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))
-}
-
 /// A value parser for a library enum parsed by `FromStr`: `--help` and completions list
 /// `values` (each `[name, alias...]`; aliases are accepted, not shown) and the library's
 /// parser makes the value.

@@ -1,6 +1,7 @@
 //! Terminal helpers shared by the commands: output files, JSON or text, exit codes.
 
 use anyhow::Context;
+use maslens_eval::atomic::AtomicFile;
 use std::io::Write;
 use std::path::Path;
 
@@ -8,13 +9,7 @@ use std::path::Path;
 pub fn write_output(path: Option<&Path>, text: &str) -> anyhow::Result<()> {
     match path {
         // Beside `p` under a temporary name, then renamed: never a truncated file under `p`.
-        Some(p) => {
-            let mut tmp = crate::inputs::temp_beside(p)?;
-            tmp.write_all(text.as_bytes())?;
-            tmp.persist(p)
-                .with_context(|| format!("cannot write {}", p.display()))?;
-            Ok(())
-        }
+        Some(p) => write_atomic(p, text.as_bytes()),
         None => {
             let mut out = std::io::stdout().lock();
             out.write_all(text.as_bytes())?;
@@ -43,6 +38,13 @@ pub fn emit(
     }
 }
 
+/// Write `bytes` to `path` atomically (the one helper, [`maslens_eval::atomic`]), the error
+/// naming the file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    maslens_eval::atomic::write_atomic(path, bytes)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// Write `item` as one JSON line.
 pub fn write_jsonl<T: serde::Serialize>(out: &mut dyn Write, item: &T) -> std::io::Result<()> {
     serde_json::to_writer(&mut *out, item)?;
@@ -55,7 +57,9 @@ pub fn write_jsonl<T: serde::Serialize>(out: &mut dyn Write, item: &T) -> std::i
 pub fn sink(path: Option<&Path>) -> anyhow::Result<Output> {
     Ok(match path {
         Some(p) => Output::File {
-            w: std::io::BufWriter::new(crate::inputs::temp_beside(p)?),
+            w: std::io::BufWriter::new(
+                AtomicFile::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+            ),
             path: p.to_path_buf(),
         },
         None => Output::Stdout(std::io::stdout().lock()),
@@ -66,7 +70,7 @@ pub fn sink(path: Option<&Path>) -> anyhow::Result<Output> {
 pub enum Output {
     Stdout(std::io::StdoutLock<'static>),
     File {
-        w: std::io::BufWriter<tempfile::NamedTempFile>,
+        w: std::io::BufWriter<AtomicFile>,
         path: std::path::PathBuf,
     },
 }
@@ -95,9 +99,8 @@ impl Output {
                 let tmp = w.into_inner().map_err(|e| {
                     anyhow::anyhow!("cannot write {}: {}", path.display(), e.error())
                 })?;
-                tmp.persist(&path)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-                Ok(())
+                tmp.commit()
+                    .with_context(|| format!("cannot write {}", path.display()))
             }
         }
     }

@@ -13,6 +13,7 @@
 
 use crate::eval_locate::{EvalLocateOutput, RefineExport, RefineTargets};
 use crate::CoreError;
+use maslens_eval::atomic::write_atomic;
 use maslens_eval::run::{LabelledCase, Progress};
 use maslens_locate::refine::{
     example_tokens, max_length_for, openai_command, protocol_examples, trl_command, trl_example,
@@ -203,12 +204,11 @@ pub async fn export_refinement(
         traces.push(t.id.clone());
     }
     progress.finish();
-    std::fs::write(dir.join("train.jsonl"), train).map_err(io("writing train.jsonl"))?;
+    write_atomic(dir.join("train.jsonl"), train).map_err(io("writing train.jsonl"))?;
     // TRL reads every data file of the directory it is given: its file gets a folder of its own.
     std::fs::create_dir_all(dir.join("trl")).map_err(io("creating trl/"))?;
-    std::fs::write(dir.join("trl/train.jsonl"), trl).map_err(io("writing trl/train.jsonl"))?;
-    std::fs::write(dir.join("instances.jsonl"), instances)
-        .map_err(io("writing instances.jsonl"))?;
+    write_atomic(dir.join("trl/train.jsonl"), trl).map_err(io("writing trl/train.jsonl"))?;
+    write_atomic(dir.join("instances.jsonl"), instances).map_err(io("writing instances.jsonl"))?;
     let d = absolute(dir).display().to_string();
     let max_length = max_length_for(longest);
     let targets = match export.targets {
@@ -237,7 +237,7 @@ pub async fn export_refinement(
         max_length,
         traces,
     };
-    std::fs::write(
+    write_atomic(
         dir.join("manifest.json"),
         serde_json::to_string_pretty(&manifest).unwrap_or_default() + "\n",
     )
@@ -259,12 +259,12 @@ pub async fn export_refinement(
             max_length,
         )
     );
-    std::fs::write(dir.join("trl_sft.sh"), script).map_err(io("writing trl_sft.sh"))?;
-    std::fs::write(dir.join("serve_adapter.sh"), serve_script(&manifest))
+    write_atomic(dir.join("trl_sft.sh"), script).map_err(io("writing trl_sft.sh"))?;
+    write_atomic(dir.join("serve_adapter.sh"), serve_script(&manifest))
         .map_err(io("writing serve_adapter.sh"))?;
-    std::fs::write(dir.join("evaluate.sh"), evaluate_script(&manifest, dir))
+    write_atomic(dir.join("evaluate.sh"), evaluate_script(&manifest, dir))
         .map_err(io("writing evaluate.sh"))?;
-    std::fs::write(
+    write_atomic(
         dir.join("openai_finetune.txt"),
         openai_command(&format!("{d}/train.jsonl"), "gpt-4o-2024-08-06"),
     )

@@ -269,9 +269,9 @@ pub fn write_sweep(
         write_outputs(&d, x, c)
             .map_err(|e| std::io::Error::new(e.kind(), format!("writing {}: {e}", d.display())))?;
     }
-    maslens_eval::atomic::write_atomic(&dir.join("sweep.md"), table.as_bytes())?;
+    maslens_eval::atomic::write_atomic(dir.join("sweep.md"), table.as_bytes())?;
     maslens_eval::atomic::write_atomic(
-        &dir.join("sweep.json"),
+        dir.join("sweep.json"),
         serde_json::to_string_pretty(json)?.as_bytes(),
     )
 }
@@ -363,15 +363,15 @@ pub fn summary_json(x: &Experiment, out: Option<&Path>) -> Value {
 pub fn write_outputs(dir: &Path, x: &Experiment, cfg: &DebateConfig) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("traces"))?;
     maslens_eval::atomic::write_atomic(
-        &dir.join("report.json"),
+        dir.join("report.json"),
         serde_json::to_string_pretty(x)?.as_bytes(),
     )?;
     maslens_eval::atomic::write_atomic(
-        &dir.join("report.md"),
+        dir.join("report.md"),
         crate::report::markdown(x).as_bytes(),
     )?;
     maslens_eval::atomic::write_atomic(
-        &dir.join("report.html"),
+        dir.join("report.html"),
         crate::report::html(x).as_bytes(),
     )?;
     let prompts: Vec<Value> = (x.seeds.iter())
@@ -381,7 +381,7 @@ pub fn write_outputs(dir: &Path, x: &Experiment, cfg: &DebateConfig) -> std::io:
         })
         .collect();
     maslens_eval::atomic::write_atomic(
-        &dir.join("prompts.json"),
+        dir.join("prompts.json"),
         serde_json::to_string_pretty(&prompts)?.as_bytes(),
     )?;
     for s in &x.seeds {

@@ -53,9 +53,9 @@ impl Write for AtomicFile {
 }
 
 /// Write `bytes` to `path` atomically ([`AtomicFile`]).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut file = AtomicFile::create(path)?;
-    file.write_all(bytes)?;
+pub fn write_atomic(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
+    let mut file = AtomicFile::create(path.as_ref())?;
+    file.write_all(bytes.as_ref())?;
     file.commit()
 }
 
@@ -94,6 +94,6 @@ mod tests {
     #[test]
     fn a_missing_directory_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(write_atomic(&dir.path().join("no/such/dir/f"), b"x").is_err());
+        assert!(write_atomic(dir.path().join("no/such/dir/f"), b"x").is_err());
     }
 }

@@ -424,13 +424,13 @@ impl Localizer for Table {
 pub fn write_run(run: &EvalRun, dir: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let json = serde_json::to_string_pretty(&run.report).map_err(std::io::Error::other)?;
-    write_atomic(&dir.join("report.json"), json.as_bytes())?;
+    write_atomic(dir.join("report.json"), json.as_bytes())?;
     write_atomic(
-        &dir.join("report.md"),
+        dir.join("report.md"),
         crate::markdown::render(&run.report).as_bytes(),
     )?;
     write_atomic(
-        &dir.join("report.html"),
+        dir.join("report.html"),
         crate::html::render(&run.report).as_bytes(),
     )?;
     let mut lines = String::new();
@@ -438,7 +438,7 @@ pub fn write_run(run: &EvalRun, dir: &std::path::Path) -> std::io::Result<()> {
         lines.push_str(&v.to_string());
         lines.push('\n');
     }
-    write_atomic(&dir.join("verdicts.jsonl"), lines.as_bytes())
+    write_atomic(dir.join("verdicts.jsonl"), lines.as_bytes())
 }
 
 pub use crate::atomic::write_atomic;

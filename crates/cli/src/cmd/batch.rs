@@ -2,10 +2,10 @@
 //! requests as OpenAI Batch JSONL, import batch output into the cache.
 
 use crate::cmd::{block_on, EXIT_OK, EXIT_PROBLEMS};
-use crate::inputs::temp_beside;
 use crate::llm_args::{finish, CacheMode, LlmArgs};
 use crate::Global;
 use anyhow::Context;
+use maslens_eval::atomic::AtomicFile;
 use maslens_llm::batch::{import_output, read_requests, LineError};
 use maslens_llm::batch_run::run_requests as run_batch;
 use maslens_llm::cache::Cache;
@@ -166,10 +166,11 @@ async fn run_requests(
     report_line_errors(&requests, &bad);
     let stack = llm.build().await?;
     // `-o FILE` is written beside FILE and renamed at the end (no half-written FILE).
-    let mut tmp = output.as_deref().map(temp_beside).transpose()?;
-    let mut out = tmp
-        .as_mut()
-        .map(|f| std::io::BufWriter::new(f.as_file_mut()));
+    let mut tmp = output
+        .as_deref()
+        .map(|p| AtomicFile::create(p).with_context(|| format!("cannot create {}", p.display())))
+        .transpose()?;
+    let mut out = tmp.as_mut().map(std::io::BufWriter::new);
     let mut summary = run_batch(
         stack.model.clone(),
         reqs,
@@ -185,7 +186,7 @@ async fn run_requests(
     }
     drop(out);
     if let (Some(tmp), Some(path)) = (tmp, &output) {
-        tmp.persist(path)
+        tmp.commit()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     summary.bad_lines = bad.len();

@@ -83,10 +83,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("creating {}", dir.display()))?;
             }
-            let mut tmp = crate::inputs::temp_beside(&path)?;
-            std::io::Write::write_all(&mut tmp, maslens_llm::config::TEMPLATE.as_bytes())?;
-            tmp.persist(&path)
-                .with_context(|| format!("writing {}", path.display()))?;
+            crate::ui::write_atomic(&path, maslens_llm::config::TEMPLATE.as_bytes())?;
             eprintln!("wrote {}", path.display());
             Ok(ExitCode::from(EXIT_OK))
         }

@@ -5,7 +5,6 @@ use crate::cmd::{block_on, EXIT_OK, EXIT_PROBLEMS};
 use crate::inputs::{read_all, Inputs};
 use crate::llm_args::LlmArgs;
 use crate::Global;
-use anyhow::Context;
 use maslens_credit::config::Decoding;
 use maslens_credit::credit_run::credit_traces;
 use maslens_credit::report::{credit_html, credit_markdown};
@@ -93,8 +92,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     run.errors.splice(0..0, read_errors);
     let (table, title, model_id, errors) = (&run.table, run.title(), &run.model, &run.errors);
     if let Some(p) = &args.out {
-        std::fs::write(p, serde_json::to_string_pretty(&run)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+        crate::ui::write_atomic(p, serde_json::to_string_pretty(&run)?.as_bytes())?;
     }
     // `--db`: the credit run (table and per-trace credit) is stored beside the runs it scored.
     if let Some(db) = &args.input.db {
@@ -109,8 +107,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         eprintln!("credit table stored in {db} as {id}");
     }
     if let Some(p) = &args.html {
-        std::fs::write(p, credit_html(table, &title))
-            .with_context(|| format!("writing {}", p.display()))?;
+        crate::ui::write_atomic(p, credit_html(table, &title).as_bytes())?;
     }
     if let Some(p) = &args.write_verdicts {
         // Written beside the path and renamed once complete (crate::ui::sink).

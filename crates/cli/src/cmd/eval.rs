@@ -220,8 +220,8 @@ fn stack(a: StackArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let out = super::block_on(eval_stack(&opts, &bar))??;
     finish(&out.problems, out.judge.as_ref(), global);
     if let Some(path) = &a.report {
-        std::fs::write(path, serde_json::to_string_pretty(&out.fit.report)? + "\n")
-            .with_context(|| format!("writing the report to {}", path.display()))?;
+        let text = serde_json::to_string_pretty(&out.fit.report)? + "\n";
+        crate::ui::write_atomic(path, text.as_bytes())?;
     }
     if let Some(path) = &a.out {
         out.fit.weights.save(path)?;

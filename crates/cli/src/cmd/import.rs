@@ -25,11 +25,14 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     // `-o FILE` is written to a temporary file beside it and renamed at the end, so an
     // interrupted or failed import never leaves a half-written FILE.
     let mut tmp = match &args.output {
-        Some(path) => Some(crate::inputs::temp_beside(path)?),
+        Some(path) => Some(
+            maslens_eval::atomic::AtomicFile::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        ),
         None => None,
     };
     let mut out: Box<dyn Write + '_> = match tmp.as_mut() {
-        Some(f) => Box::new(BufWriter::new(f.as_file_mut())),
+        Some(f) => Box::new(BufWriter::new(f)),
         None => Box::new(BufWriter::new(std::io::stdout().lock())),
     };
     let show_warnings = args.warnings;
@@ -96,7 +99,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         eprintln!("stored {} traces in {db}", stored.len());
     }
     if let (Some(tmp), Some(path)) = (tmp, &args.output) {
-        tmp.persist(path)
+        tmp.commit()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let summary = serde_json::json!({

@@ -78,10 +78,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let traces_path = args.out.join("traces.jsonl");
-    let tmp = args.out.join("traces.jsonl.partial");
-    let mut file = std::io::BufWriter::new(
-        std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?,
-    );
+    let mut traces_file = maslens_eval::atomic::AtomicFile::create(&traces_path)
+        .with_context(|| format!("cannot create {}", traces_path.display()))?;
+    let mut file = std::io::BufWriter::new(&mut traces_file);
     let run_id = format!("inject-{}", cfg.name);
     let (summary, outcomes) = block_on(async {
         let models =
@@ -115,8 +114,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     })??;
     file.flush()?;
     drop(file);
-    std::fs::rename(&tmp, &traces_path)
-        .with_context(|| format!("writing {}", traces_path.display()))?;
+    traces_file
+        .commit()
+        .with_context(|| format!("cannot write {}", traces_path.display()))?;
     let json = serde_json::json!({
         "dataset": dataset,
         "debate": cfg.name,
@@ -125,8 +125,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         "questions": outcomes,
     });
     let summary_path = args.out.join("summary.json");
-    std::fs::write(&summary_path, serde_json::to_string_pretty(&json)?)
-        .with_context(|| format!("writing {}", summary_path.display()))?;
+    crate::ui::write_atomic(
+        &summary_path,
+        serde_json::to_string_pretty(&json)?.as_bytes(),
+    )?;
     let mut out = std::io::stdout().lock();
     if global.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&json["summary"])?)?;

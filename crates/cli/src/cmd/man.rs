@@ -44,10 +44,7 @@ fn write_pages(cmd: clap::Command, dir: &Path, name: &str) -> anyhow::Result<Vec
     clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
     let file = format!("{name}.1");
     let path = dir.join(&file);
-    let mut tmp = crate::inputs::temp_beside(&path)?;
-    std::io::Write::write_all(&mut tmp, &page)?;
-    tmp.persist(&path)
-        .with_context(|| format!("writing {}", path.display()))?;
+    crate::ui::write_atomic(&path, &page)?;
     let mut written = vec![file];
     for sub in cmd.get_subcommands() {
         if sub.get_name() == "help" {

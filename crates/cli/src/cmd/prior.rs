@@ -202,8 +202,8 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .save(&args.out)
         .with_context(|| format!("writing the model to {}", args.out.display()))?;
     if let Some(path) = &args.report {
-        std::fs::write(path, serde_json::to_string_pretty(&trained.report)? + "\n")
-            .with_context(|| format!("writing the report to {}", path.display()))?;
+        let text = serde_json::to_string_pretty(&trained.report)? + "\n";
+        crate::ui::write_atomic(path, text.as_bytes())?;
     }
     print_report(&trained.report, global)?;
     if !global.json {

@@ -113,7 +113,7 @@ impl StackWeights {
     /// Write as pretty JSON.
     pub fn save(&self, path: &Path) -> Result<(), CoreError> {
         let text = serde_json::to_string_pretty(self).unwrap_or_default() + "\n";
-        std::fs::write(path, text).map_err(|source| CoreError::Io {
+        maslens_eval::atomic::write_atomic(path, text).map_err(|source| CoreError::Io {
             what: format!("writing {}", path.display()),
             source,
         })
