@@ -370,10 +370,7 @@ pub fn write_outputs(dir: &Path, x: &Experiment, cfg: &DebateConfig) -> std::io:
         dir.join("report.md"),
         crate::report::markdown(x).as_bytes(),
     )?;
-    maslens_eval::atomic::write_atomic(
-        dir.join("report.html"),
-        crate::report::html(x).as_bytes(),
-    )?;
+    maslens_eval::atomic::write_atomic(dir.join("report.html"), crate::report::html(x).as_bytes())?;
     let prompts: Vec<Value> = (x.seeds.iter())
         .map(|s| {
             json!({"seed": s.seed, "initial": cfg.prompts(), "optimized": s.bcd.best,
