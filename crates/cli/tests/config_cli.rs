@@ -151,10 +151,11 @@ fn commands_take_their_model_and_budget_from_the_file() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("nosuch-model"), "{}", stderr(&o));
     // The budget: zero calls allowed. One at a time, the first request is refused by the budget
-    // and the rest are not started (without the budget both would fail to connect: 2 errors).
+    // and the rest are not started (without the budget both would reach the stub: 2 errors).
+    let (base, calls) = stub_model_server();
     std::fs::write(
         cfg.join("config.toml"),
-        "model = \"openai:x@http://127.0.0.1:9/v1\"\n[budget]\nmax_calls = 0\n",
+        format!("model = \"openai:x@{base}\"\n[budget]\nmax_calls = 0\n"),
     )
     .unwrap();
     let reqs =
@@ -179,6 +180,7 @@ fn commands_take_their_model_and_budget_from_the_file() {
     assert_eq!(v["summary"]["errors"], 1, "{v}");
     assert_eq!(v["summary"]["skipped_budget"], 1, "{v}");
     assert!(stderr(&o).contains("budget exhausted"), "{}", stderr(&o));
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
 #[test]
@@ -210,16 +212,17 @@ fn man_pages_for_every_command_with_examples() {
 
 /// A budget stop is exit code 1 on every LLM-backed command (a rerun resumes from the cache),
 /// never 0 and never 2, even when it stops before the first answer. The budget comes from the
-/// config file; the model's port is closed, so a call that got past the budget would be an error.
+/// config file; the model is a stub that counts every call past its preflight, and none may come.
 #[test]
 fn a_budget_stop_exits_1_on_every_llm_command() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();
     let cfg = home.join("xdg-config/maslens");
     std::fs::create_dir_all(&cfg).unwrap();
+    let (base, calls) = stub_model_server();
     std::fs::write(
         cfg.join("config.toml"),
-        "model = \"openai:x@http://127.0.0.1:9/v1\"\nmax_retries = 0\n[budget]\nmax_calls = 0\n",
+        format!("model = \"openai:x@{base}\"\nmax_retries = 0\n[budget]\nmax_calls = 0\n"),
     )
     .unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -236,8 +239,9 @@ fn a_budget_stop_exits_1_on_every_llm_command() {
         let e = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
         assert!(e.contains("budget"), "{args:?}: {e}");
-        assert!(
-            !e.contains("onnection refused"),
+        assert_eq!(
+            calls.load(std::sync::atomic::Ordering::SeqCst),
+            0,
             "{args:?} called the model: {e}"
         );
     }

@@ -51,5 +51,36 @@ pub fn stdout_json(o: &Output) -> Value {
         )
     })
 }
+/// A model server stub on a free loopback port: it answers the preflight's `GET .../models` with
+/// 200 and every other request with HTTP 500, counting those. Returns the base URL (`.../v1`) and
+/// the count of model calls that reached it, so a test can show a command never called the model.
+pub fn stub_model_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let addr = l.local_addr().expect("local address");
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut buf = [0u8; 8192];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let (status, body) = if head.starts_with("GET ") && head.contains("/models") {
+                ("200 OK", r#"{"object":"list","data":[{"id":"x","object":"model"}]}"#)
+            } else {
+                counted.fetch_add(1, Ordering::SeqCst);
+                ("500 Internal Server Error", r#"{"error":{"message":"stub: no model here"}}"#)
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (format!("http://{addr}/v1"), calls)
+}
+
 pub mod browser;
 pub mod serve;
