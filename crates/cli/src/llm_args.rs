@@ -177,23 +177,17 @@ pub fn finish_export(stack: &Stack, quiet: bool, more: Option<String>) {
     if r.total.calls == 0 {
         return;
     }
-    let deferred = if r.total.deferred > 0 {
-        format!(", {} deferred to the batch file", r.total.deferred)
-    } else {
-        String::new()
-    };
     let cost = if r.price_known {
         format!("${:.4}", r.total.cost_usd.unwrap_or(0.0))
     } else {
         "unknown (no price)".into()
     };
     eprintln!(
-        "llm {}: {} calls ({} cached, {} errors{}), {} prompt tokens ({} provider-cached), {} completion tokens, cost {}",
+        "llm {}: {} calls ({} cached, {} errors), {} prompt tokens ({} provider-cached), {} completion tokens, cost {}",
         r.model,
         r.total.calls,
         r.total.cache_hits,
         r.total.errors,
-        deferred,
         r.total.prompt_tokens,
         r.total.cached_tokens,
         r.total.completion_tokens,

@@ -93,4 +93,22 @@ fn batch_export_ends_cleanly_with_one_line_and_the_rounds_left() {
         "{:?}",
         String::from_utf8_lossy(&o.stdout)
     );
+
+    // scan and credit: no empty report or table of 0 traces, no "problem:" for deferred ones.
+    for cmd in ["scan", "credit"] {
+        let mut args = vec![cmd, trace];
+        args.extend(model);
+        let o = maslens(home, &args).output().unwrap();
+        exported_line(&o, &file);
+        assert!(
+            o.stdout.is_empty(),
+            "{cmd}: {:?}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        let e = stderr(&o);
+        assert!(
+            !e.contains("warning:") && !e.contains("problem:"),
+            "{cmd}: {e}"
+        );
+    }
 }
