@@ -164,15 +164,17 @@ mod tests {
         format!("http://127.0.0.1:{port}/v1")
     }
 
+    /// (base, key, expected error kind or None, words the message must contain)
+    type Case<'a> = (&'a str, Option<&'a str>, Option<&'a str>, &'a [&'a str]);
+
     #[tokio::test]
     async fn each_endpoint_gets_its_cause_and_fix() {
-        // (base, key, expected error kind or None, words the message must contain)
         let ok = answering(200).await;
         let missing_models = answering(404).await;
         let refused = answering(401).await;
         let forbidden = answering(403).await;
         let closed = closed_port();
-        let cases: Vec<(&str, Option<&str>, Option<&str>, &[&str])> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "https://api.openai.com/v1",
                 None,

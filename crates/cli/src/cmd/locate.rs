@@ -148,8 +148,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         }
         if steered_traces > 0 && !quiet {
             eprintln!(
-                "{steered_traces} trace(s) tried to steer the judge: their verdicts list it under \
-                 `steering` (and whether the answer followed it); check them by hand"
+                "{} tried to steer the judge: their verdicts list it under \
+                 `steering` (and whether the answer followed it); check them by hand",
+                crate::words::count(steered_traces, "trace")
             );
         }
         anyhow::Ok(problems)
