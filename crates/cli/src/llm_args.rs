@@ -153,16 +153,22 @@ impl LlmArgs {
     }
 }
 
-/// Print what the LLM stack did to stderr: usage totals and, in export mode, how many requests
-/// were written and what to do next. Commands call it at the end of a run.
+/// Print what the LLM stack did to stderr: usage totals or, in export mode, the one line saying
+/// how many calls were written and what to do next. Commands call it at the end of a run.
 pub fn finish(stack: &Stack, quiet: bool) {
+    finish_export(stack, quiet, None);
+}
+
+/// [`finish`], with what is left after this export round when the method needs several (the
+/// Evaluators' calls need the Judge's answers): `more` is added to the export line.
+pub fn finish_export(stack: &Stack, quiet: bool, more: Option<String>) {
     if let Some(rec) = &stack.exporter {
+        // Printed even with --quiet: without it the run looks like it did nothing.
         eprintln!(
-            "exported {} uncached request(s) to {}; run them (OpenAI Batch API or `vllm run-batch`), then \
-             `maslens batch import OUTPUT.jsonl` and rerun this command",
-            rec.exported(),
-            rec.path().display()
+            "{}",
+            export_line(rec.exported(), rec.path(), more.as_deref())
         );
+        return;
     }
     if quiet {
         return;
@@ -171,23 +177,17 @@ pub fn finish(stack: &Stack, quiet: bool) {
     if r.total.calls == 0 {
         return;
     }
-    let deferred = if r.total.deferred > 0 {
-        format!(", {} deferred to the batch file", r.total.deferred)
-    } else {
-        String::new()
-    };
     let cost = if r.price_known {
         format!("${:.4}", r.total.cost_usd.unwrap_or(0.0))
     } else {
         "unknown (no price)".into()
     };
     eprintln!(
-        "llm {}: {} calls ({} cached, {} errors{}), {} prompt tokens ({} provider-cached), {} completion tokens, cost {}",
+        "llm {}: {} calls ({} cached, {} errors), {} prompt tokens ({} provider-cached), {} completion tokens, cost {}",
         r.model,
         r.total.calls,
         r.total.cache_hits,
         r.total.errors,
-        deferred,
         r.total.prompt_tokens,
         r.total.cached_tokens,
         r.total.completion_tokens,
@@ -196,6 +196,19 @@ pub fn finish(stack: &Stack, quiet: bool) {
     if let Some(note) = embedded_note_after(&r.model, &r.total) {
         eprintln!("{note}");
     }
+}
+
+/// The line that ends a run in export mode: `N calls exported to FILE; run ...`, with `more`
+/// (the rounds left) in brackets.
+pub fn export_line(n: usize, file: &std::path::Path, more: Option<&str>) -> String {
+    let more = more.map(|m| format!("; {m}")).unwrap_or_default();
+    format!(
+        "{n} call{} exported to {}; run `maslens batch import OUTPUT.jsonl` then rerun this command \
+         (OUTPUT.jsonl: the results of that file from the OpenAI Batch API, the Anthropic Message \
+         Batches API or `vllm run-batch`{more})",
+        if n == 1 { "" } else { "s" },
+        file.display()
+    )
 }
 
 /// [`embedded_note`], only when the model answered something: a run whose calls all went to a

@@ -116,3 +116,44 @@ impl MethodArgs {
         }
     }
 }
+
+/// In export mode, what is left after this round of the LLM pipeline (for the export line), from
+/// the stages whose calls went to the batch file: the Evaluators' calls need the Judge's answers,
+/// so a run that deferred Judge calls needs another round for them; a structured answer that
+/// fails its check needs one repair call, a further round. `windows` is whether the Judge may
+/// read a long trace in windows (one call per window, each after the last: the model's context
+/// size is known). `None` when this round is the last one needed when answers are well formed.
+pub fn export_rounds_left(
+    opts: &LocateOptions,
+    usage: &maslens_llm::usage::UsageReport,
+    windows: bool,
+) -> Option<String> {
+    let deferred = |prefix: &str| {
+        usage
+            .stages
+            .iter()
+            .any(|(s, t)| s.starts_with(prefix) && t.deferred > 0)
+    };
+    let evaluators = matches!(opts.variant, Variant::Verified) && !opts.evaluators.is_empty();
+    if !deferred("judge") || opts.method == Method::Prior {
+        return None;
+    }
+    let one_call_judge = opts.protocol == Protocol::AllAtOnce && !windows;
+    match (one_call_judge, evaluators) {
+        (true, true) => Some(
+            "the Evaluators' calls need the Judge's answers: 1 more round, at most 3 when \
+             answers need their repair call"
+                .into(),
+        ),
+        (true, false) => None,
+        (false, _) => {
+            Some(format!(
+            "the Judge ({}{}) makes its calls one after another: up to one more round per step of \
+             the longest trace, twice that when answers need their repair call{}",
+            opts.protocol.as_str(),
+            if windows { ", in windows on long traces" } else { "" },
+            if evaluators { ", then at most 2 for the Evaluators" } else { "" }
+        ))
+        }
+    }
+}

@@ -13,6 +13,7 @@ mod locate_args;
 mod progress;
 mod term;
 mod ui;
+mod words;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
@@ -118,6 +119,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: a log file or a CI job gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cmd::run(cli) {
         Ok(code) => code,

@@ -41,6 +41,7 @@ impl Progress for Bar {
     fn error(&self, _id: &str, message: &str) {
         self.0.suspend(|| eprintln!("error: {message}"));
     }
+    // A deferred case (export mode) is no error: the export line at the end says what to do.
     fn finish(&self) {
         self.0.finish_and_clear();
     }

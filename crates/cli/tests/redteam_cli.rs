@@ -139,7 +139,7 @@ async fn locate_reports_steering_keeps_verdicts_in_the_trace_and_exits_1() {
     assert!(v["step"].is_null());
     assert_eq!(v["payload"]["steering"][0]["followed"], true, "{v}");
     let err = stderr(&out);
-    assert!(err.contains("8 trace(s) tried to steer the judge"), "{err}");
+    assert!(err.contains("8 traces tried to steer the judge"), "{err}");
 
     // Text mode: the steering lines, and no raw control character from the escapes trace.
     let out = run(maslens(

@@ -189,6 +189,18 @@ fn e2e_model_pull_verifies_the_fetched_model_and_list_reports_it() {
         "{v}"
     );
 
+    // Said in words: already there, not "fetching".
+    let out = Command::new(env!("CARGO_BIN_EXE_maslens"))
+        .args(["model", "pull", "smollm2-135m"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("smollm2-135m is already in") && !err.contains("fetching"),
+        "{err}"
+    );
+
     let out = Command::new(env!("CARGO_BIN_EXE_maslens"))
         .args(["--json", "model", "list"])
         .output()

@@ -240,7 +240,9 @@ impl<'m> Chosen<'m> {
                         AnyVerdict::Stacked(Box::new(v)),
                     )
                 }
-                Err(e) => return Err(LocalizeError::stop(e)),
+                Err(e) if budget_spent(&e) => return Err(LocalizeError::stop(e)),
+                // Its calls went to the batch file (export mode): this trace waits for them.
+                Err(e) => return Err(LocalizeError::case(e)),
             },
             Kind::Prior(p) => return prior_located(&p.source, trace, allow),
         };

@@ -8,7 +8,8 @@ use crate::trace_credit::{
     corpus_table, trace_credit, TraceCredit, TraceCreditOptions, GENERIC_TURN_EVAL,
     GENERIC_TURN_EVAL_INPUT, GENERIC_WINDOW_JUDGE, GENERIC_WINDOW_JUDGE_INPUT,
 };
-use maslens_llm::ChatModel;
+use crate::CreditError;
+use maslens_llm::{ChatModel, LlmError};
 use maslens_trace::{Trace, Verdict};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -34,6 +35,10 @@ pub struct CreditRun {
     pub traces: Vec<TraceCredit>,
     /// `trace id: why` for each trace that could not be scored.
     pub errors: Vec<String>,
+    /// Traces whose critic calls went to a batch file (export mode) instead of being sent: not
+    /// failures, a rerun after `maslens batch import` scores them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deferred: Vec<String>,
     pub prompt_versions: Vec<String>,
 }
 
@@ -86,24 +91,29 @@ pub async fn credit_traces_with_progress(
             (i, trace_credit(m.as_ref(), &t, &o).await)
         });
     }
-    let mut out: Vec<Option<Result<TraceCredit, String>>> = vec![None; traces.len()];
+    // Err(None): deferred to the batch file; Err(Some(why)): failed.
+    let mut out: Vec<Option<Result<TraceCredit, Option<String>>>> = vec![None; traces.len()];
     let mut done = 0;
     while let Some(joined) = set.join_next().await {
         done += 1;
         match joined {
             Ok((i, r)) => {
                 progress(done, traces.len(), &traces[i].id);
-                out[i] = Some(r.map_err(|e| e.to_string()));
+                out[i] = Some(r.map_err(|e| match e {
+                    CreditError::Llm(LlmError::Deferred { .. }) => None,
+                    e => Some(e.to_string()),
+                }));
             }
             Err(e) => tracing::error!("credit task failed: {e}"),
         }
     }
     let mut ok = Vec::new();
-    let mut errors = Vec::new();
+    let (mut errors, mut deferred) = (Vec::new(), Vec::new());
     for (t, r) in traces.iter().zip(out) {
         match r {
             Some(Ok(c)) => ok.push(c),
-            Some(Err(e)) => errors.push(format!("{}: {e}", t.id)),
+            Some(Err(Some(e))) => errors.push(format!("{}: {e}", t.id)),
+            Some(Err(None)) => deferred.push(t.id.clone()),
             None => errors.push(format!("{}: not scored (its task failed)", t.id)),
         }
     }
@@ -114,6 +124,7 @@ pub async fn credit_traces_with_progress(
         table: corpus_table(&ok),
         traces: ok,
         errors,
+        deferred,
         prompt_versions: prompt_versions(),
     }
 }

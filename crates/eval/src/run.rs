@@ -160,6 +160,15 @@ impl LocalizeError {
         }
         None
     }
+
+    /// Whether the case was deferred to a batch file (export mode): its calls were written
+    /// there instead of being sent ([`maslens_llm::LlmError::Deferred`] in the chain).
+    pub fn is_deferred(&self) -> bool {
+        matches!(
+            self.llm_error(),
+            Some(maslens_llm::LlmError::Deferred { .. })
+        )
+    }
 }
 
 /// Anything that answers "which agent, which step" for a trace.
@@ -185,6 +194,9 @@ pub trait Progress: Send + Sync {
     fn case_done(&self) {}
     /// A case failed; the run goes on.
     fn error(&self, _id: &str, _message: &str) {}
+    /// A case's calls were written to a batch file (export mode) instead of being sent: not a
+    /// failure, the case is answered by a rerun after `maslens batch import`.
+    fn deferred(&self, _id: &str) {}
     fn finish(&self) {}
 }
 
@@ -265,9 +277,12 @@ pub async fn evaluate(
                 stopped_early = Some(msg);
                 break;
             }
-            Err(LocalizeError::Case(e)) => {
+            Err(e @ LocalizeError::Case(_)) => {
                 let msg = e.to_string();
-                progress.error(&c.trace.id, &msg);
+                match e.is_deferred() {
+                    true => progress.deferred(&c.trace.id),
+                    false => progress.error(&c.trace.id, &msg),
+                }
                 scored.push(case_of(c, abstained(), CaseUsage::default(), spec));
                 errors.push((c.trace.id.clone(), msg));
             }

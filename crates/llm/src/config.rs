@@ -440,7 +440,9 @@ impl Effective {
                 Some((_, Found::Flag)) => "flag".to_string(),
                 Some((_, Found::Env)) => format!("env {CONFIG_ENV}"),
                 Some((_, Found::ConfigDir)) => "config directory".to_string(),
-                Some((_, Found::Legacy)) => "$MASLENS_HOME/llm.toml (deprecated place)".to_string(),
+                Some((_, Found::Legacy)) => {
+                    format!("{}: llm.toml (deprecated place)", home_source())
+                }
                 None => "-".to_string(),
             },
         )];
@@ -494,9 +496,18 @@ impl Effective {
                 .root()
                 .display()
                 .to_string(),
-            "$MASLENS_HOME".into(),
+            home_source(),
         ));
         rows
+    }
+}
+
+/// Where the maslens home (cache directory: models, cache, the old config place) comes from,
+/// for `config show`: `env MASLENS_HOME` when that is set, else `default` (`~/.cache/maslens`).
+fn home_source() -> String {
+    match std::env::var_os("MASLENS_HOME").is_some_and(|h| !h.is_empty()) {
+        true => "env MASLENS_HOME".into(),
+        false => "default (~/.cache/maslens)".into(),
     }
 }
 

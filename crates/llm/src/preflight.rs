@@ -169,7 +169,6 @@ mod tests {
 
     #[tokio::test]
     async fn each_endpoint_gets_its_cause_and_fix() {
-        // (base, key, expected error kind or None, words the message must contain)
         let ok = answering(200).await;
         let missing_models = answering(404).await;
         let refused = answering(401).await;

@@ -84,12 +84,24 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         max_step_chars: args.max_step_chars,
     };
     let concurrency = args.llm.concurrency()?;
-    let mut run = block_on(async {
-        let model: Arc<dyn ChatModel> = args.llm.build().await?.model;
-        anyhow::Ok(credit_traces(model, &traces, &opts, concurrency).await)
+    let (mut run, stack) = block_on(async {
+        let stack = args.llm.build().await?;
+        let model: Arc<dyn ChatModel> = stack.model.clone();
+        anyhow::Ok((
+            credit_traces(model, &traces, &opts, concurrency).await,
+            stack,
+        ))
     })??;
     // Unreadable records first, then traces the critics could not score: all in the file.
     run.errors.splice(0..0, read_errors);
+    if stack.exporter.is_some() {
+        // Export mode: the deferred traces wait for their answers, so no table until the rerun.
+        for e in &run.errors {
+            eprintln!("problem: {e}");
+        }
+        crate::llm_args::finish(&stack, global.quiet);
+        return Ok(crate::ui::exit_code(run.errors.len()));
+    }
     let (table, title, model_id, errors) = (&run.table, run.title(), &run.model, &run.errors);
     if let Some(p) = &args.out {
         crate::ui::write_atomic(p, serde_json::to_string_pretty(&run)?.as_bytes())?;

@@ -159,6 +159,15 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &a.finetuned_on {
         attach_finetune(&mut out, dir)?;
     }
+    if let Some(judge) = out.judge.as_ref().filter(|j| j.exporter.is_some()) {
+        // Export mode: every case waits for its answers in the batch file, so no report.
+        finish(&out.problems, None, global);
+        let windows = judge.model.context_size().is_some();
+        let more =
+            crate::locate_args::export_rounds_left(&opts.locate, &judge.usage.report(), windows);
+        crate::llm_args::finish_export(judge, global.quiet, more);
+        return Ok(exit_code(!out.problems.is_empty()));
+    }
     finish(&out.problems, out.judge.as_ref(), global);
     let report = &out.run.report;
     if let Some(dir) = &a.out {

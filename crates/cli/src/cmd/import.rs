@@ -2,6 +2,7 @@
 
 use super::{EXIT_OK, EXIT_PROBLEMS};
 use crate::inputs::{diag_line, for_each_trace, Inputs};
+use crate::words::count;
 use crate::Global;
 use anyhow::Context;
 use maslens_trace::Severity;
@@ -96,7 +97,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             }
             anyhow::Ok(())
         })??;
-        eprintln!("stored {} traces in {db}", stored.len());
+        eprintln!(
+            "stored {} in {db}",
+            crate::words::count(stored.len(), "trace")
+        );
     }
     if let (Some(tmp), Some(path)) = (tmp, &args.output) {
         tmp.commit()
@@ -116,12 +120,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         eprintln!("{summary}");
     } else {
         eprintln!(
-            "imported {} traces, skipped {} records ({} warnings, {} validation errors, {} duplicate ids){}",
-            counts.traces,
-            counts.skipped,
-            counts.warnings,
-            counts.errors,
-            duplicates,
+            "imported {}, skipped {} ({}, {}, {}){}",
+            count(counts.traces, "trace"),
+            count(counts.skipped, "record"),
+            count(counts.warnings, "warning"),
+            count(counts.errors, "validation error"),
+            count(duplicates, "duplicate id"),
             if counts.warnings > 0 && !show_warnings {
                 "; --warnings lists them, `maslens validate` explains them"
             } else {

@@ -87,6 +87,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             // After a stop (a spent budget) the remaining traces are still written to --out.
             let v = match each.verdict(t).await {
                 Ok(v) => Some(v),
+                // Export mode: its calls are in the batch file; the rerun answers it.
+                Err(e) if e.is_deferred() => None,
                 Err(e) => {
                     pb.suspend(|| eprintln!("error: {e}"));
                     problems += 1;
@@ -139,12 +141,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         }
         pb.finish_and_clear();
         if let Some(m) = chosen.models() {
-            crate::llm_args::finish(&m.judge, quiet);
+            let windows = m.judge.model.context_size().is_some();
+            let more =
+                crate::locate_args::export_rounds_left(&opts, &m.judge.usage.report(), windows);
+            crate::llm_args::finish_export(&m.judge, quiet, more);
         }
         if steered_traces > 0 && !quiet {
             eprintln!(
-                "{steered_traces} trace(s) tried to steer the judge: their verdicts list it under \
-                 `steering` (and whether the answer followed it); check them by hand"
+                "{} tried to steer the judge: their verdicts list it under \
+                 `steering` (and whether the answer followed it); check them by hand",
+                crate::words::count(steered_traces, "trace")
             );
         }
         anyhow::Ok(problems)

@@ -35,10 +35,27 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let store = ModelStore::default();
     match args.command {
         ModelCommand::Pull { name, force } => {
-            if !global.quiet {
-                eprintln!("fetching {name} into {} ...", store.root().display());
-            }
-            let stored = store.pull(&name, force)?;
+            let present = match force {
+                true => None,
+                false => store.present(&name)?,
+            };
+            let stored = match present {
+                Some(stored) => {
+                    if !global.quiet {
+                        eprintln!(
+                            "{name} is already in {} (verified; --force fetches it again)",
+                            store.root().display()
+                        );
+                    }
+                    stored
+                }
+                None => {
+                    if !global.quiet {
+                        eprintln!("fetching {name} into {} ...", store.root().display());
+                    }
+                    store.pull(&name, true)?
+                }
+            };
             if global.json {
                 crate::outln!(
                     "{}",

@@ -192,8 +192,8 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
     if let (Some(path), Some(lines)) = (&args.oof_probs, &trained.oof_probs) {
         maslens_prior::probs::write(path, lines)?;
         eprintln!(
-            "out-of-fold step distributions of {} traces written to {}",
-            lines.len(),
+            "out-of-fold step distributions of {} written to {}",
+            crate::words::count(lines.len(), "trace"),
             path.display()
         );
     }

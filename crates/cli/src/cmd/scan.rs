@@ -10,7 +10,7 @@ use crate::Global;
 use anyhow::Context;
 use maslens_implicit::commands::{weights_or_default, Counting, ScanProgress};
 use maslens_implicit::{report::markdown, scan_traces, ScanOptions, ScanSettings};
-use maslens_llm::ChatModel;
+use maslens_llm::{ChatModel, LlmError};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -104,6 +104,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     }
     let quiet = global.quiet;
     let budget_stop = std::sync::atomic::AtomicBool::new(false);
+    // Export mode: traces whose calls went to the batch file (not failures; no report then).
+    let deferred = std::sync::atomic::AtomicUsize::new(0);
+    let mut exporting = false;
     let mut file = block_on(async {
         let mut stacks = vec![args.llm.build().await?];
         for spec in &args.judges {
@@ -121,6 +124,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         let started = std::time::Instant::now();
         let file = scan_traces(&models, &traces, &opts, |p| match p {
             ScanProgress::Scanned { .. } if quiet => {}
+            ScanProgress::Failed {
+                error: maslens_implicit::ImplicitError::Llm(LlmError::Deferred { .. }),
+                ..
+            } => {
+                deferred.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             ScanProgress::Failed { .. } => eprintln!("warning: {p}"),
             ScanProgress::BudgetExhausted { .. } => {
                 budget_stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -152,9 +161,14 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         for s in &stacks {
             crate::llm_args::finish(s, quiet);
         }
+        exporting = stacks.iter().any(|s| s.exporter.is_some());
         anyhow::Ok(file)
     })??;
     file.errors.splice(0..0, read_errors);
+    if exporting {
+        // Every deferred trace waits for its answers: no report until the rerun.
+        return Ok(exit_code(file.errors.len() - deferred.into_inner()));
+    }
     // Traces that tried to steer the detector: named on stderr, and the run exits 1.
     let steered = file
         .traces

