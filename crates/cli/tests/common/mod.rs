@@ -67,10 +67,16 @@ pub fn stub_model_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicU
             let n = s.read(&mut buf).unwrap_or(0);
             let head = String::from_utf8_lossy(&buf[..n]);
             let (status, body) = if head.starts_with("GET ") && head.contains("/models") {
-                ("200 OK", r#"{"object":"list","data":[{"id":"x","object":"model"}]}"#)
+                (
+                    "200 OK",
+                    r#"{"object":"list","data":[{"id":"x","object":"model"}]}"#,
+                )
             } else {
                 counted.fetch_add(1, Ordering::SeqCst);
-                ("500 Internal Server Error", r#"{"error":{"message":"stub: no model here"}}"#)
+                (
+                    "500 Internal Server Error",
+                    r#"{"error":{"message":"stub: no model here"}}"#,
+                )
             };
             let _ = write!(
                 s,
