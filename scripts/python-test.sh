@@ -36,6 +36,21 @@ install_wheel() { # install_wheel VENV WHEEL
 wheel=$(build_wheel dev)
 install_wheel "$venv" "$wheel"
 install_wheel "$venv2" "$wheel"
+# The README's Python block runs verbatim in a fresh venv after the README's install line: a new
+# venv, the wheel just built (what `pip install .` builds) with the extras that line names, from
+# PyPI, and nothing else (python/tests/test_docs.py::test_readme_block_in_a_fresh_venv).
+start=$SECONDS
+extras=$(sed -n "s/^pip install '\.\[\([a-z,-]*\)\]'.*/\1/p" README.md | head -1)
+if [ -z "$extras" ]; then
+  echo "python-test: README.md has no \`pip install '.[EXTRAS]'\` line" >&2
+  exit 1
+fi
+readme_venv="$tdir/readme-venv"
+rm -rf "$readme_venv"
+"${PYTHON:-python3}" -m venv "$readme_venv"
+"$readme_venv/bin/pip" install --disable-pip-version-check -q "$wheel[$extras]" >&2
+export MASLENS_README_PYTHON="$readme_venv/bin/python"
+echo "python-test: README venv ($extras) took $((SECONDS - start)) s" >&2
 start=$SECONDS
 "$venv/bin/python" -m pytest -q python/tests --ignore=python/tests/test_frameworks_openai2.py \
   --ignore=python/tests/test_local_model.py "$@"

@@ -211,3 +211,18 @@ def test_budget_stops_cleanly_and_says_so(root: Path, serve_model: ServeModel, c
     with pytest.warns(UserWarning, match="stopped early"):
         v = maslens.locate(root / "examples" / "whowhen-style.json", model=serve_model.spec, cache_path=cache, max_calls=1, progress=False)
     assert v.stopped is not None and "budget" in v.stopped.lower()
+
+
+def test_the_default_wheel_says_how_to_get_a_model_without_the_embedded_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The default wheel (no `local` feature): the embedded default cannot open, and the error
+    # gives wheel advice (an OpenAI-compatible server, serve-model, the --features local wheel),
+    # never the CLI's `cargo build` advice. The local wheel's own tests are test_local_model.py.
+    if maslens.has_local_model():
+        pytest.skip("this wheel has the embedded model (test_local_model.py covers it)")
+    monkeypatch.delenv("MASLENS_MODEL", raising=False)
+    with pytest.raises(maslens.ModelError) as e:
+        maslens.Model("local:smollm2-135m")
+    text = str(e.value)
+    assert "wheel was built without the embedded model" in text, text
+    assert "serve-model" in text and "openai:NAME@http://HOST:PORT/v1" in text, text
+    assert "cargo build" not in text, text

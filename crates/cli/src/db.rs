@@ -45,3 +45,27 @@ pub async fn ensure(store: &Store, trace: &Trace) -> anyhow::Result<String> {
 pub async fn add(store: &Store, d: &NewDiagnosis) -> anyhow::Result<String> {
     Ok(store.add_diagnosis(d).await?)
 }
+
+/// Store each trace's scan as a diagnosis with its events (`scan --db`), the trace first.
+pub async fn add_scans(
+    db: &str,
+    scans: &[maslens_implicit::TraceScan],
+    traces: &[Trace],
+    model: &str,
+    settings: &maslens_implicit::ScanSettings,
+    started: std::time::Instant,
+) -> anyhow::Result<()> {
+    let store = open(db).await?;
+    let params = serde_json::to_value(settings).unwrap_or_default();
+    for s in scans {
+        let Some(t) = traces.iter().find(|t| t.id == s.id) else {
+            continue;
+        };
+        let hash = ensure(&store, t).await?;
+        let d = maslens_server::serve::pipeline::scan_to_diagnosis(
+            s, t, &hash, model, &params, started,
+        );
+        add(&store, &d).await?;
+    }
+    Ok(())
+}

@@ -1,7 +1,7 @@
 //! What the debate commands (`optimize`, `inject`) share: the dataset a debate reads and the
 //! models it calls. Beside `cmd/` because command modules never import each other.
 
-use crate::llm_args::LlmArgs;
+use crate::llm_args::{LlmArgs, Stack};
 use anyhow::Context;
 use maslens_credit::config::DebateConfig;
 use maslens_credit::data::{load_spec, Mcq};
@@ -27,25 +27,37 @@ pub(crate) fn load_questions(
 }
 
 /// The models a debate uses: the SIMULATED system over `simulated` questions, or the `--model`
-/// default plus every model the configuration names (built with the same LLM options).
+/// default plus every model the configuration names (built with the same LLM options). The
+/// stacks come along so that the command can print their usage at the end ([`finish`]).
 pub(crate) async fn debate_models(
     llm: &LlmArgs,
     cfg: &DebateConfig,
     simulated: Option<&[Mcq]>,
-) -> anyhow::Result<ModelSet> {
+) -> anyhow::Result<(ModelSet, Vec<Stack>)> {
     if let Some(questions) = simulated {
-        return Ok(ModelSet::single(Arc::new(SimulatedMas::new(questions))));
+        let set = ModelSet::single(Arc::new(SimulatedMas::new(questions)));
+        return Ok((set, Vec::new()));
     }
-    let mut set = ModelSet::single(llm.build().await?.model);
+    let default = llm.build().await?;
+    let mut set = ModelSet::single(default.model.clone());
+    let mut stacks = vec![default];
     for spec in cfg.model_specs() {
         let mut a = llm.clone();
         a.model = Some(spec.clone());
-        let m = a
+        let stack = a
             .build()
             .await
-            .with_context(|| format!("building model {spec}"))?
-            .model;
-        set = set.with(spec, m);
+            .with_context(|| format!("building model {spec}"))?;
+        set = set.with(spec, stack.model.clone());
+        stacks.push(stack);
     }
-    Ok(set)
+    Ok((set, stacks))
+}
+
+/// The usage line of every model a debate called (none for the simulation), as every
+/// LLM-backed command prints at its end.
+pub(crate) fn finish(stacks: &[Stack], quiet: bool) {
+    for stack in stacks {
+        crate::llm_args::finish(stack, quiet);
+    }
 }

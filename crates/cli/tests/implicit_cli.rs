@@ -296,6 +296,12 @@ async fn select_reports_if_prm_random_and_sensitivity() {
     assert_eq!(n4["random_expected"], 0.25);
     assert_eq!(n4["prm_if"]["accuracy"], 1.0);
     assert_eq!(v["selection"]["results"][1]["test_tasks"], 0);
+    // The all-n/a row says why (each task has 4 candidates).
+    assert!(
+        stderr(&o).contains("note: N = 8: n/a, no test task has 8 candidates"),
+        "{}",
+        stderr(&o)
+    );
     let s = &v["sensitivity"];
     assert_eq!(s["trials"], 100);
     // Two distinct risk values (0 and 0.182): perturbations never reorder them.

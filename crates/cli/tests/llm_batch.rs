@@ -37,6 +37,29 @@ async fn export_import_replay_round_trip() {
     .await;
     assert!(o.status.success());
     assert_eq!(stdout_json(&o)["summary"]["ok"], 2);
+    // Without -o the answers are shown, not dropped: in the JSON, or as JSONL on stdout with the
+    // summary on stderr.
+    let results = stdout_json(&o)["results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(results.len(), 2, "{}", stdout_json(&o));
+    let o = run(maslens(
+        home,
+        &["batch", "run", &first_two, "--model", &spec],
+    ))
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert!(
+        lines.iter().all(|l| l["custom_id"].is_string()),
+        "{lines:?}"
+    );
+    assert!(stderr(&o).contains("2 requests: 2 ok"), "{}", stderr(&o));
     drop(server);
 
     // Export the rest: only the 3 uncached ones, no server and no API key needed.

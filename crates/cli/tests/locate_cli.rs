@@ -174,6 +174,21 @@ async fn eval_locate_aegis_pair_level_and_split() {
     assert_eq!(r["agent_accuracy"]["k"], 5, "case-insensitive agent match");
     assert_eq!(r["pair_accuracy"]["k"], 4);
     assert!(r["step_accuracy"].is_null());
+    // The random baseline scores 5/5 here: the report says that this is its chance level (the
+    // sample labels most acting agents faulty: 70.8% expected), not skill.
+    assert_eq!(r["baselines"]["random"]["agent_accuracy"]["k"], 5, "{r}");
+    let chance = r["random_chance"].as_f64().expect("random_chance");
+    assert!(chance > 0.5, "{chance}");
+    let o = run(maslens(
+        dir.path(),
+        &["eval", "locate", &ds, "--predictions", preds.to_str().unwrap()],
+    ))
+    .await;
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("a high `random` score is chance, not skill"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 
     let o = run(maslens(
         dir.path(),

@@ -519,7 +519,8 @@ pub fn corpus_table(results: &[TraceCredit]) -> CreditTable {
             };
             let mut own = Vec::new();
             for (si, s) in r.segments.iter().enumerate() {
-                if let (Some(gs), Some(v)) = (segs.iter().position(|x| x == s), r.c[ai][si]) {
+                let v = r.c.get(ai).and_then(|row| row.get(si)).copied().flatten();
+                if let (Some(gs), Some(v)) = (segs.iter().position(|x| x == s), v) {
                     cells[ga][gs].push(v);
                     own.push(v);
                 }
@@ -529,7 +530,8 @@ pub fn corpus_table(results: &[TraceCredit]) -> CreditTable {
             }
         }
         for (si, s) in r.segments.iter().enumerate() {
-            if let (Some(gs), Some(v)) = (segs.iter().position(|x| x == s), r.segment_score[si]) {
+            let v = r.segment_score.get(si).copied().flatten();
+            if let (Some(gs), Some(v)) = (segs.iter().position(|x| x == s), v) {
                 seg_scores[gs].push(v);
             }
         }
@@ -548,6 +550,29 @@ pub fn corpus_table(results: &[TraceCredit]) -> CreditTable {
         role_credit: role.iter().map(|v| mean(v)).collect(),
         round_credit: seg_scores.iter().map(|v| mean(v)).collect(),
     }
+}
+
+/// The traces of each multi-agent system in `results`, as indices: traces that share an agent
+/// name belong to one system (connected components), in order of first appearance. A corpus
+/// of two systems gets two tables instead of one whose roles mix both.
+pub fn systems(results: &[TraceCredit]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(Vec<&str>, Vec<usize>)> = Vec::new();
+    for (i, r) in results.iter().enumerate() {
+        let agents: Vec<&str> = r.agents.iter().map(String::as_str).collect();
+        let (joined, rest): (Vec<_>, Vec<_>) = groups
+            .into_iter()
+            .partition(|(names, _)| agents.iter().any(|a| names.contains(a)));
+        let mut merged: (Vec<&str>, Vec<usize>) = (agents, vec![i]);
+        for (names, members) in joined {
+            merged.0.extend(names);
+            merged.1.extend(members);
+        }
+        merged.1.sort_unstable();
+        groups = rest;
+        groups.push(merged);
+    }
+    groups.sort_by_key(|(_, members)| members.first().copied());
+    groups.into_iter().map(|(_, members)| members).collect()
 }
 
 #[cfg(test)]
@@ -636,6 +661,49 @@ mod tests {
         assert_eq!(tab.cell_n[0][0], 2);
         assert_eq!(tab.round_credit, vec![Some(0.6)]);
         assert!(tab.role_credit[0].unwrap() < tab.role_credit[1].unwrap());
+    }
+
+    fn credit_of(agents: &[&str]) -> TraceCredit {
+        TraceCredit {
+            trace_id: agents.join("+"),
+            mode: "generic".into(),
+            segmenting: Segmenting::Auto,
+            agents: agents.iter().map(|a| a.to_string()).collect(),
+            segments: vec!["round 1".into()],
+            q: vec![vec![Some(0.5)]; agents.len()],
+            p: vec![vec![Some(0.5)]; agents.len()],
+            c: vec![vec![Some(0.5)]; agents.len()],
+            labels: vec![vec![None]; agents.len()],
+            segment_score: vec![Some(0.5)],
+            abstentions: 0,
+            calls: 0,
+        }
+    }
+
+    #[test]
+    fn traces_sharing_agents_are_one_system() {
+        let runs = [
+            credit_of(&["Planner", "Coder"]),
+            credit_of(&["Solver", "Critic"]),
+            credit_of(&["Coder", "Tester"]),
+            credit_of(&["Judge"]),
+            credit_of(&["Critic"]),
+            // Shares "Tester" with the third trace, so the first system.
+            credit_of(&["Tester"]),
+        ];
+        assert_eq!(systems(&runs), vec![vec![0, 2, 5], vec![1, 4], vec![3]]);
+        assert!(systems(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_malformed_stored_credit_does_not_panic_the_table() {
+        let mut r = credit_of(&["A", "B"]);
+        r.c = vec![vec![Some(0.9)]];
+        r.segment_score = Vec::new();
+        let tab = corpus_table(&[r]);
+        assert_eq!(tab.cell[0][0], Some(0.9));
+        assert_eq!(tab.cell[1][0], None);
+        assert_eq!(tab.round_credit, vec![None]);
     }
 
     #[test]

@@ -110,6 +110,27 @@ pub fn prediction(g: Option<Guess>) -> crate::metrics::Prediction {
     }
 }
 
+/// The chance that [`random`] names a right agent on `trace`: the share of its candidate steps
+/// taken by a labelled agent (a faulty one for Aegis, the decisive one for Who&When); `None`
+/// without an agent label or steps.
+pub fn random_agent_chance(trace: &Trace, gold: &maslens_trace::Gold) -> Option<f64> {
+    use crate::metrics::norm_agent;
+    let labelled: Vec<String> = match (&gold.faulty[..], &gold.agent) {
+        ([], Some(a)) => vec![norm_agent(a)],
+        ([], None) => return None,
+        (faulty, _) => faulty.iter().map(|(a, _)| norm_agent(a)).collect(),
+    };
+    let c = candidates(trace);
+    if c.is_empty() {
+        return None;
+    }
+    let right = c
+        .iter()
+        .filter(|&&p| labelled.contains(&norm_agent(&trace.steps[p].agent)))
+        .count();
+    Some(right as f64 / c.len() as f64)
+}
+
 /// Run a baseline by name.
 pub fn run(name: &str, trace: &Trace, seed: u64) -> Option<Guess> {
     match name {
@@ -173,6 +194,22 @@ mod tests {
                 step: 2
             })
         );
+    }
+
+    #[test]
+    fn random_chance_is_the_labelled_share_of_acting_steps() {
+        let t = t();
+        // Acting steps: Planner, Coder, Checker (the human and the terminal are not candidates).
+        let gold = |agent: Option<&str>, faulty: &[&str]| maslens_trace::Gold {
+            agent: agent.map(String::from),
+            step: None,
+            faulty: faulty.iter().map(|a| (a.to_string(), None)).collect(),
+        };
+        let chance = |g| random_agent_chance(&t, &g).unwrap();
+        assert!((chance(gold(Some("coder"), &[])) - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(chance(gold(None, &["Planner", "Coder", "Checker"])), 1.0);
+        assert_eq!(chance(gold(None, &["Computer_terminal"])), 0.0);
+        assert_eq!(random_agent_chance(&t, &gold(None, &[])), None);
     }
 
     #[test]

@@ -179,12 +179,23 @@ pub fn line_chart_svg(
             .y_label_area_size(55)
             .build_cartesian_2d(xr.0..xr.1, (yr.0 - ypad)..(yr.1 + ypad))
             .map_err(err(title))?;
-        chart
-            .configure_mesh()
-            .x_desc(x_label)
-            .y_desc(y_label)
-            .draw()
-            .map_err(err(title))?;
+        // Counts on x (iterations, calls): whole-number ticks only, never "1.5 iterations".
+        let whole = series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .all(|p| p.0.fract() == 0.0);
+        let span = (xr.1 - xr.0).round().max(0.0) as usize;
+        let whole_label = |x: &f64| match (x - x.round()).abs() < 1e-9 {
+            true => format!("{}", x.round() as i64),
+            false => String::new(),
+        };
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(x_label).y_desc(y_label);
+        if whole {
+            mesh.x_labels((span + 1).clamp(2, 11))
+                .x_label_formatter(&whole_label);
+        }
+        mesh.draw().map_err(err(title))?;
         for (i, s) in series.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
             let pts: Vec<(f64, f64)> = s
@@ -504,6 +515,26 @@ pub fn histogram_svg(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_on_x_get_whole_number_ticks() {
+        let series = [Series {
+            name: "ours".into(),
+            points: vec![(0.0, 10.0), (1.0, 20.0), (2.0, 30.0)],
+        }];
+        let svg = line_chart_svg("t", "iteration", "accuracy", &series).unwrap();
+        let labels: Vec<&str> = svg
+            .split("</text>")
+            .filter_map(|chunk| chunk.rsplit('>').next())
+            .map(str::trim)
+            .collect();
+        let fractions: Vec<&&str> = labels
+            .iter()
+            .filter(|l| l.parse::<f64>().is_ok_and(|x| x.fract() != 0.0))
+            .collect();
+        assert!(fractions.is_empty(), "{fractions:?} in {labels:?}");
+        assert!(labels.contains(&"1") && labels.contains(&"2"), "{labels:?}");
+    }
 
     #[test]
     fn heatmap_has_cells_and_escaped_labels() {

@@ -135,6 +135,11 @@ pub struct LocateReport {
     /// the training data, not an estimate for new traces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_sample: Option<String>,
+    /// The `random` baseline's expected agent-level accuracy on these cases (the share of acting
+    /// steps taken by a labelled agent, averaged over cases): what its score means. Aegis labels
+    /// several faulty agents per case, often every acting one, so chance there can be 100%.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random_chance: Option<f64>,
     /// The localizer's typed configuration, serialized (protocol, variant, flags).
     pub config: serde_json::Value,
     /// maslens version, git revision, dataset hashes, prompt ids with content hashes.
@@ -311,6 +316,7 @@ pub fn build(
         errors,
         stopped_early: None,
         in_sample: None,
+        random_chance: None,
         config: serde_json::Value::Null,
         provenance: Provenance::default(),
         per_case: cases.to_vec(),

@@ -338,6 +338,12 @@ pub async fn evaluate(
     report.split = spec.split.clone();
     report.config = spec.config.clone();
     report.stopped_early = stopped_early;
+    let chances: Vec<f64> = same
+        .iter()
+        .filter_map(|c| baselines::random_agent_chance(&c.trace, &c.gold))
+        .collect();
+    report.random_chance =
+        (!chances.is_empty()).then(|| chances.iter().sum::<f64>() / chances.len() as f64);
     let traces: Vec<&Trace> = same.iter().map(|c| &c.trace).collect();
     report.provenance = Provenance {
         maslens_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -113,6 +113,8 @@ pub(crate) struct View<'a> {
     pub stopped_early: Option<&'a str>,
     /// Why the figures are in-sample, when they are.
     pub in_sample: Option<&'a str>,
+    /// What the `random` baseline's score means on these cases (its expected accuracy).
+    pub random_note: Option<String>,
     /// `maslens VERSION (git REV)`.
     pub built_by: String,
     /// `ids SHA-256 prefix, content SHA-256 prefix`.
@@ -120,6 +122,16 @@ pub(crate) struct View<'a> {
     /// `(prompt id, SHA-256 prefix)`.
     pub prompts: Vec<(String, String)>,
     pub charts: Charts,
+}
+
+/// The line under the accuracy table that says what `random`'s score is worth here.
+fn random_note(chance: f64) -> String {
+    let pct = 100.0 * chance;
+    let why = match chance >= 0.5 {
+        true => ": the labelled agents take most of the acting steps here (Aegis labels several faulty agents per case, often every acting one), so a high `random` score is chance, not skill",
+        false => "",
+    };
+    format!("`random` draws one acting step uniformly; its expected agent-level accuracy on these cases is {pct:.1}%{why}.")
 }
 
 fn short(hash: &str) -> String {
@@ -172,6 +184,7 @@ pub(crate) fn view(r: &LocateReport) -> View<'_> {
         joint: r.joint_accuracy.as_ref().map(Accuracy::display),
         stopped_early: r.stopped_early.as_deref(),
         in_sample: r.in_sample.as_deref(),
+        random_note: r.random_chance.map(random_note),
         built_by: built_by(&r.provenance),
         dataset_hash: format!(
             "ids {}, content {}",

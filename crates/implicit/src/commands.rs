@@ -440,6 +440,27 @@ impl SelectResult {
             .unwrap_or_default()
     }
 
+    /// Why cells of the report are `n/a`: an N no test task has that many candidates for, no
+    /// `--prm` scores. Printed under the table and, by the CLI, on stderr.
+    pub fn notes(&self) -> Vec<String> {
+        let sel = &self.selection;
+        let mut notes: Vec<String> = sel
+            .results
+            .iter()
+            .filter(|r| r.test_tasks == 0)
+            .map(|r| {
+                format!(
+                    "N = {}: n/a, no test task has {} candidates ({} tasks have fewer); pass a smaller --n",
+                    r.n, r.n, r.skipped_tasks
+                )
+            })
+            .collect();
+        if sel.results.iter().all(|r| r.prm.is_none()) {
+            notes.push("PRM and PRM+IF: n/a without `--prm` step scores".into());
+        }
+        notes
+    }
+
     /// The Markdown report: accuracy per N and scorer, and the weight-sensitivity summary.
     pub fn markdown(&self) -> String {
         let sel = &self.selection;
@@ -484,6 +505,9 @@ impl SelectResult {
                 prm_if,
                 pct(&r.oracle)
             );
+        }
+        for note in self.notes() {
+            let _ = writeln!(md, "\n{note}");
         }
         if let Some(s) = &self.sensitivity {
             let f = |x: Option<f64>| x.map(|v| format!("{v:.4}")).unwrap_or_else(|| "n/a".into());

@@ -215,6 +215,31 @@ pub struct LineError {
     pub message: String,
 }
 
+impl LineError {
+    /// `FILE:LINE: [custom_id ID: ]MESSAGE`.
+    pub fn located(&self, file: &Path) -> String {
+        let id = self
+            .custom_id
+            .as_deref()
+            .map(|id| format!("custom_id {id}: "))
+            .unwrap_or_default();
+        format!("{}:{}: {id}{}", file.display(), self.line, self.message)
+    }
+}
+
+/// The first `shown` bad lines of `file`, located, and a count of the rest.
+pub fn line_error_report(file: &Path, errors: &[LineError], shown: usize) -> Vec<String> {
+    let mut lines: Vec<String> = errors.iter().take(shown).map(|e| e.located(file)).collect();
+    if errors.len() > shown {
+        lines.push(format!(
+            "{}: {} more bad lines",
+            file.display(),
+            errors.len() - shown
+        ));
+    }
+    lines
+}
+
 /// What `batch import` did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ImportReport {
@@ -222,6 +247,19 @@ pub struct ImportReport {
     /// Keys that were not exported from this cache (no pending entry): imported anyway.
     pub unknown_keys: usize,
     pub errors: Vec<LineError>,
+}
+
+impl ImportReport {
+    /// The line `batch import` ends with (`cache`: the cache file it wrote).
+    pub fn line(&self, cache: &Path) -> String {
+        format!(
+            "imported {} response(s) into {} ({} not exported from this cache), {} bad line(s)",
+            self.imported,
+            cache.display(),
+            self.unknown_keys,
+            self.errors.len()
+        )
+    }
 }
 
 /// Load an OpenAI Batch (or `vllm run-batch`) output file, or Anthropic Message Batches results,

@@ -28,6 +28,33 @@ pub struct RunSummary {
     pub backend_calls: u64,
 }
 
+impl RunSummary {
+    /// Cache counters of the run (hits, misses, writes) from the stack's cache.
+    pub fn add_cache(&mut self, cache: &crate::cache::Cache) {
+        let k = cache.counters();
+        (self.cache_hits, self.cache_misses, self.cache_writes) = (k.hits, k.misses, k.writes);
+    }
+
+    /// Requests that were not answered: errors, bad lines and those the budget did not start.
+    pub fn problems(&self) -> usize {
+        self.errors + self.bad_lines + self.skipped_budget
+    }
+
+    /// The line `batch run` ends with.
+    pub fn line(&self) -> String {
+        format!(
+            "{} requests: {} ok ({} from cache), {} errors, {} deferred, {} not started, {} bad lines",
+            self.requests,
+            self.ok,
+            self.cache_hits,
+            self.errors,
+            self.deferred,
+            self.skipped_budget,
+            self.bad_lines
+        )
+    }
+}
+
 /// One line of the results file.
 pub fn result_line(line: usize, key: &str, result: &Result<ChatResponse, LlmError>) -> Value {
     match result {

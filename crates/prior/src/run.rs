@@ -327,6 +327,29 @@ pub struct Ranked {
     pub candidates: Vec<Candidate>,
 }
 
+impl Ranked {
+    /// The text `maslens prior rank` prints: the trace, its three likeliest agents, then one
+    /// line per candidate step.
+    pub fn text(&self) -> String {
+        let agents: Vec<String> = (self.agents.iter().take(3))
+            .map(|a| format!("{} {:.2}", a.agent, a.prob))
+            .collect();
+        let mut out = format!(
+            "{} ({} steps)\n  agents: {}\n",
+            self.trace,
+            self.steps,
+            agents.join(", ")
+        );
+        for c in &self.candidates {
+            out.push_str(&format!(
+                "  step {:>4}  {:30} p={:.3}  score={:+.2}\n",
+                c.step, c.agent, c.prob, c.score
+            ));
+        }
+        out
+    }
+}
+
 /// The `top` most probable (agent, step) candidates of a trace, and its agent distribution.
 pub fn rank(model: &PriorModel, trace: &Trace, top: usize) -> Ranked {
     let mut candidates = model.rank(trace);

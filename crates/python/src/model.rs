@@ -35,6 +35,18 @@ impl Model {
     }
 }
 
+/// Why a `local:` model cannot open in the default wheel, and what to do (wheel advice, not the
+/// CLI's `cargo build` advice).
+const NO_LOCAL_IN_WHEEL: &str = "this wheel was built without the embedded model. Point maslens at \
+any OpenAI-compatible server instead: maslens.Model(\"openai:NAME@http://HOST:PORT/v1\") or \
+MASLENS_MODEL=openai:NAME@http://HOST:PORT/v1 (`maslens serve-model` serves the embedded model that \
+way), or install the wheel built with `maturin build --release --features local` (docs/python.md)";
+
+/// A `local:` spec opened by a wheel built without the embedded model.
+fn needs_local_wheel(spec: &str) -> bool {
+    spec.starts_with("local:") && !cfg!(feature = "local")
+}
+
 #[pymethods]
 impl Model {
     /// Open `spec` (`None`: `$MASLENS_MODEL`, the config file's `model`, else the embedded
@@ -59,6 +71,9 @@ impl Model {
             })?
             .map_err(|(spec, e)| match e {
                 LlmError::Budget(_) => model_error(&e),
+                LlmError::ModelUnavailable(_) if needs_local_wheel(&spec) => {
+                    ModelError::new_err(format!("opening model {spec}: {NO_LOCAL_IN_WHEEL}"))
+                }
                 e => ModelError::new_err(format!("opening model {spec}: {e}")),
             })?;
             Ok(Model { stack, concurrency })

@@ -551,6 +551,35 @@ async fn credit_and_eval_pages() {
         "0.91 is the darkest bucket"
     );
     assert!(page.contains("Solver&lt;script&gt;"));
+    assert!(
+        page.contains("Weakest roles (tied): <strong>Solver&lt;script&gt;</strong> and <strong>Critic</strong>"),
+        "both roles have 0.55: {page}"
+    );
+    // Per-trace credit of two systems: a table per trace, and one per system instead of one
+    // mixing their roles.
+    let trace = |id: &str, agents: [&str; 2]| {
+        json!({"trace_id": id, "mode": "generic", "segmenting": "auto", "agents": agents,
+               "segments": ["round 1"], "q": [[0.5], [0.5]], "p": [[0.5], [0.5]],
+               "c": [[0.2], [0.8]], "labels": [[null], [null]], "segment_score": [0.6],
+               "abstentions": 0, "calls": 2})
+    };
+    let mut two = credit.clone();
+    two["traces"] = json!([
+        trace("run-a", ["Planner", "Coder"]),
+        trace("run-b", ["Solver", "Critic"])
+    ]);
+    let tid = s
+        .state
+        .store
+        .add_report(ReportKind::Credit, "two systems", None, &two)
+        .await
+        .expect("credit");
+    let page = s.page(&format!("/ui/credit/{tid}")).await;
+    assert!(
+        page.contains("per system") && page.contains("System 2 (1 trace)"),
+        "{page}"
+    );
+    assert!(page.contains("<summary>run-a</summary>") && page.contains("Credit of run-b"));
     let page = s.page(&format!("/ui/credit/{oid}")).await;
     assert!(page.contains("Optimizer history") && page.contains("role:Critic"));
     assert!(page.contains("new &lt;b&gt;"));

@@ -1,12 +1,13 @@
 //! `maslens batch`: run a JSONL of chat requests through the model stack, export uncached
 //! requests as OpenAI Batch JSONL, import batch output into the cache.
 
-use crate::cmd::{block_on, EXIT_OK, EXIT_PROBLEMS};
+use crate::cmd::block_on;
 use crate::llm_args::{finish, CacheMode, LlmArgs};
+use crate::ui::exit_code;
 use crate::Global;
 use anyhow::Context;
 use maslens_eval::atomic::AtomicFile;
-use maslens_llm::batch::{import_output, read_requests, LineError};
+use maslens_llm::batch::{import_output, line_error_report, read_requests, LineError};
 use maslens_llm::batch_run::run_requests as run_batch;
 use maslens_llm::cache::Cache;
 use serde_json::json;
@@ -94,20 +95,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
 }
 
 fn report_line_errors(file: &std::path::Path, errors: &[LineError]) {
-    for e in errors.iter().take(20) {
-        match &e.custom_id {
-            Some(id) => eprintln!(
-                "{}:{}: custom_id {id}: {}",
-                file.display(),
-                e.line,
-                e.message
-            ),
-            None => eprintln!("{}:{}: {}", file.display(), e.line, e.message),
-        }
-    }
-    if errors.len() > 20 {
-        eprintln!("{}: {} more bad lines", file.display(), errors.len() - 20);
-    }
+    line_error_report(file, errors, 20)
+        .iter()
+        .for_each(|l| eprintln!("{l}"));
 }
 
 fn import(
@@ -132,19 +122,9 @@ fn import(
     if global.json {
         crate::outln!("{}", serde_json::to_string(&report)?);
     } else {
-        crate::outln!(
-            "imported {} response(s) into {} ({} not exported from this cache), {} bad line(s)",
-            report.imported,
-            path.display(),
-            report.unknown_keys,
-            report.errors.len()
-        );
+        crate::outln!("{}", report.line(&path));
     }
-    Ok(ExitCode::from(if report.errors.is_empty() {
-        EXIT_OK
-    } else {
-        EXIT_PROBLEMS
-    }))
+    Ok(exit_code(report.errors.len()))
 }
 
 async fn run_requests(
@@ -171,13 +151,18 @@ async fn run_requests(
         .map(|p| AtomicFile::create(p).with_context(|| format!("cannot create {}", p.display())))
         .transpose()?;
     let mut out = tmp.as_mut().map(std::io::BufWriter::new);
+    // Without `-o` the answers are shown: the result lines on stdout (`--json`: in the JSON).
+    let mut shown: Vec<serde_json::Value> = Vec::new();
     let mut summary = run_batch(
         stack.model.clone(),
         reqs,
         llm.concurrency()?,
         |line| match out.as_mut() {
             Some(out) => writeln!(out, "{line}"),
-            None => Ok(()),
+            None => {
+                shown.push(line.clone());
+                Ok(())
+            }
         },
     )
     .await?;
@@ -191,10 +176,7 @@ async fn run_requests(
     }
     summary.bad_lines = bad.len();
     if let Some(c) = &stack.cache {
-        let k = c.counters();
-        summary.cache_hits = k.hits;
-        summary.cache_misses = k.misses;
-        summary.cache_writes = k.writes;
+        summary.add_cache(c);
     }
     let report = stack.usage.report();
     summary.backend_calls = report.total.calls - report.total.cache_hits;
@@ -205,24 +187,22 @@ async fn run_requests(
         );
     }
     if global.json {
-        crate::outln!("{}", json!({"summary": summary, "usage": report}));
+        let mut v = json!({"summary": summary, "usage": report});
+        if output.is_none() {
+            v["results"] = serde_json::Value::Array(shown);
+        }
+        crate::outln!("{v}");
     } else {
-        crate::outln!(
-            "{} requests: {} ok ({} from cache), {} errors, {} deferred, {} not started, {} bad lines",
-            summary.requests,
-            summary.ok,
-            summary.cache_hits,
-            summary.errors,
-            summary.deferred,
-            summary.skipped_budget,
-            summary.bad_lines
-        );
+        // The result lines (JSON: no control characters) on stdout; the summary then goes to
+        // stderr so that stdout stays a JSONL file of answers.
+        for line in &shown {
+            crate::outln!("{line}");
+        }
+        match output.is_some() {
+            true => crate::outln!("{}", summary.line()),
+            false => eprintln!("{}", summary.line()),
+        }
     }
     finish(&stack, global.quiet || global.json);
-    let problems = summary.errors > 0 || summary.bad_lines > 0 || summary.skipped_budget > 0;
-    Ok(ExitCode::from(if problems {
-        EXIT_PROBLEMS
-    } else {
-        EXIT_OK
-    }))
+    Ok(exit_code(summary.problems()))
 }

@@ -1,12 +1,12 @@
 //! `maslens credit`: structural (role) and temporal (round / phase / window) credit for traces
 //! of any supported format, as a role x segment table (terminal / Markdown, JSON, HTML heatmap).
 
-use crate::cmd::{block_on, EXIT_OK, EXIT_PROBLEMS};
+use crate::cmd::block_on;
 use crate::inputs::{read_all, Inputs};
 use crate::llm_args::LlmArgs;
 use crate::Global;
 use maslens_credit::config::Decoding;
-use maslens_credit::credit_run::credit_traces;
+use maslens_credit::credit_run::credit_traces_with_progress;
 use maslens_credit::report::{credit_html, credit_markdown};
 use maslens_credit::trace_credit::{Segmenting, TraceCreditOptions};
 use maslens_llm::ChatModel;
@@ -87,10 +87,14 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let (mut run, stack) = block_on(async {
         let stack = args.llm.build().await?;
         let model: Arc<dyn ChatModel> = stack.model.clone();
-        anyhow::Ok((
-            credit_traces(model, &traces, &opts, concurrency).await,
-            stack,
-        ))
+        let meter = crate::progress::Meter::new("credit", traces.len(), global.quiet);
+        let run = credit_traces_with_progress(model, &traces, &opts, concurrency, |_, _, id| {
+            meter.set_message(id);
+            meter.inc(1);
+        })
+        .await;
+        meter.finish();
+        anyhow::Ok((run, stack))
     })??;
     // Unreadable records first, then traces the critics could not score: all in the file.
     run.errors.splice(0..0, read_errors);
@@ -144,9 +148,5 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             writeln!(out, "problem: {e}")?;
         }
     }
-    Ok(ExitCode::from(if errors.is_empty() {
-        EXIT_OK
-    } else {
-        EXIT_PROBLEMS
-    }))
+    Ok(crate::ui::exit_code(errors.len()))
 }

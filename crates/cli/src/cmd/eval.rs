@@ -154,7 +154,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             base_model: a.base_model.clone(),
         }),
     };
-    let bar = crate::progress::Bar::new(global.quiet || global.json);
+    let bar = crate::progress::Bar::new("eval", global.quiet);
     let mut out = super::block_on(eval_locate(&opts, &bar))??;
     if let Some(dir) = &a.finetuned_on {
         attach_finetune(&mut out, dir)?;
@@ -203,11 +203,7 @@ fn finish(problems: &[String], judge: Option<&maslens_llm::Stack>, global: &Glob
 }
 
 fn exit_code(problems: bool) -> ExitCode {
-    ExitCode::from(if problems {
-        super::EXIT_PROBLEMS
-    } else {
-        super::EXIT_OK
-    })
+    crate::ui::exit_code(usize::from(problems))
 }
 
 fn stack(a: StackArgs, global: &Global) -> anyhow::Result<ExitCode> {
@@ -225,7 +221,7 @@ fn stack(a: StackArgs, global: &Global) -> anyhow::Result<ExitCode> {
             ..StackFitOptions::nested(a.folds, a.inner_folds, a.seed, command)
         },
     };
-    let bar = crate::progress::Bar::new(global.quiet || global.json);
+    let bar = crate::progress::Bar::new("eval", global.quiet);
     let out = super::block_on(eval_stack(&opts, &bar))??;
     finish(&out.problems, out.judge.as_ref(), global);
     if let Some(path) = &a.report {

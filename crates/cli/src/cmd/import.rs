@@ -1,6 +1,5 @@
 //! `maslens import`: any supported input -> native maslens JSONL.
 
-use super::{EXIT_OK, EXIT_PROBLEMS};
 use crate::inputs::{diag_line, for_each_trace, Inputs};
 use crate::words::count;
 use crate::Global;
@@ -133,9 +132,5 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             }
         );
     }
-    Ok(ExitCode::from(if counts.skipped > 0 || duplicates > 0 {
-        EXIT_PROBLEMS
-    } else {
-        EXIT_OK
-    }))
+    Ok(crate::ui::exit_code((counts.skipped + duplicates) as usize))
 }

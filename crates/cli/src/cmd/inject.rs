@@ -83,7 +83,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let mut file = std::io::BufWriter::new(&mut traces_file);
     let run_id = format!("inject-{}", cfg.name);
     let (summary, outcomes) = block_on(async {
-        let models =
+        let (models, stacks) =
             debate_models(&args.llm, &cfg, args.simulation.then_some(&questions[..])).await?;
         let prompts = cfg.prompts();
         let mut summary = InjectSummary::default();
@@ -110,6 +110,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 outcomes.push(o);
             }
         }
+        crate::debate_args::finish(&stacks, global.quiet);
         anyhow::Ok((summary, outcomes))
     })??;
     file.flush()?;

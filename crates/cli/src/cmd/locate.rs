@@ -74,11 +74,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         }
         let chosen = setup.localizer;
         let mut problems = problems + setup.warnings.len();
-        let pb = crate::progress::bar(traces.len(), quiet || json);
+        let pb = crate::progress::Meter::new("locate", traces.len(), quiet);
         let mut steered_traces = 0usize;
         let mut each = LocateRun::new(&chosen);
         for t in traces.iter_mut() {
-            pb.set_message(t.id.clone());
+            pb.set_message(t.id.as_str());
             let started = std::time::Instant::now();
             let hash = match &store {
                 Some(s) => Some(crate::db::ensure(s, t).await?),
@@ -139,7 +139,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             }
             pb.inc(1);
         }
-        pb.finish_and_clear();
+        pb.finish();
         if let Some(m) = chosen.models() {
             let windows = m.judge.model.context_size().is_some();
             let more =
@@ -158,9 +158,5 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     if let Some(w) = out {
         w.finish()?;
     }
-    Ok(ExitCode::from(if problems > 0 {
-        super::EXIT_PROBLEMS
-    } else {
-        super::EXIT_OK
-    }))
+    Ok(crate::ui::exit_code(problems))
 }

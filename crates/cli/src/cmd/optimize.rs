@@ -168,7 +168,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         final_critic: !args.no_final_critic,
     };
     let runs: Vec<(String, Experiment)> = block_on(async {
-        let models =
+        let (models, stacks) =
             debate_models(&args.llm, &cfg, args.simulation.then_some(&questions[..])).await?;
         let (opt, test) = (&split.optimization, &split.test);
         let mut runs = Vec::new();
@@ -180,6 +180,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 run_experiment(&models, c.clone(), opt, test, &dataset, options.clone()).await?;
             runs.push((label.clone(), x));
         }
+        crate::debate_args::finish(&stacks, global.quiet);
         anyhow::Ok(runs)
     })??;
     if !args.sweep.is_empty() {

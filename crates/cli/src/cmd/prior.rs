@@ -1,6 +1,5 @@
 //! `maslens prior`: the learned localizer without an LLM (train, eval, rank).
 
-use crate::cmd::{EXIT_OK, EXIT_PROBLEMS};
 use crate::inputs::{read_all, Inputs};
 use crate::Global;
 use anyhow::Context;
@@ -138,7 +137,7 @@ fn eval_config(c: &Common) -> EvalConfig {
 }
 
 fn exit(skipped: usize) -> ExitCode {
-    ExitCode::from(if skipped > 0 { EXIT_PROBLEMS } else { EXIT_OK })
+    crate::ui::exit_code(skipped)
 }
 
 fn print_report(report: &prior::EvalReport, global: &Global) -> anyhow::Result<()> {
@@ -236,20 +235,7 @@ fn rank(args: RankArgs, global: &Global) -> anyhow::Result<ExitCode> {
             crate::outln!("{}", serde_json::to_string(&r)?);
             continue;
         }
-        crate::outln!("{} ({} steps)", r.trace, r.steps);
-        let agents: Vec<String> = (r.agents.iter().take(3))
-            .map(|a| format!("{} {:.2}", a.agent, a.prob))
-            .collect();
-        crate::outln!("  agents: {}", agents.join(", "));
-        for c in &r.candidates {
-            crate::outln!(
-                "  step {:>4}  {:30} p={:.3}  score={:+.2}",
-                c.step,
-                c.agent,
-                c.prob,
-                c.score
-            );
-        }
+        crate::outln!("{}", r.text().trim_end());
     }
     if traces.is_empty() && skipped == 0 {
         anyhow::bail!("no traces found in the inputs");

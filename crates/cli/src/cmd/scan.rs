@@ -140,23 +140,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         .await?;
         // `--db`: each trace's scan is stored as a diagnosis with its events.
         if let Some(db) = &args.input.db {
-            let store = crate::db::open(db).await?;
-            let params = serde_json::to_value(&opts.settings).unwrap_or_default();
-            for s in &file.traces {
-                let Some(t) = traces.iter().find(|t| t.id == s.id) else {
-                    continue;
-                };
-                let hash = crate::db::ensure(&store, t).await?;
-                let d = maslens_server::serve::pipeline::scan_to_diagnosis(
-                    s,
-                    t,
-                    &hash,
-                    stacks[0].model.id(),
-                    &params,
-                    started,
-                );
-                crate::db::add(&store, &d).await?;
-            }
+            let model = stacks[0].model.id();
+            crate::db::add_scans(db, &file.traces, &traces, model, &opts.settings, started).await?;
         }
         for s in &stacks {
             crate::llm_args::finish(s, quiet);

@@ -74,6 +74,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     };
     let sel = select_from_scans(&scans, prm.as_ref().map(|p| &p.value), &opts)?;
     problems += warn_all(&sel.warnings);
+    if !global.quiet {
+        sel.value
+            .notes()
+            .iter()
+            .for_each(|n| eprintln!("note: {n}"));
+    }
     let json = sel.value.to_json();
     emit(args.out.as_deref(), &json, global.json, || {
         sel.value.markdown()

@@ -1,7 +1,6 @@
 //! `maslens stats`: corpus statistics (`maslens_trace::stats`), streamed; `--json` prints
 //! [`CorpusStats`] (its keys are documented there).
 
-use super::{EXIT_OK, EXIT_PROBLEMS};
 use crate::inputs::{for_each_trace, Inputs};
 use crate::outln;
 use crate::words::noun_for;
@@ -37,11 +36,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     } else {
         print_text(&stats, args.top);
     }
-    Ok(ExitCode::from(if counts.skipped > 0 {
-        EXIT_PROBLEMS
-    } else {
-        EXIT_OK
-    }))
+    Ok(crate::ui::exit_code(counts.skipped as usize))
 }
 
 fn num(v: Option<f64>) -> String {

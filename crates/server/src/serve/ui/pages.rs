@@ -190,14 +190,13 @@ pub(super) async fn credit(State(state): State<Arc<AppState>>, Path(id): Path<St
             None => (None, String::new()),
         },
     };
-    let per_trace: Vec<Value> = body
-        .get("traces")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            json!({"id": t.get("id").or_else(|| t.get("trace")), "table": t.get("table").and_then(view::heatmap)})
-        })
+    // Per-trace credit (a credit run's `traces`): a table each, and one table per system when
+    // the traces come from several (the run's own table would mix their roles).
+    let credits = view::trace_credits(&body);
+    let systems = view::system_heatmaps(&credits);
+    let per_trace: Vec<Value> = credits
+        .iter()
+        .filter_map(|c| Some(json!({"id": c.trace_id, "table": view::trace_heatmap(c)?})))
         .collect();
     page(
         &state,
@@ -205,7 +204,7 @@ pub(super) async fn credit(State(state): State<Arc<AppState>>, Path(id): Path<St
         context! {
             title => name.clone(), nav => "credit", id, name, created_ns => created, run_id, kind,
             model => body.get("model").cloned(), lambda => body.get("lambda").cloned(),
-            heat, heat_caption, history, per_trace,
+            heat, heat_caption, history, per_trace, systems,
             summary => body.get("summary").cloned(),
             errors => body.get("errors").cloned(),
         },

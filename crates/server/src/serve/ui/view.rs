@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use maslens_credit::trace_credit::{corpus_table, systems, TraceCredit};
 use maslens_store::{Diagnosis, RunSummary};
 use maslens_trace::Trace;
 use serde::Serialize;
@@ -473,20 +474,77 @@ pub struct Heatmap {
     pub rows: Vec<(String, Vec<HeatCell>, HeatCell)>,
     /// Temporal credit per round.
     pub round_credit: Vec<HeatCell>,
-    /// The role with the lowest structural credit, and the round with the lowest temporal credit.
-    pub weakest: Option<(String, f64)>,
-    pub weakest_round: Option<(String, f64)>,
+    /// The role(s) with the lowest structural credit, and the round(s) with the lowest temporal
+    /// credit (several when tied).
+    pub weakest: Option<Lowest>,
+    pub weakest_round: Option<Lowest>,
 }
 
-/// The label with the smallest value (first on ties), skipping missing values.
-fn lowest<'a>(items: impl Iterator<Item = (&'a String, Option<f64>)>) -> Option<(String, f64)> {
-    items
+/// The labels that share the smallest value (more than one: a tie, which the page says).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lowest {
+    pub names: Vec<String>,
+    pub value: f64,
+}
+
+/// Credits closer than this are shown as equal (the page prints two decimals).
+const TIE: f64 = 1e-9;
+
+/// The labels with the smallest value, skipping missing values.
+fn lowest<'a>(items: impl Iterator<Item = (&'a String, Option<f64>)>) -> Option<Lowest> {
+    let known: Vec<(&String, f64)> = items
         .filter_map(|(k, v)| v.filter(|x| x.is_finite()).map(|x| (k, x)))
-        .fold(None, |best: Option<(&String, f64)>, (k, x)| match best {
-            Some((_, b)) if b <= x => best,
-            _ => Some((k, x)),
+        .collect();
+    let value = known.iter().map(|(_, x)| *x).reduce(f64::min)?;
+    let names = known
+        .iter()
+        .filter(|(_, x)| (x - value).abs() <= TIE)
+        .map(|(k, _)| (*k).clone())
+        .collect();
+    Some(Lowest { names, value })
+}
+
+/// A stored credit run's per-trace credit (`traces`); entries of another shape are left out.
+pub fn trace_credits(body: &Value) -> Vec<TraceCredit> {
+    body.get("traces")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| serde_json::from_value(t.clone()).ok())
+        .collect()
+}
+
+/// The credit of one trace as a heat map.
+pub fn trace_heatmap(credit: &TraceCredit) -> Option<Heatmap> {
+    let table = corpus_table(std::slice::from_ref(credit));
+    heatmap(&serde_json::to_value(table).ok()?)
+}
+
+/// One multi-agent system of a credit run that scored several: its own table.
+#[derive(Debug, Clone, Serialize)]
+pub struct SystemHeat {
+    pub traces: usize,
+    pub heat: Heatmap,
+}
+
+/// One table per system when the run's traces come from more than one (traces sharing no agent
+/// name); empty when they are one system, whose table is the run's own.
+pub fn system_heatmaps(credits: &[TraceCredit]) -> Vec<SystemHeat> {
+    let groups = systems(credits);
+    if groups.len() < 2 {
+        return Vec::new();
+    }
+    groups
+        .iter()
+        .filter_map(|members| {
+            let of: Vec<TraceCredit> = members.iter().map(|&i| credits[i].clone()).collect();
+            let heat = heatmap(&serde_json::to_value(corpus_table(&of)).ok()?)?;
+            Some(SystemHeat {
+                traces: of.len(),
+                heat,
+            })
         })
-        .map(|(k, x)| (k.clone(), x))
+        .collect()
 }
 
 fn cell(v: Option<f64>, n: Option<u64>) -> HeatCell {
@@ -775,8 +833,51 @@ mod tests {
         assert_eq!(h.rows[0].1[1].v, None);
         assert_eq!(h.rows[1].2.bucket, 3);
         assert_eq!(h.round_credit[1].v, None);
-        assert_eq!(h.weakest, Some(("B".to_string(), 0.3)));
-        assert_eq!(h.weakest_round, Some(("round 1".to_string(), 0.5)));
+        let one = |n: &str, value| Lowest {
+            names: vec![n.to_string()],
+            value,
+        };
+        assert_eq!(h.weakest, Some(one("B", 0.3)));
+        assert_eq!(h.weakest_round, Some(one("round 1", 0.5)));
         assert!(heatmap(&serde_json::json!({"roles": 3})).is_none());
+    }
+
+    #[test]
+    fn tied_weakest_roles_are_all_named() {
+        let t = serde_json::json!({
+            "roles": ["A", "B", "C"], "rounds": ["round 1"],
+            "cell": [[0.3], [0.3], [0.9]], "role_credit": [0.3, 0.3, 0.9], "round_credit": [0.5]
+        });
+        let h = heatmap(&t).expect("heatmap");
+        let w = h.weakest.expect("weakest");
+        assert_eq!(
+            (w.names, w.value),
+            (vec!["A".to_string(), "B".to_string()], 0.3)
+        );
+    }
+
+    #[test]
+    fn stored_per_trace_credit_gets_a_table_each_and_systems_apart() {
+        let credit = |id: &str, agents: &[&str]| {
+            serde_json::json!({
+                "trace_id": id, "mode": "generic", "segmenting": "auto",
+                "agents": agents, "segments": ["round 1"],
+                "q": [[0.5], [0.5]], "p": [[0.5], [0.5]], "c": [[0.2], [0.8]],
+                "labels": [[null], [null]], "segment_score": [0.6], "abstentions": 0, "calls": 2
+            })
+        };
+        let body = serde_json::json!({"traces": [
+            credit("t1", &["Planner", "Coder"]), credit("t2", &["Solver", "Critic"]),
+            credit("t3", &["Coder", "Planner"]), {"not": "a trace credit"}
+        ]});
+        let credits = trace_credits(&body);
+        assert_eq!(credits.len(), 3);
+        let h = trace_heatmap(&credits[0]).expect("per-trace table");
+        assert_eq!(h.rows[0].0, "Planner");
+        assert_eq!(h.rows[0].1[0].v, Some(0.2));
+        let systems = system_heatmaps(&credits);
+        assert_eq!(systems.iter().map(|s| s.traces).collect::<Vec<_>>(), [2, 1]);
+        assert_eq!(systems[1].heat.rows.len(), 2);
+        assert!(system_heatmaps(&credits[..1]).is_empty());
     }
 }
