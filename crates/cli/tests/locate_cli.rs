@@ -181,7 +181,13 @@ async fn eval_locate_aegis_pair_level_and_split() {
     assert!(chance > 0.5, "{chance}");
     let o = run(maslens(
         dir.path(),
-        &["eval", "locate", &ds, "--predictions", preds.to_str().unwrap()],
+        &[
+            "eval",
+            "locate",
+            &ds,
+            "--predictions",
+            preds.to_str().unwrap(),
+        ],
     ))
     .await;
     assert!(

@@ -55,6 +55,15 @@ pub fn stdout_json(o: &Output) -> Value {
 /// 200 and every other request with HTTP 500, counting those. Returns the base URL (`.../v1`) and
 /// the count of model calls that reached it, so a test can show a command never called the model.
 pub fn stub_model_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    stub_model_server_with(std::time::Duration::ZERO, None)
+}
+
+/// [`stub_model_server`] that waits `delay` before each model call and, given `answer`, answers
+/// it with that text (HTTP 200, OpenAI chat-completion shape) instead of HTTP 500.
+pub fn stub_model_server_with(
+    delay: std::time::Duration,
+    answer: Option<&'static str>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
@@ -63,20 +72,22 @@ pub fn stub_model_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicU
     let counted = calls.clone();
     std::thread::spawn(move || {
         for mut s in l.incoming().flatten() {
-            let mut buf = [0u8; 8192];
+            let mut buf = [0u8; 65536];
             let n = s.read(&mut buf).unwrap_or(0);
             let head = String::from_utf8_lossy(&buf[..n]);
             let (status, body) = if head.starts_with("GET ") && head.contains("/models") {
-                (
-                    "200 OK",
-                    r#"{"object":"list","data":[{"id":"x","object":"model"}]}"#,
-                )
+                let list = r#"{"object":"list","data":[{"id":"x","object":"model"}]}"#;
+                ("200 OK", list.to_string())
             } else {
                 counted.fetch_add(1, Ordering::SeqCst);
-                (
-                    "500 Internal Server Error",
-                    r#"{"error":{"message":"stub: no model here"}}"#,
-                )
+                std::thread::sleep(delay);
+                match answer {
+                    Some(text) => ("200 OK", chat_completion(text)),
+                    None => (
+                        "500 Internal Server Error",
+                        r#"{"error":{"message":"stub: no model here"}}"#.to_string(),
+                    ),
+                }
             };
             let _ = write!(
                 s,
@@ -86,6 +97,17 @@ pub fn stub_model_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicU
         }
     });
     (format!("http://{addr}/v1"), calls)
+}
+
+/// An OpenAI chat completion answering `text`.
+fn chat_completion(text: &str) -> String {
+    serde_json::json!({
+        "id": "stub", "object": "chat.completion", "model": "x",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    })
+    .to_string()
 }
 
 pub mod browser;
