@@ -250,22 +250,27 @@ impl Store {
     /// Runs that have never been diagnosed: complete, with an assembled trace of at least one
     /// step, no diagnosis at all; in `(received_ns, id)` order after `after` (a keyset cursor:
     /// `(since_ns, "")` starts at `since_ns`), at most `limit`. What to queue the prior on when
-    /// runs arrive other than through OTLP (`maslens import --db`, `POST /api/runs`).
+    /// runs arrive other than through OTLP (`maslens import --db`, `POST /api/runs`). An OTLP run
+    /// is diagnosed on arrival by the server that completes it, so it is one only when it
+    /// completed before `settled_ns` (that diagnosis was lost, e.g. the server was killed).
     pub async fn undiagnosed_runs(
         &self,
         after: (i64, &str),
+        settled_ns: i64,
         limit: i64,
     ) -> Result<Vec<UndiagnosedRun>> {
         let rows = sqlx::query(
             "SELECT id, trace_hash, received_ns FROM runs
              WHERE (received_ns, id) > ($1, $2) AND state = 'complete'
                AND trace_hash IS NOT NULL AND n_steps > 0
+               AND (source <> 'otlp' OR completed_ns < $4)
                AND NOT EXISTS (SELECT 1 FROM diagnoses d WHERE d.run_id = runs.id)
              ORDER BY received_ns, id LIMIT $3",
         )
         .bind(after.0)
         .bind(after.1)
         .bind(limit.max(0))
+        .bind(settled_ns)
         .fetch_all(&self.pool)
         .await
         .map_err(q("undiagnosed runs"))?;
@@ -545,18 +550,40 @@ mod tests {
                 ..crate::NewDiagnosis::default()
             };
             store.add_diagnosis(&d).await.expect("diagnosis");
-            let all = store.undiagnosed_runs((0, ""), 10).await.expect("runs");
+            let all = store
+                .undiagnosed_runs((0, ""), i64::MAX, 10)
+                .await
+                .expect("runs");
             let ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
             let mut sorted = ids.clone();
             sorted.sort();
             assert_eq!(sorted, ["a", "c"], "no diagnosed or empty run");
-            let first = store.undiagnosed_runs((0, ""), 1).await.expect("page");
+            let first = store
+                .undiagnosed_runs((0, ""), i64::MAX, 1)
+                .await
+                .expect("page");
             let next = store
-                .undiagnosed_runs((first[0].received_ns, &first[0].id), 10)
+                .undiagnosed_runs((first[0].received_ns, &first[0].id), i64::MAX, 10)
                 .await
                 .expect("page");
             assert_eq!(first.len() + next.len(), 2);
             assert_ne!(first[0].id, next[0].id);
+            // An OTLP run is the server's to diagnose on arrival until it settled.
+            sqlx::query("UPDATE runs SET source = 'otlp', completed_ns = 100 WHERE id = 'a'")
+                .execute(store.pool())
+                .await
+                .expect("otlp run");
+            let ids = |v: Vec<UndiagnosedRun>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+            let fresh = store
+                .undiagnosed_runs((0, ""), 100, 10)
+                .await
+                .expect("runs");
+            assert_eq!(ids(fresh), ["c"]);
+            let settled = store
+                .undiagnosed_runs((0, ""), 101, 10)
+                .await
+                .expect("runs");
+            assert_eq!(ids(settled).len(), 2);
             let jobs: Vec<NewJob> = all
                 .iter()
                 .map(|r| NewJob {
