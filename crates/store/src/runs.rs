@@ -63,8 +63,9 @@ pub struct RunFilter {
     pub located_agent: Option<String>,
     /// An agent that acts in the run.
     pub agent: Option<String>,
-    /// Full text: runs with a step whose text (content, tool calls) holds every word of this
-    /// ([`crate::search`]). Blank: no filter; no letters or digits at all: no run.
+    /// Full text: runs with a step whose text (content, tool calls) holds every word of this,
+    /// with `"phrases"` and `OR` ([`crate::search::Query`]). Blank: no filter; no letters or
+    /// digits at all: no run.
     pub q: Option<String>,
     /// Latest implicit-failure risk at least this.
     pub min_risk: Option<f64>,
