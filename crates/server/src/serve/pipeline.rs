@@ -1,4 +1,5 @@
-//! From stored spans to diagnoses: assembly, completion, the prior on arrival, the queue worker.
+//! From stored spans to diagnoses: assembly, completion, the prior on arrival and on runs stored
+//! without a diagnosis, the queue workers (one lane for the instant prior, one for LLM methods).
 //! Every method is the library call the CLI makes (`maslens_core::locate`, `maslens_implicit`).
 
 use std::sync::Arc;
