@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::serve::{check_run, first_acts, get, poll, post, python, repo, serve, venv};
+use common::serve::{
+    check_run, first_acts, get, poll, post, python, repo, serve, serve_with_stderr, venv,
+};
 use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -327,4 +329,86 @@ fn sigterm_drains_and_exits_cleanly() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+/// Issue 37 item 7 (a, c): runs imported with `--db` get the prior (no LLM) when `serve` starts,
+/// which says on stderr how many it queued; the start-up line names the web UI, which answers.
+#[test]
+fn serve_queues_the_prior_on_imported_runs_and_names_the_ui() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let db = home.path().join("m.db");
+    let db = db.to_str().expect("utf-8");
+    for file in ["examples/whowhen-style.json", "examples/native.jsonl"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_maslens"))
+            .args([
+                "import",
+                repo().join(file).to_str().expect("utf-8"),
+                "--db",
+                db,
+            ])
+            .env("MASLENS_HOME", home.path())
+            .output()
+            .expect("import");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let log = home.path().join("serve.stderr");
+    let stderr = std::fs::File::create(&log).expect("log file");
+    let server = serve_with_stderr(db, home.path(), &[], stderr.into());
+    let url = &server.url;
+    assert!(
+        server.first_line.starts_with(&format!(
+            "listening on {url} (UI: {url}/ui, OTLP: {url}/v1/traces, API: /api, OpenAPI: /openapi.json)"
+        )),
+        "{}",
+        server.first_line
+    );
+    let ui = Command::new("curl")
+        .args(["-sS", "-L", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("{url}/ui"))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&ui.stdout), "200");
+    let runs = get(&format!("{url}/api/runs?limit=100"));
+    let ids: Vec<String> = runs["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter_map(|r| r["id"].as_str().map(String::from))
+        .collect();
+    assert!(ids.len() >= 2, "{runs}");
+    for id in &ids {
+        let run = poll(
+            &format!("{url}/api/runs/{}", id.replace('/', "%2F")),
+            |v| v["diagnoses"].as_array().is_some_and(|d| !d.is_empty()),
+            60,
+        );
+        assert_eq!(run["diagnoses"][0]["method"], "prior", "{id}");
+        let methods: Vec<&str> = run["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .filter_map(|j| j["method"].as_str())
+            .collect();
+        assert_eq!(methods, ["prior"], "{id}: no LLM job is queued by itself");
+    }
+    let said = format!(
+        "queued the prior (no LLM, instant) on {} runs stored without a diagnosis",
+        ids.len()
+    );
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains(&said) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "stderr never said {said:?}: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

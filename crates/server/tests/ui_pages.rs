@@ -68,11 +68,19 @@ async fn start_on(store: Store, dir: tempfile::TempDir, token: Option<&str>) -> 
         token: token.map(String::from),
         policy: Policy::Off,
         tick: Duration::from_millis(50),
+        // Runs are stored after the start-up sweep (awaited below) and none comes later, so
+        // the tests decide what is queued (the sweep has its own tests in serve::pipeline).
+        sweep: Duration::from_secs(3600),
         ..ServeConfig::default()
     };
     let state = AppState::new(store, config).expect("state");
     let (stop, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(serve::background(state.clone(), rx));
+    let (swept, first_sweep) = tokio::sync::oneshot::channel();
+    let report: serve::pipeline::SweepReport = Box::new(move |r| {
+        let _ = swept.send(r.is_ok());
+    });
+    tokio::spawn(serve::background_with(state.clone(), rx, Some(report)));
+    assert_eq!(first_sweep.await, Ok(true), "the start-up sweep ran");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -156,13 +164,19 @@ fn scan_fixture(run: &str, hash: &str, payload: &str) -> NewDiagnosis {
     let event = json!({"step": 1, "agent": "Web<b>Surfer</b>", "error_type": "hallucination",
         "description": format!("made up {payload}"), "evidence": payload, "severity": "high",
         "absorption": {"label": "absorbed", "rationale": format!("fixed later {payload}")}});
+    // Reported but not counted: shown with why, escaped like the rest.
+    let flagged = json!({"step": 2, "agent": format!("Coder{payload}"), "error_type": "reasoning_error",
+        "description": format!("doubted {payload}"), "evidence": format!("quote {payload}"),
+        "severity": "low", "confidence": "high",
+        "evidence_check": {"status": "unsupported", "coverage": 0.25, "agent_matches": true},
+        "flags": [format!("evidence not found in step 2 (coverage 0.25) {payload}")]});
     NewDiagnosis {
         run_id: run.into(),
         method: "scan".into(),
         model: Some("fixture".into()),
         trace_hash: Some(hash.into()),
         risk: Some(0.4),
-        result: json!({"events": [event.clone()], "flagged": [], "risk": 0.4}),
+        result: json!({"events": [event.clone()], "flagged": [flagged], "risk": 0.4}),
         events: vec![maslens_store::ImplicitEvent {
             step: Some(1),
             agent: Some("Web<b>Surfer</b>".into()),
@@ -256,6 +270,20 @@ async fn untrusted_content_is_escaped_on_every_page() {
     );
     assert!(body.contains("implicit: hallucination"));
     assert!(body.contains("absorbed by <a href=\"#step-3\">step 3</a>"));
+    // The flagged event (issue 37 item 7d): its step, agent, confidence and why, escaped.
+    assert!(body.contains("<a href=\"#flagged\">1 flagged, not counted</a>"));
+    let flagged = body
+        .split("id=\"flagged\"")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .expect("the flagged table");
+    assert!(flagged.contains("<a href=\"#step-2\">2</a>"), "{flagged}");
+    assert!(flagged.contains("reasoning_error") && flagged.contains("<td>high</td>"));
+    assert!(flagged.contains("evidence not found in step 2 (coverage 0.25) &lt;script&gt;"));
+    assert!(flagged.contains("Coder&lt;script&gt;"), "{flagged}");
+    // Compare (item 7e): a localization did not scan, which is not "0 implicit failures".
+    let compare = s.page(&format!("/ui/traces/{id}/compare")).await;
+    assert!(compare.contains("<td>not scanned</td><td>1 (1 flagged, not counted)</td>"));
     // Search terms are marked inside escaped text.
     let marked = s.page(&format!("/ui/traces/{id}?q=pwned")).await;
     assert!(marked.contains("<mark>pwned</mark>"));
@@ -296,6 +324,21 @@ async fn list_checks(s: Server) {
     let zebra = s.page("/ui/traces?q=zebra").await;
     assert!(zebra.contains("13 traces match."));
     assert!(zebra.contains("matched in step 0 (Planner)"));
+    // Issue 37 item 7f: OR between words, a quoted phrase (in order), the syntax on the form.
+    let either = s.page("/ui/traces?q=zebra+OR+horse").await;
+    assert!(either.contains("130 traces match."));
+    assert!(either.contains("id=\"q-help\""));
+    let phrase = s.page("/ui/traces?q=%22a+zebra%22").await;
+    assert!(phrase.contains("13 traces match."));
+    let reversed = s.page("/ui/traces?q=%22zebra+a%22").await;
+    assert!(reversed.contains("0 traces match."));
+    let both = s.page("/ui/traces?q=zebra+horse").await;
+    assert!(
+        both.contains("0 traces match."),
+        "the default is still every word"
+    );
+    let marked = s.page("/ui/traces/run-000?q=zebra+OR+code").await;
+    assert!(marked.contains("<mark>zebra</mark>") && marked.contains("<mark>code</mark>"));
     // Follow "Older" until the end: every run once.
     let mut seen = Vec::new();
     let mut path = "/ui/traces".to_string();

@@ -75,6 +75,24 @@ pub struct Job {
     pub error: Option<String>,
 }
 
+/// A job to queue ([`Store::enqueue_many`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub run_id: String,
+    pub method: String,
+    pub params: Value,
+    /// One job per key: the same method on the same trace version with the same parameters.
+    pub dedup: String,
+}
+
+/// A run without any diagnosis ([`Store::undiagnosed_runs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndiagnosedRun {
+    pub id: String,
+    pub trace_hash: String,
+    pub received_ns: i64,
+}
+
 const COLS: &str = "id, run_id, method, params, state, attempts, worker, created_ns, claimed_ns, \
      finished_ns, diagnosis_id, error";
 
@@ -133,17 +151,31 @@ impl Store {
 
     /// Claim the oldest queued job for `worker`, if any.
     pub async fn claim(&self, worker: &str) -> Result<Option<Job>> {
-        let pick = match self.backend {
-            Backend::Postgres => {
-                "SELECT id FROM jobs WHERE state = 'queued' ORDER BY created_ns, id LIMIT 1
-                 FOR UPDATE SKIP LOCKED"
-            }
-            Backend::Sqlite => {
-                "SELECT id FROM jobs WHERE state = 'queued' ORDER BY created_ns, id LIMIT 1"
-            }
+        self.claim_in(worker, &[]).await
+    }
+
+    /// Claim the oldest queued job whose method is one of `methods` (any method when empty) for
+    /// `worker`, if any: a worker per lane, so that instant jobs never wait behind slow ones.
+    pub async fn claim_in(&self, worker: &str, methods: &[&str]) -> Result<Option<Job>> {
+        let lane = if methods.is_empty() {
+            String::new()
+        } else {
+            let params: Vec<String> = (1..=methods.len()).map(|i| format!("${i}")).collect();
+            format!(" AND method IN ({})", params.join(", "))
         };
+        let lock = match self.backend {
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let pick = format!(
+            "SELECT id FROM jobs WHERE state = 'queued'{lane} ORDER BY created_ns, id LIMIT 1{lock}"
+        );
         let mut tx = self.write_tx().await?;
-        let id: Option<String> = sqlx::query_scalar(pick)
+        let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(pick));
+        for m in methods {
+            query = query.bind(*m);
+        }
+        let id: Option<String> = query
             .fetch_optional(&mut *tx)
             .await
             .map_err(q("pick job"))?;
@@ -164,6 +196,93 @@ impl Store {
         .map_err(q("claim job"))?;
         tx.commit().await.map_err(q("commit claim"))?;
         row.as_ref().map(job).transpose()
+    }
+
+    /// Queue many jobs in one transaction, each unless one with its `dedup` key exists. Returns
+    /// how many were queued (jobs that existed already are not counted).
+    pub async fn enqueue_many(&self, jobs: &[NewJob]) -> Result<u64> {
+        if jobs.is_empty() {
+            return Ok(0);
+        }
+        let now = now_ns();
+        let mut queued = 0;
+        let mut tx = self.write_tx().await?;
+        for chunk in jobs.chunks(500) {
+            let mut sql = String::from(
+                "INSERT INTO jobs (id, run_id, method, params, dedup, state, created_ns) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                let p = i * 5;
+                sql.push_str(&format!(
+                    "(${}, ${}, ${}, ${}, ${}, 'queued', ${})",
+                    p + 1,
+                    p + 2,
+                    p + 3,
+                    p + 4,
+                    p + 5,
+                    chunk.len() * 5 + 1
+                ));
+            }
+            sql.push_str(" ON CONFLICT (dedup) DO NOTHING");
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for j in chunk {
+                query = query
+                    .bind(new_id(&[&j.run_id, &j.method, &j.dedup]))
+                    .bind(j.run_id.as_str())
+                    .bind(j.method.as_str())
+                    .bind(j.params.to_string())
+                    .bind(j.dedup.as_str());
+            }
+            let r = query
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(q("enqueue many"))?;
+            queued += r.rows_affected();
+        }
+        tx.commit().await.map_err(q("commit enqueue"))?;
+        Ok(queued)
+    }
+
+    /// Runs that have never been diagnosed: complete, with an assembled trace of at least one
+    /// step, no diagnosis at all; in `(received_ns, id)` order after `after` (a keyset cursor:
+    /// `(since_ns, "")` starts at `since_ns`), at most `limit`. What to queue the prior on when
+    /// runs arrive other than through OTLP (`maslens import --db`, `POST /api/runs`). An OTLP run
+    /// is diagnosed on arrival by the server that completes it, so it is one only when it
+    /// completed before `settled_ns` (that diagnosis was lost, e.g. the server was killed).
+    pub async fn undiagnosed_runs(
+        &self,
+        after: (i64, &str),
+        settled_ns: i64,
+        limit: i64,
+    ) -> Result<Vec<UndiagnosedRun>> {
+        let rows = sqlx::query(
+            "SELECT id, trace_hash, received_ns FROM runs
+             WHERE (received_ns, id) > ($1, $2) AND state = 'complete'
+               AND trace_hash IS NOT NULL AND n_steps > 0
+               AND (source <> 'otlp' OR completed_ns < $4)
+               AND NOT EXISTS (SELECT 1 FROM diagnoses d WHERE d.run_id = runs.id)
+             ORDER BY received_ns, id LIMIT $3",
+        )
+        .bind(after.0)
+        .bind(after.1)
+        .bind(limit.max(0))
+        .bind(settled_ns)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("undiagnosed runs"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(UndiagnosedRun {
+                    id: col(r, "id")?,
+                    trace_hash: col(r, "trace_hash")?,
+                    received_ns: col(r, "received_ns")?,
+                })
+            })
+            .collect()
     }
 
     /// A claimed job finished with a diagnosis.
@@ -383,6 +502,106 @@ mod tests {
             let done = store.job(&back.id).await.expect("job").expect("exists");
             assert_eq!(done.state, JobState::Done);
             assert_eq!(done.diagnosis_id.as_deref(), Some("d1"));
+        }
+    }
+
+    /// A lane claims only its methods, oldest first, whatever is older in the other lane.
+    #[tokio::test]
+    async fn lanes_claim_only_their_methods() {
+        for (store, _dir) in stores().await {
+            let llm = store
+                .enqueue("r1", "llm", &json!({}), "r1/llm")
+                .await
+                .expect("enqueue");
+            let prior = store
+                .enqueue("r1", "prior", &json!({}), "r1/prior")
+                .await
+                .expect("enqueue");
+            let got = store.claim_in("w", &["prior"]).await.expect("claim");
+            assert_eq!(got.map(|j| j.id), Some(prior.id));
+            assert!(store
+                .claim_in("w", &["prior"])
+                .await
+                .expect("claim")
+                .is_none());
+            let got = store.claim_in("w", &["locate", "llm", "scan"]).await;
+            assert_eq!(got.expect("claim").map(|j| j.id), Some(llm.id));
+            assert!(store.claim("w").await.expect("claim").is_none());
+        }
+    }
+
+    /// Bulk queueing counts only new jobs; undiagnosed runs are the complete, assembled,
+    /// non-empty runs without a diagnosis, in keyset pages.
+    #[tokio::test]
+    async fn undiagnosed_runs_and_bulk_queueing() {
+        use maslens_trace::TraceBuilder;
+        for (store, _dir) in stores().await {
+            for id in ["a", "b", "c"] {
+                let t = TraceBuilder::new(id).task("q").step("A", "x").build();
+                store.put_trace(&t).await.expect("put");
+            }
+            store
+                .put_trace(&TraceBuilder::new("empty").task("q").build())
+                .await
+                .expect("put");
+            let d = crate::NewDiagnosis {
+                run_id: "b".into(),
+                method: "prior".into(),
+                ..crate::NewDiagnosis::default()
+            };
+            store.add_diagnosis(&d).await.expect("diagnosis");
+            let all = store
+                .undiagnosed_runs((0, ""), i64::MAX, 10)
+                .await
+                .expect("runs");
+            let ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
+            let mut sorted = ids.clone();
+            sorted.sort();
+            assert_eq!(sorted, ["a", "c"], "no diagnosed or empty run");
+            let first = store
+                .undiagnosed_runs((0, ""), i64::MAX, 1)
+                .await
+                .expect("page");
+            let next = store
+                .undiagnosed_runs((first[0].received_ns, &first[0].id), i64::MAX, 10)
+                .await
+                .expect("page");
+            assert_eq!(first.len() + next.len(), 2);
+            assert_ne!(first[0].id, next[0].id);
+            // An OTLP run is the server's to diagnose on arrival until it settled.
+            sqlx::query("UPDATE runs SET source = 'otlp', completed_ns = 100 WHERE id = 'a'")
+                .execute(store.pool())
+                .await
+                .expect("otlp run");
+            let ids = |v: Vec<UndiagnosedRun>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+            let fresh = store
+                .undiagnosed_runs((0, ""), 100, 10)
+                .await
+                .expect("runs");
+            assert_eq!(ids(fresh), ["c"]);
+            let settled = store
+                .undiagnosed_runs((0, ""), 101, 10)
+                .await
+                .expect("runs");
+            assert_eq!(ids(settled).len(), 2);
+            let jobs: Vec<NewJob> = all
+                .iter()
+                .map(|r| NewJob {
+                    run_id: r.id.clone(),
+                    method: "prior".into(),
+                    params: json!({}),
+                    dedup: format!("{}/prior/{}", r.id, r.trace_hash),
+                })
+                .collect();
+            assert_eq!(store.enqueue_many(&jobs).await.expect("queue"), 2);
+            assert_eq!(store.enqueue_many(&jobs).await.expect("again"), 0);
+            assert_eq!(store.enqueue_many(&[]).await.expect("none"), 0);
+            let a = store.jobs_of("a").await.expect("jobs");
+            assert_eq!(a.len(), 1);
+            assert_eq!(
+                (a[0].method.as_str(), a[0].state),
+                ("prior", JobState::Queued)
+            );
         }
     }
 

@@ -37,7 +37,7 @@ use sqlx::{AnyPool, Executor, SqlSafeStr};
 
 pub use diagnosis::{new_id, Diagnosis, FollowUp, ImplicitEvent, NewDiagnosis, Provenance};
 pub use ingest::IngestOutcome;
-pub use jobs::{BatchProgress, Job, JobState};
+pub use jobs::{BatchProgress, Job, JobState, NewJob, UndiagnosedRun};
 pub use runs::{RunFilter, RunSummary, StoredRun};
 pub use search::{Facets, StepMatch};
 
@@ -63,6 +63,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "run error",
         include_str!("../migrations/0003_run_error.sql"),
         include_str!("../migrations/0003_run_error.sql"),
+    ),
+    (
+        4,
+        "job lanes",
+        include_str!("../migrations/0004_job_lanes.sql"),
+        include_str!("../migrations/0004_job_lanes.sql"),
     ),
 ];
 

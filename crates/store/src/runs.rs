@@ -8,7 +8,7 @@ use maslens_trace::Trace;
 use sqlx::any::AnyRow;
 use sqlx::AssertSqlSafe;
 
-use crate::search::{self, fts5_query, index_run, pg_query};
+use crate::search::{self, index_run, Query};
 use crate::{big, col, json_col, now_ns, q, Backend, Result, Store};
 
 /// One run as lists show it.
@@ -63,8 +63,9 @@ pub struct RunFilter {
     pub located_agent: Option<String>,
     /// An agent that acts in the run.
     pub agent: Option<String>,
-    /// Full text: runs with a step whose text (content, tool calls) holds every word of this
-    /// ([`crate::search`]). Blank: no filter; no letters or digits at all: no run.
+    /// Full text: runs with a step whose text (content, tool calls) holds every word of this,
+    /// with `"phrases"` and `OR` ([`crate::search::Query`]). Blank: no filter; no letters or
+    /// digits at all: no run.
     pub q: Option<String>,
     /// Latest implicit-failure risk at least this.
     pub min_risk: Option<f64>,
@@ -368,17 +369,16 @@ impl Store {
     /// checked as [`TextPlan`] says.
     async fn list_sql(&self, filter: &RunFilter, cursor: bool) -> Result<ListSql> {
         let mut w = Where::default();
-        let terms = filter
+        let text = filter
             .q
             .as_deref()
             .filter(|t| !search::is_blank(t))
-            .map(search::terms);
-        let pg_text = pg_query(filter.q.as_deref().unwrap_or_default());
-        let plan = match (&terms, self.backend) {
+            .map(Query::parse);
+        let plan = match (&text, self.backend) {
             (None, _) => None,
             (Some(t), _) if t.is_empty() => Some(TextPlan::Nothing),
-            (Some(t), Backend::Sqlite) => Some(self.text_plan(&fts5_query(t)).await?),
-            (Some(_), Backend::Postgres) => Some(self.pg_text_plan(&pg_text).await?),
+            (Some(t), Backend::Sqlite) => Some(self.text_plan(&t.fts5()).await?),
+            (Some(t), Backend::Postgres) => Some(self.pg_text_plan(t).await?),
         };
         // A count with a common word reads the full-text index in rowid order (one run's steps
         // are together) instead of probing it once per run.
@@ -434,22 +434,21 @@ impl Store {
         if let Some(v) = &filter.located_agent {
             w.text("runs.located_agent = {}", v.clone());
         }
-        match (&terms, plan, self.backend) {
+        match (&text, plan, self.backend) {
             (None, _, _) | (_, None, _) => {}
             (_, Some(TextPlan::Nothing), _) => w.clauses.push("1 = 0".into()),
-            (Some(_), Some(plan), Backend::Postgres) => {
-                let clause = match plan {
+            (Some(t), Some(plan), Backend::Postgres) => {
+                let tsq = t.pg_tsquery(|v| w.push(Bind::Text(v)));
+                w.clauses.push(match (tsq, plan) {
+                    (None, _) => "1 = 0".into(),
                     // OFFSET 0 keeps the subquery whole: its rows are found by the GIN index.
-                    TextPlan::Drive => {
-                        "runs.id IN (SELECT run_id FROM step_text
-                           WHERE tsv @@ plainto_tsquery('simple', {}) OFFSET 0)"
+                    (Some(tsq), TextPlan::Drive) => {
+                        format!("runs.id IN (SELECT run_id FROM step_text WHERE tsv @@ {tsq} OFFSET 0)")
                     }
-                    _ => {
-                        "EXISTS (SELECT 1 FROM step_text s WHERE s.run_id = runs.id
-                           AND s.tsv @@ plainto_tsquery('simple', {}))"
-                    }
-                };
-                w.text(clause, pg_text);
+                    (Some(tsq), _) => format!(
+                        "EXISTS (SELECT 1 FROM step_text s WHERE s.run_id = runs.id AND s.tsv @@ {tsq})"
+                    ),
+                });
             }
             (Some(t), Some(plan), Backend::Sqlite) => {
                 let clause = match plan {
@@ -466,7 +465,7 @@ impl Store {
                            AND (runs.search_key << 20) + 1048575)"
                     }
                 };
-                w.text(clause, fts5_query(t));
+                w.text(clause, t.fts5());
             }
         }
         if let Some(v) = filter.since_ns {
@@ -496,7 +495,7 @@ impl Store {
     /// the matching steps (its statistics on `step_text.tsv`; planning only, nothing is read).
     /// Few: the matching steps drive the query ([`TextPlan::Drive`]); else the list walks its
     /// index and checks each run's steps ([`TextPlan::Probe`]). Unknown: probe.
-    async fn pg_text_plan(&self, text: &str) -> Result<TextPlan> {
+    async fn pg_text_plan(&self, text: &Query) -> Result<TextPlan> {
         #[cfg(test)]
         if let Some(plan) = FORCE_TEXT_PLAN.with(std::cell::Cell::get) {
             return Ok(if plan == TextPlan::Drive {
@@ -505,13 +504,22 @@ impl Store {
                 TextPlan::Probe
             });
         }
-        let lines: Vec<String> = sqlx::query_scalar(
-            "EXPLAIN SELECT 1 FROM step_text WHERE tsv @@ plainto_tsquery('simple', $1)",
-        )
-        .bind(text)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(q("estimate text matches"))?;
+        let mut texts = Vec::new();
+        let Some(tsq) = text.pg_tsquery(|t| {
+            texts.push(t);
+            format!("${}", texts.len())
+        }) else {
+            return Ok(TextPlan::Nothing);
+        };
+        let sql = format!("EXPLAIN SELECT 1 FROM step_text WHERE tsv @@ {tsq}");
+        let mut query = sqlx::query_scalar(AssertSqlSafe(sql));
+        for t in texts {
+            query = query.bind(t);
+        }
+        let lines: Vec<String> = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(q("estimate text matches"))?;
         let rows = lines.first().and_then(|l| {
             let at = l.find(" rows=")? + 6;
             let digits: String = l[at..].chars().take_while(char::is_ascii_digit).collect();

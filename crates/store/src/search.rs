@@ -4,19 +4,26 @@
 //! trace, in the transaction that writes `runs.trace_json`; runs stored before these tables
 //! existed are indexed when the store opens ([`Store::reindex_search`]).
 //!
-//! A text query is an AND of words. The query is cut into terms here, in Rust, the same way for
-//! both backends: maximal runs of letters and digits ([`terms`]); everything else separates terms.
-//! No user input is ever query syntax: `foo"`, `-x`, `a:b`, `NEAR(`, `OR` are words or nothing.
-//! SQLite gets each term quoted (`"a" "b"`, FTS5's implicit AND); PostgreSQL gets the query's
-//! words through `plainto_tsquery('simple', ...)` (also an AND; it reads no operators). A query
-//! without any letter or digit matches no run on both. Both sides lower-case and do not stem, so
-//! ordinary words match the same runs. Known differences (tested): SQLite's `unicode61
-//! remove_diacritics 2` folds accents (`cafe` finds `café`), PostgreSQL's `simple` configuration
-//! does not; PostgreSQL keeps file names, host names, URLs, e-mail addresses and numbers like
-//! `3.14` as one token, so a part of one (`parser` of `parser.rs`) is found on SQLite only (the
-//! whole, `parser.rs`, on both).
+//! A text query is an OR of groups, each an AND of words and quoted phrases: `flaky test` (both
+//! words in one step, the default), `"exact words"` (those words next to each other, in that
+//! order), `paris OR london` (either), `flaky "unit test" OR timeout` (both `flaky` and the
+//! phrase, or `timeout`). `OR` is an operator only in capitals and only between two words or
+//! phrases; anywhere else it is the word "or". The query is parsed here, in Rust, the same way
+//! for both backends ([`Query::parse`]); each word is cut into terms, maximal runs of letters and
+//! digits ([`terms`]); everything else separates terms. No user input is ever query syntax:
+//! `foo"`, `-x`, `a:b`, `NEAR(`, `*` are words or nothing. SQLite gets each term quoted (`"a"
+//! "b"`, FTS5's implicit AND; a phrase as one quoted string; groups in parentheses joined by
+//! `OR`); PostgreSQL gets the words of a group through `plainto_tsquery('simple', ...)` (an AND;
+//! it reads no operators), each phrase through `phraseto_tsquery('simple', ...)`, combined with
+//! `&&` and `||`, every text a bound parameter. A query without any letter or digit matches no
+//! run on both. At most [`MAX_TERMS`] terms of a query are searched. Both sides lower-case and do
+//! not stem, so ordinary words match the same runs. Known differences (tested): SQLite's
+//! `unicode61 remove_diacritics 2` folds accents (`cafe` finds `café`), PostgreSQL's `simple`
+//! configuration does not; PostgreSQL keeps file names, host names, URLs, e-mail addresses and
+//! numbers like `3.14` as one token, so a part of one (`parser` of `parser.rs`) is found on SQLite
+//! only (the whole, `parser.rs`, on both).
 //!
-//! A run matches when one of its steps holds every word (the AND is per step, as the index is).
+//! A run matches when one of its steps matches (a group's AND is per step, as the index is).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -85,17 +92,180 @@ pub(crate) fn fts5_query(terms: &[String]) -> String {
         .join(" ")
 }
 
-/// The text for `plainto_tsquery('simple', ...)` (PostgreSQL): the query's whitespace-separated
-/// words that hold a letter or digit, at most [`MAX_TERMS`] of them, for PostgreSQL's own parser,
-/// so that a word it keeps whole in the text (`parser.rs`, `3.14`) is found whole.
-/// `plainto_tsquery` reads no operators, so no input is syntax.
-pub(crate) fn pg_query(query: &str) -> String {
-    query
-        .split(|c: char| c.is_whitespace() || c == '\0')
-        .filter(|w| w.chars().any(char::is_alphanumeric))
-        .take(MAX_TERMS)
-        .collect::<Vec<_>>()
-        .join(" ")
+/// What a query looks for in a step: a word (each of its terms must occur) or a quoted phrase
+/// (its terms next to each other, in order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Atom {
+    /// As typed (NUL characters as spaces): PostgreSQL's parser reads it.
+    pub text: String,
+    /// Its terms ([`terms`]), within the query's [`MAX_TERMS`].
+    pub terms: Vec<String>,
+    pub phrase: bool,
+}
+
+/// A parsed text query (see the module docs): a step matches when it holds every atom of one
+/// group. No group: it matches nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Query {
+    pub groups: Vec<Vec<Atom>>,
+}
+
+/// A piece of a query before grouping.
+enum Token {
+    Word(String),
+    Phrase(String),
+    Or,
+}
+
+/// Words (split on whitespace), phrases (between double quotes; an unclosed one runs to the
+/// end) and `OR`s, in order.
+fn tokens(query: &str) -> Vec<Token> {
+    fn flush(out: &mut Vec<Token>, cur: &mut String, phrase: bool) {
+        if cur.is_empty() {
+            return;
+        }
+        let text = std::mem::take(cur);
+        out.push(match (phrase, text.as_str()) {
+            (false, "OR") => Token::Or,
+            (false, _) => Token::Word(text),
+            (true, _) => Token::Phrase(text),
+        });
+    }
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut phrase = false;
+    for c in query.chars() {
+        match c {
+            '"' => {
+                flush(&mut out, &mut cur, phrase);
+                phrase = !phrase;
+            }
+            c if !phrase && (c.is_whitespace() || c == '\0') => flush(&mut out, &mut cur, false),
+            '\0' => cur.push(' '),
+            c => cur.push(c),
+        }
+    }
+    flush(&mut out, &mut cur, phrase);
+    out
+}
+
+impl Query {
+    /// Parse a query: words and `"phrases"` that must all occur in one step, alternatives
+    /// separated by `OR`. Never fails; at most [`MAX_TERMS`] terms are kept.
+    pub fn parse(query: &str) -> Query {
+        let toks = tokens(query);
+        let item = |t: Option<&Token>| matches!(t, Some(Token::Word(_) | Token::Phrase(_)));
+        let mut groups: Vec<Vec<Atom>> = vec![Vec::new()];
+        let mut budget = MAX_TERMS;
+        for (i, t) in toks.iter().enumerate() {
+            let (text, phrase) = match t {
+                Token::Or if i > 0 && item(toks.get(i - 1)) && item(toks.get(i + 1)) => {
+                    groups.push(Vec::new());
+                    continue;
+                }
+                Token::Or => ("OR", false),
+                Token::Word(w) => (w.as_str(), false),
+                Token::Phrase(p) => (p.as_str(), true),
+            };
+            let mut ts = terms(text);
+            if ts.is_empty() {
+                continue;
+            }
+            if budget == 0 {
+                break;
+            }
+            // A cut word is searched by the terms kept (on both backends).
+            let text = if ts.len() > budget {
+                ts.truncate(budget);
+                ts.join(" ")
+            } else {
+                text.to_string()
+            };
+            budget -= ts.len();
+            if let Some(g) = groups.last_mut() {
+                g.push(Atom {
+                    text,
+                    terms: ts,
+                    phrase,
+                });
+            }
+        }
+        groups.retain(|g| !g.is_empty());
+        Query { groups }
+    }
+
+    /// Nothing to search for: the query matches no run.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// The words to mark where a query matched: each word and each word of each phrase as
+    /// typed, without the `OR` operators, in order.
+    pub fn marked_words(&self) -> Vec<&str> {
+        self.groups
+            .iter()
+            .flatten()
+            .flat_map(|a| a.text.split_whitespace())
+            .collect()
+    }
+
+    /// The FTS5 MATCH expression (SQLite): a group's atoms joined by spaces (AND), each term or
+    /// phrase a quoted string; several groups in parentheses joined by `OR`.
+    pub(crate) fn fts5(&self) -> String {
+        let groups: Vec<String> = self
+            .groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|a| match a.phrase {
+                        true => format!("\"{}\"", a.terms.join(" ").replace('"', "\"\"")),
+                        false => fts5_query(&a.terms),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        match groups.as_slice() {
+            [one] => one.clone(),
+            _ => groups
+                .iter()
+                .map(|g| format!("({g})"))
+                .collect::<Vec<_>>()
+                .join(" OR "),
+        }
+    }
+
+    /// The tsquery expression (PostgreSQL): per group, `plainto_tsquery` of its words and
+    /// `phraseto_tsquery` of each phrase joined by `&&`, groups joined by `||`. `bind` takes each
+    /// text and answers its placeholder, so no text is ever SQL. `None` for an empty query.
+    pub(crate) fn pg_tsquery(&self, mut bind: impl FnMut(String) -> String) -> Option<String> {
+        let groups: Vec<String> = self
+            .groups
+            .iter()
+            .map(|g| {
+                let words: Vec<&str> = g
+                    .iter()
+                    .filter(|a| !a.phrase)
+                    .map(|a| a.text.as_str())
+                    .collect();
+                let mut parts = Vec::new();
+                if !words.is_empty() {
+                    parts.push(format!(
+                        "plainto_tsquery('simple', {})",
+                        bind(words.join(" "))
+                    ));
+                }
+                for a in g.iter().filter(|a| a.phrase) {
+                    parts.push(format!(
+                        "phraseto_tsquery('simple', {})",
+                        bind(a.text.clone())
+                    ));
+                }
+                format!("({})", parts.join(" && "))
+            })
+            .collect();
+        (!groups.is_empty()).then(|| format!("({})", groups.join(" || ")))
+    }
 }
 
 /// One row of `step_text`.
@@ -396,7 +566,7 @@ impl Store {
         Ok(n)
     }
 
-    /// The steps of run `run_id` whose text matches `query` (an AND of words; see the module
+    /// The steps of run `run_id` whose text matches `query` ([`Query::parse`]; see the module
     /// docs), in step order, at most `limit`. A blank query or one without letters or digits
     /// matches nothing.
     pub async fn step_matches(
@@ -405,33 +575,41 @@ impl Store {
         query: &str,
         limit: i64,
     ) -> Result<Vec<StepMatch>> {
-        let terms = terms(query);
-        if terms.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (sql, text) = match self.backend {
+        let parsed = Query::parse(query);
+        let mut texts = Vec::new();
+        let sql = match self.backend {
             // The run's steps are one rowid range of the full-text index: one probe.
-            Backend::Sqlite => (
+            Backend::Sqlite if !parsed.is_empty() => {
+                texts.push(parsed.fts5());
                 "SELECT s.step, s.agent FROM step_fts f CROSS JOIN step_text s
-                 WHERE step_fts MATCH $2
+                 WHERE step_fts MATCH $3
                    AND f.rowid BETWEEN (SELECT search_key << 20 FROM runs WHERE id = $1)
                                    AND (SELECT (search_key << 20) + 1048575 FROM runs WHERE id = $1)
                    AND s.id = f.rowid
-                 ORDER BY s.step LIMIT $3",
-                fts5_query(&terms),
-            ),
-            Backend::Postgres => (
-                "SELECT step, agent FROM step_text
-                 WHERE run_id = $1
-                   AND tsv @@ plainto_tsquery('simple', $2)
-                 ORDER BY step LIMIT $3",
-                pg_query(query),
-            ),
+                 ORDER BY s.step LIMIT $2"
+                    .to_string()
+            }
+            Backend::Postgres => {
+                let Some(tsq) = parsed.pg_tsquery(|t| {
+                    texts.push(t);
+                    format!("${}", texts.len() + 2)
+                }) else {
+                    return Ok(Vec::new());
+                };
+                format!(
+                    "SELECT step, agent FROM step_text WHERE run_id = $1 AND tsv @@ {tsq}
+                     ORDER BY step LIMIT $2"
+                )
+            }
+            Backend::Sqlite => return Ok(Vec::new()),
         };
-        let rows = sqlx::query(sql)
+        let mut query = sqlx::query(AssertSqlSafe(sql))
             .bind(run_id)
-            .bind(text)
-            .bind(limit.max(0))
+            .bind(limit.max(0));
+        for t in texts {
+            query = query.bind(t);
+        }
+        let rows = query
             .fetch_all(&self.pool)
             .await
             .map_err(q("step matches"))?;
@@ -552,7 +730,81 @@ mod tests {
             fts5_query(&["a\"b".to_string(), "OR".to_string()]),
             r#""a""b" "OR""#
         );
-        assert_eq!(pg_query(" a:b  * \0x\0 parser.rs \" "), "a:b x parser.rs");
+        // PostgreSQL reads the words as typed (NUL a separator), every text a parameter.
+        let q = Query::parse(" a:b  * \0x\0 parser.rs \" ");
+        let mut bound = Vec::new();
+        let tsq = q.pg_tsquery(|t| {
+            bound.push(t);
+            format!("${}", bound.len())
+        });
+        assert_eq!(tsq.as_deref(), Some("((plainto_tsquery('simple', $1)))"));
+        assert_eq!(bound, ["a:b x parser.rs"]);
+    }
+
+    #[test]
+    fn queries_parse_phrases_and_or() {
+        let atoms = |q: &str| -> Vec<Vec<(String, bool)>> {
+            Query::parse(q)
+                .groups
+                .iter()
+                .map(|g| g.iter().map(|a| (a.text.clone(), a.phrase)).collect())
+                .collect()
+        };
+        let w = |t: &str| (t.to_string(), false);
+        let p = |t: &str| (t.to_string(), true);
+        // The default: every word, one group.
+        assert_eq!(atoms("flaky test"), [vec![w("flaky"), w("test")]]);
+        assert_eq!(
+            atoms(r#"flaky "unit test" OR timeout"#),
+            [vec![w("flaky"), p("unit test")], vec![w("timeout")]]
+        );
+        // OR is an operator only in capitals between two items; else a word.
+        assert_eq!(
+            atoms("paris or london"),
+            [vec![w("paris"), w("or"), w("london")]]
+        );
+        assert_eq!(atoms("OR"), [vec![w("OR")]]);
+        assert_eq!(atoms("a OR"), [vec![w("a"), w("OR")]]);
+        assert_eq!(atoms("OR a"), [vec![w("OR"), w("a")]]);
+        assert_eq!(atoms(r#""OR" a"#), [vec![p("OR"), w("a")]]);
+        // Unclosed and empty quotes; punctuation-only atoms are dropped, and with them the group.
+        assert_eq!(atoms(r#"foo"bar baz"#), [vec![w("foo"), p("bar baz")]]);
+        assert!(Query::parse(r#""" * ""#).is_empty());
+        assert_eq!(atoms("* OR a"), [vec![w("a")]]);
+        // The SQLite expression: quoted terms, a phrase as one string, groups in parentheses.
+        assert_eq!(
+            Query::parse(r#"flaky "unit-test" OR time:out"#).fts5(),
+            r#"("flaky" "unit test") OR ("time" "out")"#
+        );
+        assert_eq!(
+            Query::parse(r#"say "he""llo""#).fts5(),
+            r#""say" "he" "llo""#
+        );
+        // PostgreSQL: words together, each phrase apart, every text bound.
+        let mut bound = Vec::new();
+        let tsq = Query::parse(r#"a "b c" d OR e"#).pg_tsquery(|t| {
+            bound.push(t);
+            format!("${}", bound.len())
+        });
+        assert_eq!(
+            tsq.as_deref(),
+            Some(
+                "((plainto_tsquery('simple', $1) && phraseto_tsquery('simple', $2)) || \
+                 (plainto_tsquery('simple', $3)))"
+            )
+        );
+        assert_eq!(bound, ["a d", "b c", "e"]);
+        // Highlighting: the words as typed, without operators.
+        assert_eq!(
+            Query::parse(r#"x "b c" OR parser.rs"#).marked_words(),
+            ["x", "b", "c", "parser.rs"]
+        );
+        // At most MAX_TERMS terms over the whole query, phrases and alternatives included.
+        let long = format!("{} OR \"{}\"", "w ".repeat(30), "p ".repeat(30));
+        let q = Query::parse(&long);
+        let n: usize = q.groups.iter().flatten().map(|a| a.terms.len()).sum();
+        assert_eq!(n, MAX_TERMS);
+        assert_eq!(q.groups[1][0].text, "p p");
     }
 
     #[test]
@@ -613,6 +865,18 @@ mod tests {
                 ("NEAR(", &["delta"]),
                 ("OR", &["delta"]),
                 ("café", &["epsilon"]),
+                // A phrase: its words next to each other, in order.
+                ("\"the rollout\"", &["alpha"]),
+                ("\"rollout the\"", &[]),
+                ("\"flight to paris\"", &["beta"]),
+                ("\"flight paris\"", &[]),
+                ("\"a flight\" book", &["beta"]),
+                // OR: either group; each group still needs all its words in one step.
+                ("paris OR flaky", &["beta", "gamma"]),
+                ("hotel confirmed OR lunch", &["beta", "epsilon"]),
+                ("hotel paris OR nothing", &[]),
+                ("\"to paris\" OR \"all tests\"", &["beta", "gamma"]),
+                ("paris or flaky", &[]), // lower case: the word "or"
                 ("*", &[]),
                 ("\"", &[]),
                 ("foo\"bar", &[]),
@@ -645,6 +909,11 @@ mod tests {
             );
             let m = store.step_matches("alpha", "the", 3).await.expect("m");
             assert_eq!(m.iter().map(|m| m.step).collect::<Vec<_>>(), [0, 1, 2]);
+            let m = store
+                .step_matches("alpha", "kubectl OR \"rollout stalled\"", 3)
+                .await
+                .expect("m");
+            assert_eq!(m.iter().map(|m| m.step).collect::<Vec<_>>(), [1, 2]);
             let m = store.step_matches("alpha", "the", 1).await.expect("m");
             assert_eq!(m.len(), 1);
             assert!(store

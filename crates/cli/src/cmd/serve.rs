@@ -160,14 +160,22 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         if global.json {
             crate::outln!(
                 "{}",
-                serde_json::json!({"url": format!("http://{bound}"), "otlp_traces": format!("http://{bound}/v1/traces")})
+                serde_json::json!({"url": format!("http://{bound}"), "otlp_traces": format!("http://{bound}/v1/traces"), "ui": format!("http://{bound}/ui")})
             );
         } else {
-            crate::outln!("listening on http://{bound} (OTLP: http://{bound}/v1/traces, API: /api, OpenAPI: /openapi.json); Ctrl-C or SIGTERM stops");
+            crate::outln!("listening on http://{bound} (UI: http://{bound}/ui, OTLP: http://{bound}/v1/traces, API: /api, OpenAPI: /openapi.json); Ctrl-C or SIGTERM stops");
         }
         std::io::stdout().flush()?;
         let (tx, rx) = tokio::sync::watch::channel(false);
-        let background = tokio::spawn(maslens_server::serve::background(state.clone(), rx));
+        let background = tokio::spawn(maslens_server::serve::background_with(
+            state.clone(),
+            rx,
+            Some(Box::new(|r| {
+                if let Some(m) = maslens_server::serve::pipeline::sweep_message(&r) {
+                    eprintln!("{m}");
+                }
+            })),
+        ));
         let router = maslens_server::serve::router(state);
         let shutdown = maslens_server::shutdown_signal();
         maslens_server::serve(listener, router, shutdown)

@@ -14,6 +14,8 @@ pub fn repo() -> PathBuf {
 pub struct Proc {
     pub child: Child,
     pub url: String,
+    /// Its first stdout line (the start-up line).
+    pub first_line: String,
 }
 
 impl Drop for Proc {
@@ -36,6 +38,11 @@ impl Proc {
 /// Start a `maslens` server command whose first stdout line names its URL (`home`: its
 /// MASLENS_HOME; none keeps the user's, where the embedded model was fetched).
 pub fn start(args: &[&str], home: Option<&Path>) -> Proc {
+    start_with_stderr(args, home, Stdio::inherit())
+}
+
+/// [`start`] with the server's stderr going to `stderr` (a file the test reads).
+pub fn start_with_stderr(args: &[&str], home: Option<&Path>, stderr: Stdio) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_maslens"));
     if let Some(h) = home {
         cmd.env("MASLENS_HOME", h);
@@ -43,7 +50,7 @@ pub fn start(args: &[&str], home: Option<&Path>) -> Proc {
     let mut child = cmd
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .expect("spawn maslens");
     let stdout = child.stdout.take().expect("stdout");
@@ -57,11 +64,20 @@ pub fn start(args: &[&str], home: Option<&Path>) -> Proc {
         .unwrap_or_else(|| panic!("no URL in {line:?}"))
         .trim_end_matches(['/', ',', ';'])
         .to_string();
-    Proc { child, url }
+    Proc {
+        child,
+        url,
+        first_line: line.trim_end().to_string(),
+    }
 }
 
 /// `maslens serve` on a free port over `db`, quick to complete runs, no LLM on arrival.
 pub fn serve(db: &str, home: &Path, extra: &[&str]) -> Proc {
+    serve_with_stderr(db, home, extra, Stdio::inherit())
+}
+
+/// [`serve`] with its stderr going to `stderr`.
+pub fn serve_with_stderr(db: &str, home: &Path, extra: &[&str], stderr: Stdio) -> Proc {
     let mut args = vec![
         "serve",
         "--port",
@@ -74,7 +90,7 @@ pub fn serve(db: &str, home: &Path, extra: &[&str]) -> Proc {
         "off",
     ];
     args.extend_from_slice(extra);
-    start(&args, Some(home))
+    start_with_stderr(&args, Some(home), stderr)
 }
 
 /// The venv `scripts/pyenv.sh` makes (`MASLENS_VENV`, else `$MASLENS_HOME/venv`, else

@@ -37,7 +37,8 @@ fn store_error(e: maslens_store::StoreError) -> Response {
 #[derive(Debug, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ListQuery {
-    /// Full-text search over step content (every word must occur).
+    /// Full-text search over step content: every word in one step; `"exact words"` side by
+    /// side, in order; `a OR b` for either (`OR` in capitals).
     pub q: Option<String>,
     pub outcome: Option<String>,
     pub system: Option<String>,

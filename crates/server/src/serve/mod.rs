@@ -6,8 +6,10 @@
 //!   retries; nothing is lost).
 //! - In the background ([`pipeline`]): runs are assembled from their spans; a complete run
 //!   (root span arrived and quiet for `settle`, or idle for `idle`) is localized at once by the
-//!   learned prior and, by policy, queued for the LLM methods; one worker drains the queue under
-//!   the LLM layer's cache and budgets; each diagnosis is written back ([`writeback`]) as a
+//!   learned prior and, by policy, queued for the LLM methods; runs stored without a diagnosis
+//!   (`maslens import --db`, `POST /api/runs`) are queued for the prior, at start-up and every
+//!   `sweep`; two workers drain the queue, one for the instant prior and one for the LLM
+//!   methods under the LLM layer's cache and budgets, so a prior never waits behind an LLM job; each diagnosis is written back ([`writeback`]) as a
 //!   `gen_ai.evaluation.result` event to an OTLP logs endpoint and as a span annotation to
 //!   Arize Phoenix.
 //! - A JSON API under `/api` ([`api`]) with an OpenAPI document at `/openapi.json`.
@@ -65,6 +67,14 @@ pub enum JobMethod {
 }
 
 impl JobMethod {
+    /// Every method, in the order the names list them.
+    pub const ALL: [JobMethod; 4] = [
+        JobMethod::Locate,
+        JobMethod::Llm,
+        JobMethod::Prior,
+        JobMethod::Scan,
+    ];
+
     /// The names a request may give, as an error message lists them.
     pub const NAMES: &'static str =
         "locate (the default localizer, stacked; `stacked` is the same), llm, prior or scan";
@@ -85,6 +95,12 @@ impl JobMethod {
             "scan" => Some(JobMethod::Scan),
             _ => None,
         }
+    }
+
+    /// Runs without an LLM, in milliseconds: its jobs have their own worker
+    /// ([`pipeline::Lane::Instant`]), so that they never wait behind an LLM job.
+    pub fn instant(self) -> bool {
+        self == JobMethod::Prior
     }
 
     /// The localizer a locate job runs (`None` for the scan).
@@ -141,6 +157,9 @@ pub struct ServeConfig {
     pub tick: Duration,
     /// A job claimed longer ago than this is given back (its worker died).
     pub lease: Duration,
+    /// How often the runs stored without a diagnosis (`maslens import --db`, `POST /api/runs`)
+    /// are looked for and queued for the prior; all of them at start-up.
+    pub sweep: Duration,
     pub max_attempts: i64,
 }
 
@@ -167,6 +186,7 @@ impl Default for ServeConfig {
             worker: format!("maslens-{}", std::process::id()),
             tick: Duration::from_millis(250),
             lease: Duration::from_secs(15 * 60),
+            sweep: Duration::from_secs(10),
             max_attempts: 3,
         }
     }
@@ -369,11 +389,34 @@ fn partial_message(
         .join("; ")
 }
 
-/// Run the background tasks (assembly, completion, the queue worker, write-back) until
-/// `shutdown` resolves.
+/// Run the background tasks (assembly, completion, the prior on runs stored without a
+/// diagnosis, the queue's two workers, write-back) until `shutdown` resolves.
 pub async fn background(state: Arc<AppState>, shutdown: tokio::sync::watch::Receiver<bool>) {
-    let a = tokio::spawn(pipeline::assemble_loop(state.clone(), shutdown.clone()));
-    let w = tokio::spawn(pipeline::worker_loop(state.clone(), shutdown.clone()));
+    background_with(state, shutdown, None).await
+}
+
+/// [`background`], telling `first_sweep` how many runs stored without a diagnosis the start-up
+/// sweep queued for the prior (the CLI says so on stderr).
+pub async fn background_with(
+    state: Arc<AppState>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    first_sweep: Option<pipeline::SweepReport>,
+) {
+    let a = tokio::spawn(pipeline::assemble_loop(
+        state.clone(),
+        shutdown.clone(),
+        first_sweep,
+    ));
+    let instant = tokio::spawn(pipeline::worker_loop(
+        state.clone(),
+        shutdown.clone(),
+        pipeline::Lane::Instant,
+    ));
+    let llm = tokio::spawn(pipeline::worker_loop(
+        state.clone(),
+        shutdown.clone(),
+        pipeline::Lane::Llm,
+    ));
     let b = tokio::spawn(writeback::loop_(state, shutdown));
-    let _ = tokio::join!(a, w, b);
+    let _ = tokio::join!(a, instant, llm, b);
 }

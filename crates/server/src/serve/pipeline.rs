@@ -1,4 +1,5 @@
-//! From stored spans to diagnoses: assembly, completion, the prior on arrival, the queue worker.
+//! From stored spans to diagnoses: assembly, completion, the prior on arrival and on runs stored
+//! without a diagnosis, the queue workers (one lane for the instant prior, one for LLM methods).
 //! Every method is the library call the CLI makes (`maslens_core::locate`, `maslens_implicit`).
 
 use std::sync::Arc;
@@ -14,10 +15,20 @@ use tokio::sync::watch;
 use super::{AppState, JobMethod, Policy};
 
 /// Assemble runs whose spans changed; complete the quiet ones and diagnose them; give back jobs
-/// of dead workers.
-pub async fn assemble_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
+/// of dead workers; queue the prior on runs stored without a diagnosis ([`Sweeper`], after
+/// assembly in the same task, so it never races this server's own diagnosis on arrival).
+pub async fn assemble_loop(
+    state: Arc<AppState>,
+    mut shutdown: watch::Receiver<bool>,
+    first_sweep: Option<SweepReport>,
+) {
     // Jobs of servers that died (a restart of this one included) go back to the queue.
     let mut last_requeue: Option<Instant> = None;
+    let mut sweeper = Sweeper {
+        since_ns: 0,
+        last: None,
+        report: first_sweep,
+    };
     loop {
         // A long pass (a huge run) is dropped at shutdown: its transaction rolls back and the
         // run stays pending for the next start.
@@ -37,8 +48,108 @@ pub async fn assemble_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<b
             }
         }
         tokio::select! {
+            _ = sweeper.tick(&state) => {}
+            _ = shutdown.changed() => return,
+        }
+        tokio::select! {
             _ = tokio::time::sleep(state.config.tick) => {}
             _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Told how many runs the start-up sweep queued for the prior, or why it could not.
+pub type SweepReport = Box<dyn FnOnce(Result<u64, maslens_store::StoreError>) + Send>;
+
+/// A later sweep looks again at runs received this long before the previous one began (the
+/// clocks of other writers, a run written while the previous sweep read); an OTLP run is swept
+/// only this long after it completed.
+const SWEEP_OVERLAP_NS: i64 = 60_000_000_000;
+
+/// Finds runs stored without a diagnosis: every run at start-up, then every `config.sweep` the
+/// runs received since the previous sweep began.
+struct Sweeper {
+    since_ns: i64,
+    last: Option<Instant>,
+    report: Option<SweepReport>,
+}
+
+impl Sweeper {
+    async fn tick(&mut self, state: &AppState) {
+        if self.last.is_some_and(|t| t.elapsed() < state.config.sweep) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let started = maslens_store::now_ns();
+        let r = queue_undiagnosed(state, self.since_ns).await;
+        match &r {
+            // A failed sweep is tried again from where it started.
+            Ok(_) => self.since_ns = started.saturating_sub(SWEEP_OVERLAP_NS),
+            Err(e) => tracing::warn!(%e, "looking for runs without a diagnosis"),
+        }
+        match (self.report.take(), r) {
+            (Some(report), r) => report(r),
+            (None, Ok(n)) if n > 0 => {
+                tracing::info!(n, "runs stored without a diagnosis queued for the prior")
+            }
+            (None, _) => {}
+        }
+    }
+}
+
+/// What the start-up sweep did, as `serve` says it on stderr; nothing when it queued nothing.
+pub fn sweep_message(r: &Result<u64, maslens_store::StoreError>) -> Option<String> {
+    match r {
+        Ok(0) => None,
+        Ok(1) => {
+            Some("queued the prior (no LLM, instant) on 1 run stored without a diagnosis".into())
+        }
+        Ok(n) => Some(format!(
+            "queued the prior (no LLM, instant) on {n} runs stored without a diagnosis"
+        )),
+        Err(e) => Some(format!(
+            "warning: could not look for runs stored without a diagnosis: {e}"
+        )),
+    }
+}
+
+/// Queue the prior (no LLM, milliseconds) on every run received at or after `since_ns` that is
+/// complete, has steps and has no diagnosis at all: runs that came in other than through OTLP
+/// (`maslens import --db`, `POST /api/runs`), or whose diagnosis on arrival was lost. LLM
+/// methods are never queued here (they cost money). Returns how many jobs this call queued (one
+/// job per run and trace version: a run whose prior job exists already, failed included, is not
+/// queued again).
+pub async fn queue_undiagnosed(
+    state: &AppState,
+    since_ns: i64,
+) -> Result<u64, maslens_store::StoreError> {
+    const PAGE: i64 = 500;
+    let params = json!({});
+    // An OTLP run completed this long ago whose diagnosis on arrival is missing lost it; a more
+    // recent one is being diagnosed by the server that completed it.
+    let settled_ns = maslens_store::now_ns().saturating_sub(SWEEP_OVERLAP_NS);
+    let mut after = (since_ns, String::new());
+    let mut queued = 0;
+    loop {
+        let runs = state
+            .store
+            .undiagnosed_runs((after.0, &after.1), settled_ns, PAGE)
+            .await?;
+        let jobs: Vec<maslens_store::NewJob> = runs
+            .iter()
+            .map(|r| maslens_store::NewJob {
+                run_id: r.id.clone(),
+                method: JobMethod::Prior.as_str().into(),
+                params: params.clone(),
+                dedup: dedup_key(&r.id, JobMethod::Prior, &r.trace_hash, &params),
+            })
+            .collect();
+        queued += state.store.enqueue_many(&jobs).await?;
+        match runs.last() {
+            Some(last) if runs.len() as i64 == PAGE => {
+                after = (last.received_ns, last.id.clone());
+            }
+            _ => return Ok(queued),
         }
     }
 }
@@ -108,8 +219,13 @@ pub async fn enqueue(
     trace_hash: &str,
     params: &Value,
 ) -> Result<maslens_store::Job, maslens_store::StoreError> {
-    let dedup = format!("{run}/{}/{trace_hash}/{params}", method.as_str());
+    let dedup = dedup_key(run, method, trace_hash, params);
     store.enqueue(run, method.as_str(), params, &dedup).await
+}
+
+/// One job per run, method, trace version and parameters.
+fn dedup_key(run: &str, method: JobMethod, trace_hash: &str, params: &Value) -> String {
+    format!("{run}/{}/{trace_hash}/{params}", method.as_str())
 }
 
 /// The write-back targets configured (outbox rows queued with each diagnosis).
@@ -146,16 +262,36 @@ pub fn prior_to_diagnosis(
     Some(NewDiagnosis::from_verdict(trace, &l.verdict, hash, p))
 }
 
-/// Drain the queue, one job at a time (the LLM layer bounds the calls within a job). At
-/// shutdown a running job is interrupted and given back to the queue ([`Store::release`]), so
-/// the server stops at once and the next start resumes the job.
-pub async fn worker_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
+/// A worker's share of the queue: the instant methods (no LLM) apart from the LLM methods, each
+/// drained by its own worker, so that a prior never waits behind a slow LLM job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    Instant,
+    Llm,
+}
+
+impl Lane {
+    /// The methods (as the queue stores them) this lane's worker claims.
+    pub fn methods(self) -> Vec<&'static str> {
+        JobMethod::ALL
+            .iter()
+            .filter(|m| m.instant() == (self == Lane::Instant))
+            .map(|m| m.as_str())
+            .collect()
+    }
+}
+
+/// Drain `lane`'s jobs, one at a time (the LLM layer bounds the calls within a job). At shutdown
+/// a running job is interrupted and given back to the queue ([`Store::release`]), so the server
+/// stops at once and the next start resumes the job.
+pub async fn worker_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>, lane: Lane) {
+    let methods = lane.methods();
     loop {
-        match work_once_until(&state, &mut shutdown).await {
+        match work_once_until(&state, &methods, &mut shutdown).await {
             Ok(Some(true)) => continue,
             Ok(Some(false)) => {}
             Ok(None) => return,
-            Err(e) => tracing::warn!(%e, "queue"),
+            Err(e) => tracing::warn!(%e, ?lane, "queue"),
         }
         tokio::select! {
             _ = tokio::time::sleep(state.config.tick) => {}
@@ -164,18 +300,22 @@ pub async fn worker_loop(state: Arc<AppState>, mut shutdown: watch::Receiver<boo
     }
 }
 
-/// Claim and run one job; false when the queue was empty.
+/// Claim and run one job of any method; false when the queue was empty.
 pub async fn work_once(state: &AppState) -> Result<bool, maslens_store::StoreError> {
     let (_tx, mut never) = watch::channel(false);
-    Ok(work_once_until(state, &mut never).await?.unwrap_or(false))
+    Ok(work_once_until(state, &[], &mut never)
+        .await?
+        .unwrap_or(false))
 }
 
-/// [`work_once`], interrupted when `shutdown` changes (then `None`, the job given back).
+/// Claim one job of `methods` (any when empty) and run it, interrupted when `shutdown` changes
+/// (then `None`, the job given back).
 async fn work_once_until(
     state: &AppState,
+    methods: &[&str],
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<Option<bool>, maslens_store::StoreError> {
-    let Some(job) = state.store.claim(&state.config.worker).await? else {
+    let Some(job) = state.store.claim_in(&state.config.worker, methods).await? else {
         return Ok(Some(false));
     };
     let result = tokio::select! {
@@ -345,5 +485,157 @@ pub fn scan_to_diagnosis(
         elapsed_ms: i64::try_from(started.elapsed().as_millis()).ok(),
         events,
         ..NewDiagnosis::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::{background, background_with, Policy, ServeConfig};
+    use maslens_store::JobState;
+    use maslens_trace::TraceBuilder;
+    use std::time::Duration;
+
+    async fn state(model: &str) -> (Arc<AppState>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&maslens_store::default_url(dir.path()))
+            .await
+            .expect("store");
+        let config = ServeConfig {
+            tick: Duration::from_millis(50),
+            sweep: Duration::from_millis(100),
+            policy: Policy::Off,
+            model: model.into(),
+            llm: maslens_llm::OpenOptions {
+                cache_mode: maslens_llm::CacheMode::Off,
+                ..maslens_llm::OpenOptions::default()
+            },
+            ..ServeConfig::default()
+        };
+        (AppState::new(store, config).expect("state"), dir)
+    }
+
+    fn trace(id: &str) -> Trace {
+        TraceBuilder::new(id)
+            .task("q")
+            .step("A", "x")
+            .step("B", "y")
+            .build()
+    }
+
+    /// A model endpoint that accepts connections and never answers: an LLM job on it runs
+    /// until the server stops.
+    async fn hanging_model() -> String {
+        let hang = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = hang.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((c, _)) = hang.accept().await {
+                held.push(c);
+            }
+        });
+        format!("openai:m@http://{addr}/v1/")
+    }
+
+    async fn wait_for(store: &Store, job: &str, want: JobState) -> maslens_store::Job {
+        for _ in 0..200 {
+            let j = store.job(job).await.expect("job").expect("exists");
+            if j.state == want {
+                return j;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("job {job} never became {want:?}");
+    }
+
+    /// Issue 37 item 7b: a prior queued behind an LLM job that does not end is done while the LLM
+    /// job still runs (one worker per lane).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_prior_job_finishes_while_an_llm_job_runs() {
+        let (state, _dir) = state(&hanging_model().await).await;
+        let store = state.store.clone();
+        let h1 = store.put_trace(&trace("r1")).await.expect("put");
+        let h2 = store.put_trace(&trace("r2")).await.expect("put");
+        let llm = enqueue(&store, "r1", JobMethod::Llm, &h1, &json!({}))
+            .await
+            .expect("enqueue");
+        let prior = enqueue(&store, "r2", JobMethod::Prior, &h2, &json!({}))
+            .await
+            .expect("enqueue");
+        assert!(
+            llm.created_ns < prior.created_ns,
+            "the LLM job is first in line"
+        );
+        let (stop, rx) = watch::channel(false);
+        let bg = tokio::spawn(background(state, rx));
+        wait_for(&store, &llm.id, JobState::Running).await;
+        let done = wait_for(&store, &prior.id, JobState::Done).await;
+        assert!(done.diagnosis_id.is_some());
+        let running = store.job(&llm.id).await.expect("job").expect("exists");
+        assert_eq!(running.state, JobState::Running, "{running:?}");
+        let _ = stop.send(true);
+        let _ = bg.await;
+    }
+
+    /// Issue 37 item 7a: runs stored without a diagnosis get the prior (and nothing else) at
+    /// start-up, counted for the start-up message, and later while the server runs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_stored_without_a_diagnosis_get_the_prior() {
+        let (state, _dir) = state(&hanging_model().await).await;
+        let store = state.store.clone();
+        for id in ["a", "b", "c"] {
+            store.put_trace(&trace(id)).await.expect("put");
+        }
+        store
+            .put_trace(&TraceBuilder::new("empty").task("q").build())
+            .await
+            .expect("put");
+        let hash = store.put_trace(&trace("c")).await.expect("put");
+        let d = prior_diagnosis(&state, &trace("c"), &hash).expect("prior");
+        store.add_diagnosis(&d).await.expect("diagnosis");
+        let (tx, first) = tokio::sync::oneshot::channel();
+        let report: SweepReport = Box::new(move |r| {
+            let _ = tx.send(r.map_err(|e| e.to_string()));
+        });
+        let (stop, rx) = watch::channel(false);
+        let bg = tokio::spawn(background_with(state.clone(), rx, Some(report)));
+        assert_eq!(first.await.expect("reported"), Ok(2), "a and b");
+        let diagnosed = |id: &'static str| {
+            let store = store.clone();
+            async move {
+                for _ in 0..200 {
+                    let d = store.diagnoses(id).await.expect("diagnoses");
+                    if !d.is_empty() {
+                        return d;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                panic!("{id} never got a diagnosis");
+            }
+        };
+        for id in ["a", "b"] {
+            let d = diagnosed(id).await;
+            assert_eq!(d.len(), 1);
+            assert_eq!(d[0].body.method, "prior");
+            let jobs = store.jobs_of(id).await.expect("jobs");
+            assert_eq!(jobs.len(), 1, "the prior only, no LLM job: {jobs:?}");
+        }
+        assert_eq!(store.diagnoses("c").await.expect("c").len(), 1);
+        assert!(store.jobs_of("c").await.expect("jobs").is_empty());
+        assert!(store.jobs_of("empty").await.expect("jobs").is_empty());
+        // Imported while the server runs: found by a later sweep.
+        store.put_trace(&trace("late")).await.expect("put");
+        assert_eq!(diagnosed("late").await[0].body.method, "prior");
+        // Nothing left to queue.
+        assert_eq!(queue_undiagnosed(&state, 0).await.expect("sweep"), 0);
+        assert_eq!(sweep_message(&Ok(0)), None);
+        assert_eq!(
+            sweep_message(&Ok(1)).as_deref(),
+            Some("queued the prior (no LLM, instant) on 1 run stored without a diagnosis")
+        );
+        let _ = stop.send(true);
+        let _ = bg.await;
     }
 }

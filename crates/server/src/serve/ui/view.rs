@@ -36,13 +36,21 @@ pub struct Seg {
     pub mark: bool,
 }
 
-/// The words of a search, lowercased (ASCII), without empty ones; at most 8.
+/// The words of a search to mark ([`maslens_store::search::Query::marked_words`]: the words
+/// and the words of quoted phrases, not the `OR` operators), lowercased (ASCII), each once; at
+/// most 8, which bounds the highlighting work per step.
 pub fn terms(q: &str) -> Vec<String> {
-    q.split_whitespace()
-        .map(|w| w.trim_matches('"').to_ascii_lowercase())
-        .filter(|w| !w.is_empty())
-        .take(8)
-        .collect()
+    let mut out: Vec<String> = Vec::new();
+    for w in maslens_store::search::Query::parse(q).marked_words() {
+        let w = w.to_ascii_lowercase();
+        if !out.contains(&w) {
+            out.push(w);
+        }
+        if out.len() == 8 {
+            break;
+        }
+    }
+    out
 }
 
 /// `text` cut into segments where any of `terms` occurs (ASCII case-insensitive; byte offsets
@@ -416,6 +424,16 @@ fn opt3(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.3}")).unwrap_or_else(|| "—".into())
 }
 
+/// A diagnosis' implicit failures for the compare page: counted (and flagged) for a scan; a
+/// localization did not look for them, which is not "0 found".
+fn implicit_failures(d: &DiagnosisView) -> String {
+    match (d.method.as_str(), d.flagged.len()) {
+        ("scan", 0) => d.events.len().to_string(),
+        ("scan", f) => format!("{} ({f} flagged, not counted)", d.events.len()),
+        _ => "not scanned".into(),
+    }
+}
+
 /// Two diagnoses of one trace, field by field.
 pub fn compare_rows(a: &DiagnosisView, b: &DiagnosisView) -> Vec<CompareRow> {
     let rows = [
@@ -430,8 +448,8 @@ pub fn compare_rows(a: &DiagnosisView, b: &DiagnosisView) -> Vec<CompareRow> {
         ("abstained", opt(&a.abstain_reason), opt(&b.abstain_reason)),
         (
             "implicit failures",
-            a.events.len().to_string(),
-            b.events.len().to_string(),
+            implicit_failures(a),
+            implicit_failures(b),
         ),
         ("calls", opt(&a.calls), opt(&b.calls)),
         ("tokens", opt(&a.tokens), opt(&b.tokens)),
@@ -730,6 +748,12 @@ mod tests {
             .map(|s| s.text.as_str())
             .collect();
         assert_eq!(marked, ["LOUVRE", "paris", "Paris"]);
+        // Phrases mark their words; OR between words is no word to mark.
+        assert_eq!(
+            terms(r#""the Louvre" OR paris or OR"#),
+            ["the", "louvre", "paris", "or"]
+        );
+        assert_eq!(terms("w1 w2 w3 w4 w5 w6 w7 w8 w9 w1").len(), 8);
         // No terms, or a term inside a multi-byte character, never splits a character.
         assert_eq!(highlight("ünï", &terms("")).len(), 1);
         assert!(highlight("ü<script>", &terms("<script>"))
@@ -819,6 +843,64 @@ mod tests {
         );
         let focus = v.focus.expect("focus");
         assert!(focus.stale, "judged an older trace version");
+    }
+
+    fn stored(method: &str, result: Value) -> Diagnosis {
+        Diagnosis {
+            id: method.into(),
+            created_ns: 1,
+            body: maslens_store::NewDiagnosis {
+                run_id: "t1".into(),
+                method: method.into(),
+                result,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Issue 37 item 7 (d, e): a scan's flagged events come with their step, agent, confidence
+    /// and why; compare tells "not scanned" from "scanned, 0 found".
+    #[test]
+    fn flagged_events_and_not_scanned() {
+        let flagged = serde_json::json!({"step": 9, "agent": "Coder", "error_type": "hallucination",
+            "confidence": "high", "severity": "low", "description": "d", "evidence": "e",
+            "evidence_check": {"status": "unsupported", "coverage": 0.25, "agent_matches": true},
+            "flags": ["evidence not found in step 9 (coverage 0.25)"]});
+        let doubted = diagnosis_view(
+            &stored(
+                "scan",
+                serde_json::json!({"events": [], "flagged": [flagged, {"step": 1}]}),
+            ),
+            None,
+        );
+        assert_eq!(doubted.flagged.len(), 2);
+        let f = &doubted.flagged[0];
+        assert_eq!((f.step, f.agent.as_str()), (Some(9), "Coder"));
+        assert_eq!((f.confidence.as_str(), f.coverage), ("high", Some(0.25)));
+        assert_eq!(f.evidence_status.as_deref(), Some("unsupported"));
+        assert_eq!(f.reasons, ["evidence not found in step 9 (coverage 0.25)"]);
+        // A malformed entry shows what it has.
+        assert_eq!(doubted.flagged[1].step, Some(1));
+        assert!(doubted.flagged[1].reasons.is_empty());
+        let clean = diagnosis_view(
+            &stored("scan", serde_json::json!({"events": [], "flagged": []})),
+            None,
+        );
+        let locate = diagnosis_view(&stored("locate", serde_json::json!({})), None);
+        let row = |a: &DiagnosisView, b: &DiagnosisView| {
+            compare_rows(a, b)
+                .into_iter()
+                .find(|r| r.field == "implicit failures")
+                .map(|r| (r.a, r.b, r.differs))
+        };
+        assert_eq!(
+            row(&clean, &locate),
+            Some(("0".into(), "not scanned".into(), true))
+        );
+        assert_eq!(
+            row(&doubted, &clean),
+            Some(("0 (2 flagged, not counted)".into(), "0".into(), true))
+        );
     }
 
     #[test]

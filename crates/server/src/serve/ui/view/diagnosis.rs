@@ -36,6 +36,57 @@ pub struct AltView {
     pub kind: String,
 }
 
+/// An event a scan reported but did not count (its evidence is not in the trace, it names a
+/// step the trace lacks, too few judges reported it, ...), with why.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FlaggedEvent {
+    pub step: Option<i64>,
+    pub agent: String,
+    pub error_type: String,
+    /// The detector's confidence (`low`, `medium`, `high`).
+    pub confidence: String,
+    pub severity: String,
+    pub description: String,
+    pub evidence: String,
+    /// The evidence check (`unsupported`, `step_not_found`, `paraphrase`, `verbatim`) and the
+    /// share of the evidence's words found in the step.
+    pub evidence_status: Option<String>,
+    pub coverage: Option<f64>,
+    /// Why it was not counted, as the scan recorded it.
+    pub reasons: Vec<String>,
+}
+
+/// The flagged events of a stored scan result (`maslens_implicit::scan::TraceScan::flagged`).
+fn flagged_events(result: &Value) -> Vec<FlaggedEvent> {
+    result
+        .get("flagged")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let check = e.get("evidence_check");
+            FlaggedEvent {
+                step: i(e, "step"),
+                agent: s(e, "agent").unwrap_or_default(),
+                error_type: s(e, "error_type").unwrap_or_default(),
+                confidence: s(e, "confidence").unwrap_or_default(),
+                severity: s(e, "severity").unwrap_or_default(),
+                description: s(e, "description").unwrap_or_default(),
+                evidence: s(e, "evidence").unwrap_or_default(),
+                evidence_status: check.and_then(|c| s(c, "status")),
+                coverage: check.and_then(|c| f(c, "coverage")),
+                reasons: e
+                    .get("flags")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r.as_str().map(String::from))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
 /// One diagnosis as the pages show it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DiagnosisView {
@@ -61,7 +112,8 @@ pub struct DiagnosisView {
     pub support: Vec<SupportRow>,
     pub tie_break: Option<String>,
     pub events: Vec<EventMark>,
-    pub flagged: usize,
+    /// A scan's events not counted, with why.
+    pub flagged: Vec<FlaggedEvent>,
     pub elapsed_ms: Option<i64>,
     pub calls: Option<u64>,
     pub tokens: Option<u64>,
@@ -243,10 +295,7 @@ pub fn diagnosis_view(d: &Diagnosis, current_hash: Option<&str>) -> DiagnosisVie
                         .unwrap_or_default(),
                 })
                 .collect();
-            v.flagged = r
-                .get("flagged")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
+            v.flagged = flagged_events(r);
         }
         _ => {}
     }
