@@ -69,3 +69,17 @@ pub async fn add_scans(
     }
     Ok(())
 }
+
+/// The store URL of `--db` (a path or a database URL), else the default store in
+/// `$MASLENS_HOME` (created when missing).
+pub fn url_or_default(db: Option<&str>) -> anyhow::Result<String> {
+    Ok(match db {
+        Some(db) => maslens_store::url_from_arg(db),
+        None => {
+            let home = maslens_llm::maslens_home();
+            std::fs::create_dir_all(&home)
+                .with_context(|| format!("cannot create {}", home.display()))?;
+            maslens_store::default_url(&home)
+        }
+    })
+}

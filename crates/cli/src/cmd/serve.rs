@@ -110,15 +110,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             args.host
         );
     }
-    let url = match &args.db {
-        Some(db) => maslens_store::url_from_arg(db),
-        None => {
-            let home = maslens_llm::maslens_home();
-            std::fs::create_dir_all(&home)
-                .with_context(|| format!("cannot create {}", home.display()))?;
-            maslens_store::default_url(&home)
-        }
-    };
+    let url = crate::db::url_or_default(args.db.as_deref())?;
     let config = ServeConfig {
         token: args.token.clone(),
         allowed_hosts: allowed_hosts(&args),
@@ -157,14 +149,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot bind {addr}"))?;
         let bound = listener.local_addr()?;
-        if global.json {
-            crate::outln!(
-                "{}",
-                serde_json::json!({"url": format!("http://{bound}"), "otlp_traces": format!("http://{bound}/v1/traces"), "ui": format!("http://{bound}/ui")})
-            );
-        } else {
-            crate::outln!("listening on http://{bound} (UI: http://{bound}/ui, OTLP: http://{bound}/v1/traces, API: /api, OpenAPI: /openapi.json); Ctrl-C or SIGTERM stops");
-        }
+        crate::outln!("{}", maslens_server::serve::listening(bound, global.json));
         std::io::stdout().flush()?;
         let (tx, rx) = tokio::sync::watch::channel(false);
         let background = tokio::spawn(maslens_server::serve::background_with(

@@ -241,6 +241,23 @@ pub enum ServeError {
     Store(#[from] maslens_store::StoreError),
 }
 
+/// The line `maslens serve` prints once it listens on `bound`: the UI, OTLP, API and OpenAPI
+/// addresses (`json`: as a JSON object).
+pub fn listening(bound: std::net::SocketAddr, json: bool) -> String {
+    let (base, ui, otlp) = (
+        format!("http://{bound}"),
+        format!("http://{bound}/ui"),
+        format!("http://{bound}/v1/traces"),
+    );
+    match json {
+        true => serde_json::json!({"url": base, "otlp_traces": otlp, "ui": ui}).to_string(),
+        false => format!(
+            "listening on {base} (UI: {ui}, OTLP: {otlp}, API: /api, OpenAPI: /openapi.json); \
+             Ctrl-C or SIGTERM stops"
+        ),
+    }
+}
+
 /// Every route of `maslens serve`.
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body_bytes;
