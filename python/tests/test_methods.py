@@ -33,16 +33,18 @@ def test_locate_prior_matches_the_cli(data: Path, maslens_bin: Path) -> None:
     assert verdicts.by_trace(expected[0]["trace"]).step == expected[0]["step"]
 
 
-def test_options_are_checked_and_name_the_option(data: Path) -> None:
+def test_options_are_checked_and_name_the_option(data: Path, serve_model: ServeModel) -> None:
     t = data / "whowhen" / "Algorithm-Generated" / "1.json"
     with pytest.raises(maslens.OptionsError, match="protocol"):
         maslens.locate(t, method="prior", protocol="sideways")  # type: ignore[arg-type]
     with pytest.raises(maslens.OptionsError, match="lambda"):
-        maslens.credit(t, model="openai:x@http://127.0.0.1:9/v1", lambda_=2.0)
+        maslens.credit(t, model=serve_model.spec, lambda_=2.0)
     with pytest.raises(maslens.OptionsError, match="cache"):
-        maslens.Model("openai:x@http://127.0.0.1:9/v1", cache="sometimes")
+        maslens.Model(serve_model.spec, cache="sometimes")
     with pytest.raises(maslens.OptionsError, match="go to Model"):
-        maslens.locate(t, model=maslens.Model("openai:x@http://127.0.0.1:9/v1"), max_calls=3)
+        # Models open with a preflight (an unreachable one is refused before any option is looked
+        # at), so these checks use a real one.
+        maslens.locate(t, model=maslens.Model(serve_model.spec), max_calls=3)
     with pytest.raises(TypeError):
         maslens.locate(t, method="prior", protocl="all-at-once")  # type: ignore[call-arg]
 
