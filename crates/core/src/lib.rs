@@ -9,6 +9,8 @@
 //!   verdicts that render themselves as JSON, labels and text.
 //! - [`eval_locate`]: `maslens eval locate` as one function: dataset -> localizer -> scorer ->
 //!   versioned report.
+//! - [`modes`]: failure modes across runs: failed runs grouped per system by responsible agent,
+//!   implicit-failure type and reason text (no model needed), with purity against gold agents.
 //! - [`refinement`]: AgentLocate's fine-tuning loop: the refinement export (data, manifest,
 //!   training, serving and evaluation scripts) and the checks of a fine-tuned Judge's evaluation.
 //!
@@ -19,6 +21,7 @@ pub mod eval_locate;
 pub mod in_sample;
 pub mod localize;
 pub mod locate;
+pub mod modes;
 pub mod refinement;
 pub mod stack;
 pub mod traces;

@@ -1,0 +1,93 @@
+//! The Markdown form of a [`ModesReport`] (the JSON is the report itself).
+
+use std::fmt::Write;
+
+use super::{purity::Score, ModesReport};
+
+impl ModesReport {
+    /// Markdown: per system, a table of modes (largest first) with their examples; then purity.
+    pub fn to_markdown(&self) -> String {
+        let mut out = String::from("# Failure modes\n\n");
+        let _ = writeln!(out, "Grouping: {}.\n", self.method);
+        if self.systems.is_empty() {
+            out.push_str("No failed runs.\n");
+        }
+        for s in &self.systems {
+            let _ = writeln!(
+                out,
+                "## {}\n\n{} failed runs ({} localized, {} scanned), {} modes.\n",
+                s.system,
+                s.failed_runs,
+                s.located_runs,
+                s.scanned_runs,
+                s.modes.len()
+            );
+            out.push_str("| mode | agent | implicit failure | words | runs | share | days | examples |\n");
+            out.push_str("|---|---|---|---|---:|---:|---|---|\n");
+            for m in &s.modes {
+                let examples: Vec<String> = m
+                    .examples
+                    .iter()
+                    .map(|e| match e.step {
+                        Some(step) => format!("{} (step {step})", e.run),
+                        None => e.run.clone(),
+                    })
+                    .collect();
+                let days = match (m.trend.first(), m.trend.last()) {
+                    (Some(a), Some(b)) if a.day != b.day => format!("{} .. {}", a.day, b.day),
+                    (Some(a), _) => a.day.clone(),
+                    _ => "-".into(),
+                };
+                let _ = writeln!(
+                    out,
+                    "| `{}` | {} | {} | {} | {} | {:.0}% | {} | {} |",
+                    &m.id[..8.min(m.id.len())],
+                    cell(m.agent.as_deref().unwrap_or("(not located)")),
+                    cell(m.failure_type.as_deref().unwrap_or("-")),
+                    cell(&m.words.join(", ")),
+                    m.runs,
+                    m.share * 100.0,
+                    days,
+                    cell(&examples.join(", ")),
+                );
+            }
+            for m in s.modes.iter().filter(|m| m.summary.is_some()) {
+                let summary = m.summary.as_deref().unwrap_or_default();
+                let _ = writeln!(out, "\n- `{}`: {}", &m.id[..8.min(m.id.len())], cell(summary));
+            }
+            out.push('\n');
+        }
+        if let Some(by) = &self.summaries_by {
+            let _ = writeln!(out, "Summaries written by {by}.\n");
+        }
+        if let Some(p) = &self.purity {
+            let _ = writeln!(
+                out,
+                "## Against gold decisive agents\n\n{} runs carry one; the located agent is the gold \
+                 one in {:.1}%.\n\n| grouping | groups | purity | inverse purity | f |\n|---|---:|---:|---:|---:|",
+                p.runs_with_gold,
+                p.located_agent_accuracy * 100.0
+            );
+            for (name, s) in [
+                ("these modes", &p.modes),
+                ("one group per system", &p.one_per_system),
+                ("one group per located agent", &p.by_located_agent),
+            ] {
+                out.push_str(&score_row(name, s));
+            }
+        }
+        out
+    }
+}
+
+fn score_row(name: &str, s: &Score) -> String {
+    format!(
+        "| {name} | {} | {:.3} | {:.3} | {:.3} |\n",
+        s.groups, s.purity, s.inverse_purity, s.f
+    )
+}
+
+/// Text safe inside a Markdown table cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\n', '\r'], " ")
+}

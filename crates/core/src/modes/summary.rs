@@ -1,0 +1,67 @@
+//! A model's one-sentence summary of each failure mode (`maslens modes --model`, optional: the
+//! grouping itself needs no model). The prompt is `prompts/modes/summary.v1.j2`; it quotes the
+//! mode's example reasons as data.
+
+use maslens_llm::prompt::Template;
+use maslens_llm::{prompt_template, ChatModel, ChatRequest, LlmError, Message};
+use serde_json::json;
+
+use super::{ModesReport, SystemModes};
+use crate::CoreError;
+
+pub const SUMMARY: Template = prompt_template!("modes/summary.v1");
+
+/// What [`summarize`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summarized {
+    pub written: usize,
+    /// Modes whose call failed, with why (the others go on).
+    pub failed: Vec<(String, String)>,
+    /// Why the summaries stopped early (a budget), when they did.
+    pub stopped: Option<String>,
+}
+
+/// Writes a summary into the `limit` largest modes of each system (every mode when `None`).
+/// A failed call leaves that mode without one and is reported; a budget stop ends the pass.
+pub async fn summarize(
+    report: &mut ModesReport,
+    model: &dyn ChatModel,
+    limit: Option<usize>,
+) -> Result<Summarized, CoreError> {
+    let mut done = Summarized::default();
+    report.summaries_by = Some(model.id().to_string());
+    for system in &mut report.systems {
+        let SystemModes { system: name, modes, .. } = system;
+        for mode in modes.iter_mut().take(limit.unwrap_or(usize::MAX)) {
+            let prompt = SUMMARY
+                .render(json!({
+                    "system": name,
+                    "agent": mode.agent.as_deref().unwrap_or("(not located)"),
+                    "failure_type": mode.failure_type.as_deref().unwrap_or("(none found)"),
+                    "runs": mode.runs,
+                    "share": format!("{:.0}%", mode.share * 100.0),
+                    "words": mode.words.join(", "),
+                    "reasons": mode.examples,
+                }))
+                .map_err(|e| CoreError::Invalid(e.to_string()))?;
+            let request = ChatRequest::new(vec![Message::user(prompt)])
+                .max_tokens(80)
+                .temperature(0.0)
+                .stage("modes/summary")
+                .template(SUMMARY.name);
+            match model.complete(&request).await {
+                Ok(r) => {
+                    let text = r.text.split_whitespace().collect::<Vec<_>>().join(" ");
+                    mode.summary = Some(text);
+                    done.written += 1;
+                }
+                Err(LlmError::Budget(why)) => {
+                    done.stopped = Some(why);
+                    return Ok(done);
+                }
+                Err(e) => done.failed.push((mode.id.clone(), e.to_string())),
+            }
+        }
+    }
+    Ok(done)
+}
