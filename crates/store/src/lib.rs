@@ -19,6 +19,7 @@
 //! resume after a restart.
 
 pub mod diagnosis;
+pub mod failures;
 pub mod ingest;
 pub mod jobs;
 pub mod outbox;
@@ -35,6 +36,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{AnyPool, Executor, SqlSafeStr};
 
+pub use failures::{FailedRun, FailedRunFilter};
 pub use diagnosis::{new_id, Diagnosis, FollowUp, ImplicitEvent, NewDiagnosis, Provenance};
 pub use ingest::IngestOutcome;
 pub use jobs::{BatchProgress, Job, JobState, NewJob, UndiagnosedRun};
@@ -97,6 +99,9 @@ pub enum StoreError {
     Clash(String),
     #[error("not in the store: {0}")]
     NotFound(String),
+    /// A request the store cannot carry out as asked (an unknown filter value).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
