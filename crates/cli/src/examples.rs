@@ -49,6 +49,11 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
         "maslens process-stats grpo.json if-grpo.json --seed 1  # paired by task, Holm-adjusted tests",
     ]),
     ("advantages", &["maslens advantages examples/inputs/grpo-groups.jsonl -o advantages.jsonl"]),
+    ("modes", &[
+        "maslens modes --db maslens.db                       # failed runs of every system, grouped",
+        "maslens modes --db maslens.db --outcome unknown --system shop-bot --summarize",
+        "maslens modes located.jsonl --gold -o modes.json  # traces from `locate -o`, purity vs gold",
+    ]),
     ("credit", &["maslens credit runs/ --limit 2 --html credit.html"]),
     ("optimize", &[
         "maslens optimize examples/debate-smoke.toml --simulation -o opt/",

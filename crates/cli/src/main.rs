@@ -83,6 +83,9 @@ pub enum Command {
     ProcessStats(cmd::process_stats::Args),
     /// IF-shaped GRPO advantages for groups of traces.
     Advantages(cmd::advantages::Args),
+    /// Failure modes across runs: failed runs grouped per system by responsible agent,
+    /// implicit-failure type and reason.
+    Modes(cmd::modes::Args),
     /// Structural (role) and temporal (round) credit for traces.
     Credit(cmd::credit::Args),
     /// Credit-guided prompt optimization of a multi-role debate (verbalized BCD).

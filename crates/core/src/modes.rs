@@ -16,6 +16,7 @@
 //! a one-sentence summary ([`summarize`]). When the runs carry gold decisive agents (Who&When),
 //! [`purity`] says how well the modes line up with them.
 
+pub mod cases;
 pub mod purity;
 mod render;
 pub mod summary;
@@ -25,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+pub use cases::{case_of_trace, cases_of_traces};
 pub use purity::{purity, Purity};
 pub use summary::summarize;
 
@@ -91,7 +93,7 @@ pub struct Mode {
     pub trend: Vec<DayCount>,
     pub first_ns: Option<i64>,
     pub last_ns: Option<i64>,
-    /// Every member run (ids), in input order.
+    /// Every member run (ids), in run-id order.
     pub members: Vec<String>,
     /// A model's one-sentence summary ([`summarize`]); none without a model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -135,9 +137,12 @@ pub struct ModesReport {
     /// How the modes line up with gold decisive agents, when runs carry them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purity: Option<Purity>,
-    /// The model that wrote the summaries, with its calls.
+    /// The model that wrote the summaries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summaries_by: Option<String>,
+    /// What a reader should know: runs left out by a limit, summaries that failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// The grouping rule, as reports state it.
@@ -147,13 +152,17 @@ pub const METHOD: &str = "per system: same responsible agent and most severe imp
 /// The system name of runs without one.
 pub const UNNAMED: &str = "(unnamed)";
 
-/// Groups failed runs into modes (the module docs give the rule). Cases are read in the order
-/// given; the result depends only on the cases and the options.
+/// Groups failed runs into modes (the module docs give the rule). The result depends only on the
+/// set of cases and the options, not on their order: each system's cases are taken in run-id
+/// order, so a store and the same traces read from files give the same modes.
 pub fn group(cases: &[FailureCase], options: ModesOptions) -> ModesReport {
     let mut by_system: BTreeMap<String, Vec<&FailureCase>> = BTreeMap::new();
     for case in cases {
         let name = case.system.clone().unwrap_or_else(|| UNNAMED.to_string());
         by_system.entry(name).or_default().push(case);
+    }
+    for cases in by_system.values_mut() {
+        cases.sort_by(|a, b| a.run.cmp(&b.run));
     }
     let systems: Vec<SystemModes> = by_system
         .into_iter()
@@ -167,6 +176,7 @@ pub fn group(cases: &[FailureCase], options: ModesOptions) -> ModesReport {
         systems,
         purity,
         summaries_by: None,
+        notes: Vec::new(),
     }
 }
 
@@ -178,6 +188,7 @@ fn system_modes(system: String, cases: &[&FailureCase], options: ModesOptions) -
         .collect();
     let docs: Vec<Vec<String>> = cases.iter().map(|c| text::words(&c.reason, &agents)).collect();
     let vectors = text::tfidf(&docs);
+    let forms = text::surface_forms(cases.iter().map(|c| c.reason.as_str()));
     let mut buckets: BTreeMap<(Option<&str>, Option<&str>), Vec<usize>> = BTreeMap::new();
     for (i, c) in cases.iter().enumerate() {
         let key = (c.agent.as_deref(), c.failure_types.first().map(String::as_str));
@@ -189,7 +200,10 @@ fn system_modes(system: String, cases: &[&FailureCase], options: ModesOptions) -
         let local: Vec<text::Vector> = members.iter().map(|&i| vectors[i].clone()).collect();
         for group in text::cluster(&local, options.similarity) {
             let idx: Vec<usize> = group.iter().map(|&g| members[g]).collect();
-            let words = text::top_words(&vectors, &idx, options.words);
+            let words = text::top_words(&vectors, &idx, options.words)
+                .into_iter()
+                .map(|w| forms.get(&w).cloned().unwrap_or(w))
+                .collect();
             let picked: Vec<&FailureCase> = idx.iter().map(|&i| cases[i]).collect();
             modes.push(mode(&system, agent, failure_type, words, &picked, total, options));
         }

@@ -12,6 +12,7 @@ pub mod inject;
 pub mod locate;
 pub mod man;
 pub mod model;
+pub mod modes;
 pub mod optimize;
 pub mod prior;
 pub mod process_stats;
@@ -58,6 +59,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::ReplayStats(args) => replay_stats::run(args, &global),
         Command::ProcessStats(args) => process_stats::run(args, &global),
         Command::Advantages(args) => advantages::run(args, &global),
+        Command::Modes(args) => modes::run(args, &global),
         Command::Credit(args) => credit::run(args, &global),
         Command::Optimize(args) => optimize::run(args, &global),
         Command::Inject(args) => inject::run(args, &global),

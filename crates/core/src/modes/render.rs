@@ -9,6 +9,9 @@ impl ModesReport {
     pub fn to_markdown(&self) -> String {
         let mut out = String::from("# Failure modes\n\n");
         let _ = writeln!(out, "Grouping: {}.\n", self.method);
+        for note in &self.notes {
+            let _ = writeln!(out, "> {}\n", cell(note));
+        }
         if self.systems.is_empty() {
             out.push_str("No failed runs.\n");
         }

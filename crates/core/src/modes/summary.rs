@@ -6,7 +6,7 @@ use maslens_llm::prompt::Template;
 use maslens_llm::{prompt_template, ChatModel, ChatRequest, LlmError, Message};
 use serde_json::json;
 
-use super::{ModesReport, SystemModes};
+use super::{Mode, ModesReport, SystemModes};
 use crate::CoreError;
 
 pub const SUMMARY: Template = prompt_template!("modes/summary.v1");
@@ -22,7 +22,8 @@ pub struct Summarized {
 }
 
 /// Writes a summary into the `limit` largest modes of each system (every mode when `None`).
-/// A failed call leaves that mode without one and is reported; a budget stop ends the pass.
+/// A failed call leaves that mode without one and is reported (also in the report's notes); a
+/// budget stop ends the pass.
 pub async fn summarize(
     report: &mut ModesReport,
     model: &dyn ChatModel,
@@ -30,25 +31,10 @@ pub async fn summarize(
 ) -> Result<Summarized, CoreError> {
     let mut done = Summarized::default();
     report.summaries_by = Some(model.id().to_string());
-    for system in &mut report.systems {
+    'systems: for system in &mut report.systems {
         let SystemModes { system: name, modes, .. } = system;
         for mode in modes.iter_mut().take(limit.unwrap_or(usize::MAX)) {
-            let prompt = SUMMARY
-                .render(json!({
-                    "system": name,
-                    "agent": mode.agent.as_deref().unwrap_or("(not located)"),
-                    "failure_type": mode.failure_type.as_deref().unwrap_or("(none found)"),
-                    "runs": mode.runs,
-                    "share": format!("{:.0}%", mode.share * 100.0),
-                    "words": mode.words.join(", "),
-                    "reasons": mode.examples,
-                }))
-                .map_err(|e| CoreError::Invalid(e.to_string()))?;
-            let request = ChatRequest::new(vec![Message::user(prompt)])
-                .max_tokens(80)
-                .temperature(0.0)
-                .stage("modes/summary")
-                .template(SUMMARY.name);
+            let request = request(name, mode)?;
             match model.complete(&request).await {
                 Ok(r) => {
                     let text = r.text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -57,11 +43,36 @@ pub async fn summarize(
                 }
                 Err(LlmError::Budget(why)) => {
                     done.stopped = Some(why);
-                    return Ok(done);
+                    break 'systems;
                 }
                 Err(e) => done.failed.push((mode.id.clone(), e.to_string())),
             }
         }
     }
+    for (id, why) in &done.failed {
+        report.notes.push(format!("no summary for mode {id}: {why}"));
+    }
+    if let Some(why) = &done.stopped {
+        report.notes.push(format!("summaries stopped: {why}"));
+    }
     Ok(done)
+}
+
+fn request(system: &str, mode: &Mode) -> Result<ChatRequest, CoreError> {
+    let prompt = SUMMARY
+        .render(json!({
+            "system": system,
+            "agent": mode.agent.as_deref().unwrap_or("(not located)"),
+            "failure_type": mode.failure_type.as_deref().unwrap_or("(none found)"),
+            "runs": mode.runs,
+            "share": format!("{:.0}%", mode.share * 100.0),
+            "words": mode.words.join(", "),
+            "reasons": mode.examples,
+        }))
+        .map_err(|e| CoreError::Invalid(e.to_string()))?;
+    Ok(ChatRequest::new(vec![Message::user(prompt)])
+        .max_tokens(80)
+        .temperature(0.0)
+        .stage("modes/summary")
+        .template(SUMMARY.name))
 }

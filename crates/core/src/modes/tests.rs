@@ -49,7 +49,7 @@ fn runs_group_by_system_agent_type_and_reason() {
     let first = &shop.modes[0];
     assert_eq!(first.agent.as_deref(), Some("Planner"));
     assert_eq!(first.failure_type, None);
-    assert_eq!(first.words, ["budget", "constraint", "drop", "task"]);
+    assert_eq!(first.words, ["budget", "constraint", "dropped", "task"]);
     assert!(!first.words.iter().any(|w| w == "planner"), "agent names are not words");
     assert!((first.share - 0.4).abs() < 1e-12);
     let days: Vec<(&str, usize)> = first.trend.iter().map(|d| (d.day.as_str(), d.runs)).collect();
@@ -71,6 +71,9 @@ fn the_same_cases_give_the_same_report_and_ids() {
         .flat_map(|s| s.modes.iter().map(|m| m.id.as_str()))
         .collect();
     assert_eq!(ids.len(), 5, "ids are distinct");
+    let mut reversed = cases();
+    reversed.reverse();
+    assert_eq!(group(&reversed, ModesOptions::default()), a, "input order does not matter");
 }
 
 #[test]
@@ -125,4 +128,65 @@ fn utc_days_follow_the_calendar() {
     assert_eq!(utc_day(-1), "1969-12-31");
     assert_eq!(utc_day(11_016 * DAY), "2000-02-29");
     assert_eq!(utc_day(20_793 * DAY), "2026-12-06");
+}
+
+#[tokio::test]
+async fn summaries_come_from_the_model_and_failures_are_noted() {
+    use maslens_llm::testing::ScriptedModel;
+    let mut report = group(&cases(), ModesOptions::default());
+    // Answers the news system's mode only; the shop's call fails ("script exhausted").
+    let model = ScriptedModel::new("scripted").on_with(
+        "modes/summary",
+        "System: news",
+        "  The Writer invents\nquotations.  ",
+    );
+    let done = summarize(&mut report, &model, Some(1)).await.unwrap();
+    assert_eq!((done.written, done.failed.len(), model.n_calls()), (1, 1, 2));
+    let news = &report.systems[0].modes[0];
+    assert_eq!(news.summary.as_deref(), Some("The Writer invents quotations."));
+    assert_eq!(report.systems[1].modes[0].summary, None);
+    assert_eq!(report.summaries_by.as_deref(), Some("scripted"));
+    let md = report.to_markdown();
+    assert!(md.contains("The Writer invents quotations."), "{md}");
+    assert!(md.contains("> no summary for mode"), "{md}");
+}
+
+#[test]
+fn cases_of_traces_take_the_latest_verdict_and_severest_implicit_type() {
+    use maslens_trace::{ImplicitLabel, Outcome, TraceBuilder, Verdict};
+    let verdict = |agent: &str, why: &str| Verdict {
+        agent: Some(agent.into()),
+        step: Some(1),
+        rationale: Some(why.into()),
+        ..Verdict::new("prior", serde_json::Value::Null)
+    };
+    let implicit = |kind: &str, severity: f64| ImplicitLabel {
+        step: 0,
+        agent: "Planner".into(),
+        error_type: kind.into(),
+        absorption: None,
+        severity: Some(severity),
+        description: None,
+    };
+    let mut failed = TraceBuilder::new("f")
+        .outcome(Outcome::Failure)
+        .steps(&["Planner", "Coder"])
+        .decisive("Coder", 1)
+        .build();
+    failed.labels.verdicts = vec![verdict("Planner", "old"), verdict("Coder", "bad loop")];
+    failed.labels.implicit = vec![implicit("slip", 0.1), implicit("wrong fact", 0.8)];
+    let ok = TraceBuilder::new("s").outcome(Outcome::Success).steps(&["Planner"]).build();
+    let traces = [failed, ok];
+
+    let cases = cases_of_traces(&traces, "failure", true).unwrap();
+    assert_eq!(cases.len(), 1);
+    let c = &cases[0];
+    assert_eq!((c.agent.as_deref(), c.step, c.reason.as_str()), (Some("Coder"), Some(1), "bad loop"));
+    assert_eq!(c.failure_types, ["wrong fact", "slip"]);
+    assert_eq!(c.gold_agent.as_deref(), Some("Coder"));
+    assert_eq!(cases_of_traces(&traces, "failure", false).unwrap()[0].gold_agent, None);
+    assert_eq!(cases_of_traces(&traces, "any", false).unwrap().len(), 1, "only the localized one");
+    assert_eq!(cases_of_traces(&traces, "success", false).unwrap()[0].run, "s");
+    let err = cases_of_traces(&traces, "failed", false).unwrap_err().to_string();
+    assert!(err.contains("\"failed\"") && err.contains("any"), "{err}");
 }

@@ -18,11 +18,39 @@ const STOP_WORDS: &[&str] = &[
 /// words, none of `ignore` (agent names: the agent is already part of a mode's key), with a
 /// light suffix rule (`-ing`, `-ed`, plural `-s`) so "searching"/"searched"/"searches" meet.
 pub fn words(text: &str, ignore: &BTreeSet<String>) -> Vec<String> {
+    surface_words(text)
+        .map(|w| stem(&w))
+        .filter(|w| !ignore.contains(w))
+        .collect()
+}
+
+/// The words of a text before the suffix rule (lower case, no stop words or numbers).
+fn surface_words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
         .map(str::to_lowercase)
-        .filter(|w| !STOP_WORDS.contains(&w.as_str()) && !ignore.contains(w))
-        .map(|w| stem(&w))
+        .filter(|w| !STOP_WORDS.contains(&w.as_str()))
+}
+
+/// For each stem in `texts`, the word that most often produced it (ties: the shorter, then the
+/// first alphabetically): what a mode's label shows instead of the stem.
+pub fn surface_forms<'t>(texts: impl Iterator<Item = &'t str>) -> BTreeMap<String, String> {
+    let mut counts: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for text in texts {
+        for w in surface_words(text) {
+            *counts.entry(stem(&w)).or_default().entry(w).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .filter_map(|(stem, forms)| {
+            let best = forms.into_iter().max_by(|(a, x), (b, y)| {
+                x.cmp(y)
+                    .then_with(|| b.len().cmp(&a.len()))
+                    .then_with(|| b.cmp(a))
+            })?;
+            Some((stem, best.0))
+        })
         .collect()
 }
 
@@ -37,7 +65,7 @@ fn stem(word: &str) -> String {
         2
     } else if n >= 5 && ends("ed") {
         2
-    } else if n >= 4 && ends("s") && !ends("ss") && !ends("us") {
+    } else if n >= 4 && ends("s") && !["ss", "us", "is"].iter().any(|s| ends(s)) {
         1
     } else {
         0
@@ -196,6 +224,12 @@ mod tests {
         assert_eq!(doc("studies cases"), vec!["study", "case"]);
         assert_eq!(doc("class status"), vec!["class", "status"]);
         assert_eq!(doc("dropped dropping called"), vec!["drop", "drop", "call"]);
+        assert_eq!(doc("analysis"), vec!["analysis"]);
+        // Agent names are ignored as stems: "PythonDebugging_Expert" covers "debugging".
+        let names: BTreeSet<String> = words("PythonDebugging_Expert", &BTreeSet::new()).into_iter().collect();
+        assert_eq!(words("the pythondebugging expert's fix", &names), vec!["fix"]);
+        let forms = surface_forms(["provided providing", "provided"].into_iter());
+        assert_eq!(forms.get("provid").map(String::as_str), Some("provided"));
     }
 
     #[test]

@@ -22,6 +22,7 @@
 
 pub mod api;
 pub mod guard;
+pub mod modes;
 pub mod openapi;
 pub mod pipeline;
 pub mod ui;

@@ -34,6 +34,11 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ),
     ("get", "/api/jobs/{id}", "One job"),
     ("get", "/api/status", "Counts of runs, jobs and write-backs"),
+    (
+        "get",
+        "/api/modes",
+        "Failure modes: failed runs grouped per system by responsible agent, implicit-failure type and reason",
+    ),
     ("get", "/openapi.json", "This document"),
     ("get", "/health", "Liveness (no token needed)"),
 ];
@@ -61,6 +66,17 @@ pub fn spec() -> Value {
                         .map(|(k, v)| json!({"name": k, "in": "query", "required": false, "schema": v}))
                         .collect();
                 }
+            }
+            ("get", "/api/modes") => {
+                if let Some(props) =
+                    schema::<super::modes::ModesQuery>()["properties"].as_object()
+                {
+                    op["parameters"] = props
+                        .iter()
+                        .map(|(k, v)| json!({"name": k, "in": "query", "required": false, "schema": v}))
+                        .collect();
+                }
+                op["responses"]["400"] = json!({"description": "A parameter out of range"});
             }
             ("post", "/api/jobs") => {
                 op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema::<super::api::StartJobs>()}}});

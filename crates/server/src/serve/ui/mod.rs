@@ -24,6 +24,7 @@ mod actions;
 pub mod assets;
 pub mod headers;
 mod list;
+mod modes;
 mod pages;
 mod render;
 mod session;
@@ -54,6 +55,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/ui/traces/{id}/compare", get(pages::compare))
         .route("/ui/credit", get(pages::credit_list))
         .route("/ui/credit/{id}", get(pages::credit))
+        .route("/ui/modes", get(modes::modes))
         .route("/ui/evals", get(pages::evals))
         .route("/ui/evals/{id}", get(pages::eval))
         .route("/ui/actions", post(actions::actions))

@@ -41,6 +41,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../templates/ui/credit.html.j2"),
     ),
     (
+        "modes.html.j2",
+        include_str!("../../../templates/ui/modes.html.j2"),
+    ),
+    (
         "evals.html.j2",
         include_str!("../../../templates/ui/evals.html.j2"),
     ),

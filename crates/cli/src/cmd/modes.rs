@@ -1,0 +1,156 @@
+//! `maslens modes`: failure modes across runs. From a store (`--db`, what `maslens serve`
+//! keeps) or from trace files written by `maslens locate -o`; Markdown on stdout (JSON with
+//! `--json` or `-o`). `--summarize` asks the configured model for one sentence per mode.
+
+use crate::cmd::{block_on, EXIT_OK, EXIT_PROBLEMS};
+use crate::inputs::{read_all, Inputs};
+use crate::llm_args::{finish, LlmArgs};
+use crate::ui::write_output;
+use crate::Global;
+use anyhow::Context;
+use maslens_core::modes::{self, ModesReport};
+use maslens_server::serve::modes::{from_store, ModesError, ModesQuery};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub input: Inputs,
+    /// Only this system's runs (`service.name`; the import format for imported traces).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Which runs: `failure`, `unknown` (outcome not reported, as most OTel runs), `success`,
+    /// or `any` (every run with a localization).
+    #[arg(long, default_value = "failure",
+          value_parser = clap::builder::PossibleValuesParser::new(modes::cases::OUTCOMES))]
+    pub outcome: String,
+    /// Cosine threshold of the reason clustering, 0..1 (higher splits more).
+    #[arg(long, default_value_t = 0.3)]
+    pub similarity: f64,
+    /// Example runs per mode.
+    #[arg(long, default_value_t = 3)]
+    pub examples: usize,
+    /// Score the modes against the traces' gold decisive agents (purity; Who&When labels).
+    #[arg(long)]
+    pub gold: bool,
+    /// Runs read from the store at most, oldest first.
+    #[arg(long, default_value_t = 10_000)]
+    pub limit: i64,
+    /// Write the report as JSON to this file.
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    /// Write the Markdown report to this file (default: stdout unless --json).
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// Ask the model (`--model`, else the configured one) for a one-sentence summary of each
+    /// mode; the grouping itself never calls a model.
+    #[arg(long)]
+    pub summarize: bool,
+    /// With --summarize: summaries for at most this many modes per system, largest first.
+    #[arg(long, default_value_t = 10)]
+    pub summarize_top: usize,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+}
+
+pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
+    let query = ModesQuery {
+        system: args.system.clone(),
+        outcome: Some(args.outcome.clone()),
+        gold: args.gold,
+        similarity: Some(args.similarity),
+        examples: Some(args.examples),
+        limit: Some(args.limit),
+    };
+    let (mut report, read_errors) = match (&args.input.db, args.input.inputs.is_empty()) {
+        (Some(_), false) => anyhow::bail!("give trace files or --db, not both"),
+        (Some(db), true) => (of_store(db, &query)?, 0),
+        (None, _) => of_files(&args, &query, global)?,
+    };
+    let mut problems = read_errors;
+    if args.summarize {
+        problems += block_on(summarize(&mut report, &args, global.quiet))??;
+    }
+    if let Some(out) = &args.out {
+        let json = serde_json::to_string_pretty(&report)?;
+        write_output(Some(out), &json).with_context(|| format!("writing {}", out.display()))?;
+    }
+    if global.json {
+        write_output(None, &serde_json::to_string_pretty(&report)?)?;
+    }
+    if args.markdown.is_some() || !global.json {
+        write_output(args.markdown.as_deref(), &report.to_markdown())?;
+    }
+    let runs: usize = report.systems.iter().map(|s| s.failed_runs).sum();
+    if !global.quiet {
+        let n: usize = report.systems.iter().map(|s| s.modes.len()).sum();
+        eprintln!("{n} modes over {runs} runs in {} systems", report.systems.len());
+    }
+    if runs == 0 {
+        eprintln!(
+            "no {} runs to group{}",
+            args.outcome,
+            if args.outcome == "failure" {
+                " (runs whose outcome is not reported: --outcome unknown or any)"
+            } else {
+                ""
+            }
+        );
+        return Ok(ExitCode::from(EXIT_PROBLEMS));
+    }
+    Ok(ExitCode::from(if problems == 0 { EXIT_OK } else { EXIT_PROBLEMS }))
+}
+
+fn of_store(db: &str, query: &ModesQuery) -> anyhow::Result<ModesReport> {
+    block_on(async {
+        let store = crate::db::open(db).await?;
+        let report = from_store(&store, query).await;
+        store.close().await;
+        report.map_err(|e| match e {
+            ModesError::Invalid(m) => anyhow::anyhow!(m),
+            e => anyhow::Error::new(e).context(format!("reading runs from {db}")),
+        })
+    })?
+}
+
+fn of_files(
+    args: &Args,
+    query: &ModesQuery,
+    global: &Global,
+) -> anyhow::Result<(ModesReport, usize)> {
+    let options = query.options()?;
+    let (traces, errors) = read_all(&args.input, global, "reading traces", None)?;
+    if traces.is_empty() {
+        anyhow::bail!("{}", args.input.nothing_read(errors.len()));
+    }
+    let mut traces = traces;
+    if let Some(system) = &args.system {
+        traces.retain(|t| &t.source.format == system);
+    }
+    let cases = modes::cases_of_traces(&traces, &args.outcome, args.gold)?;
+    let unlocated = cases.iter().filter(|c| c.agent.is_none()).count();
+    if unlocated > 0 && !global.quiet {
+        eprintln!(
+            "{unlocated} of {} traces carry no verdict (run `maslens locate -o FILE` first)",
+            cases.len()
+        );
+    }
+    Ok((modes::group(&cases, options), errors.len()))
+}
+
+/// Summaries by the configured model; returns the modes left without one.
+async fn summarize(report: &mut ModesReport, args: &Args, quiet: bool) -> anyhow::Result<usize> {
+    let stack = args.llm.build().await?;
+    let done = modes::summarize(report, stack.model.as_ref(), Some(args.summarize_top)).await?;
+    finish(&stack, quiet);
+    for (id, why) in &done.failed {
+        eprintln!("error: no summary for mode {id}: {why}");
+    }
+    if let Some(why) = &done.stopped {
+        eprintln!("error: summaries stopped: {why}");
+        return Ok(done.failed.len().max(1));
+    }
+    Ok(done.failed.len())
+}
+

@@ -1,0 +1,125 @@
+//! Failure modes from the store (`GET /api/modes`, the UI's `/ui/modes`, `maslens modes --db`):
+//! the store's failed runs ([`maslens_store::Store::failed_runs`]) grouped by
+//! [`maslens_core::modes::group`].
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use maslens_core::modes::{self, FailureCase, ModesOptions, ModesReport};
+use maslens_store::{FailedRun, FailedRunFilter, Store, StoreError};
+use serde_json::json;
+
+use super::AppState;
+
+/// Which runs and how to group them (query parameters of `GET /api/modes` and `/ui/modes`).
+#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModesQuery {
+    /// Only this system's runs (`service.name`, or the import format).
+    pub system: Option<String>,
+    /// `failure` (default), `unknown`, `success`, or `any` (every run with a localization).
+    pub outcome: Option<String>,
+    /// Score the modes against the traces' gold decisive agents (loads every trace).
+    pub gold: bool,
+    /// Cosine threshold of the reason clustering, 0..1 (default 0.3; higher splits more).
+    pub similarity: Option<f64>,
+    /// Example runs per mode (default 3, at most 50).
+    pub examples: Option<usize>,
+    /// Runs read at most, oldest first (default 10,000).
+    pub limit: Option<i64>,
+}
+
+/// Why modes could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ModesError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ModesQuery {
+    /// The grouping options, checked.
+    pub fn options(&self) -> Result<ModesOptions, ModesError> {
+        let mut options = ModesOptions::default();
+        if let Some(s) = self.similarity {
+            if !(0.0..=1.0).contains(&s) {
+                return Err(ModesError::Invalid(format!(
+                    "similarity: {s} is not between 0 and 1"
+                )));
+            }
+            options.similarity = s;
+        }
+        if let Some(n) = self.examples {
+            options.examples = n.min(50);
+        }
+        Ok(options)
+    }
+
+    fn filter(&self) -> FailedRunFilter {
+        let default = FailedRunFilter::default();
+        FailedRunFilter {
+            system: self.system.clone().filter(|s| !s.is_empty()),
+            outcome: self.outcome.clone().unwrap_or(default.outcome),
+            gold: self.gold,
+            limit: self.limit.unwrap_or(default.limit),
+        }
+    }
+}
+
+/// The modes of the runs `query` selects.
+pub async fn from_store(store: &Store, query: &ModesQuery) -> Result<ModesReport, ModesError> {
+    let options = query.options()?;
+    let filter = query.filter();
+    let (runs, more) = store.failed_runs(&filter).await.map_err(|e| match e {
+        StoreError::Invalid(m) => ModesError::Invalid(m),
+        e => ModesError::Store(e),
+    })?;
+    let cases: Vec<FailureCase> = runs.into_iter().map(case).collect();
+    let mut report = modes::group(&cases, options);
+    if more {
+        report.notes.push(format!(
+            "only the oldest {} runs were read (limit); raise it to read more",
+            filter.limit
+        ));
+    }
+    Ok(report)
+}
+
+fn case(run: FailedRun) -> FailureCase {
+    FailureCase {
+        run: run.run,
+        system: run.system,
+        time_ns: run.time_ns,
+        agent: run.agent,
+        step: run.step.and_then(|s| usize::try_from(s).ok()),
+        failure_types: run.failure_types,
+        reason: run.reason,
+        gold_agent: run.gold_agent,
+    }
+}
+
+/// `GET /api/modes`: the [`ModesReport`] as JSON.
+pub(super) async fn api(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<ModesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let error = |status: StatusCode, message: String| {
+        (status, Json(json!({"error": message}))).into_response()
+    };
+    let Query(query) = match query {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    match from_store(&state.store, &query).await {
+        Ok(report) => Json(report).into_response(),
+        Err(ModesError::Invalid(m)) => error(StatusCode::BAD_REQUEST, m),
+        Err(e) => {
+            tracing::warn!(%e, "store");
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    }
+}
