@@ -8,6 +8,7 @@ fix (docs/python.md).
     model = maslens.Model("openai:qwen@http://127.0.0.1:8080/v1")
     scan = maslens.scan(traces, model=model)             # implicit failures, risk
     credit = maslens.credit(traces, model=model)         # role x round credit
+    modes = maslens.modes(traces, verdicts)              # failure modes across runs
 
 Traces from frameworks: :mod:`maslens.adapters` (AG2/AutoGen, AutoGen AgentChat, LangGraph,
 OpenAI Agents SDK, CrewAI, OpenAI-style messages). Running systems: :func:`maslens.otel.instrument`
@@ -25,6 +26,8 @@ from ._api import (
     eval_locate_async,
     locate,
     locate_async,
+    modes,
+    modes_async,
     read,
     scan,
     scan_async,
@@ -46,6 +49,7 @@ from ._results import (
     CreditResult,
     EvalReport,
     ImplicitFailure,
+    ModesReport,
     Results,
     ScanResult,
     TraceCredit,
@@ -69,6 +73,7 @@ __all__ = [
     "MaslensError",
     "Model",
     "ModelError",
+    "ModesReport",
     "OptionsError",
     "Results",
     "ScanResult",
@@ -89,6 +94,8 @@ __all__ = [
     "has_local_model",
     "locate",
     "locate_async",
+    "modes",
+    "modes_async",
     "read",
     "scan",
     "scan_async",

@@ -18,6 +18,7 @@ from ._results import (
     Advantages,
     CreditResult,
     EvalReport,
+    ModesReport,
     ScanResult,
     TraceList,
     Verdict,
@@ -448,6 +449,49 @@ def eval_locate(
     return report
 
 
+def modes(
+    traces: Traces,
+    verdicts: Iterable[Verdict] | None = None,
+    *,
+    outcome: Literal["failure", "unknown", "success", "any"] = "failure",
+    system: str | None = None,
+    similarity: float = 0.3,
+    examples: int = 3,
+    gold: bool = False,
+    summarize: bool = False,
+    summarize_top: int = 10,
+    model: ModelArg = None,
+    **llm: Unpack[LlmOptions],
+) -> ModesReport:
+    """Failure modes across runs (``maslens modes``): the traces of ``outcome`` grouped per system
+    by responsible agent, most severe implicit-failure type and reason (no model needed).
+    ``verdicts`` (what :func:`locate` returned) give each trace its localization; without them,
+    the verdicts the traces carry (``maslens locate -o``). ``gold=True`` scores the modes against
+    the traces' gold decisive agents; ``summarize=True`` asks ``model`` for one sentence per mode
+    (the ``summarize_top`` largest of each system)."""
+    _check_llm("modes", llm)
+    ts = _traces(traces)
+    vs = None
+    if verdicts is not None:
+        vs = json.dumps([v.raw for v in verdicts if v.error is None and v.raw])
+    m = _model(model, llm) if summarize else None
+    opts = _clean(
+        {
+            "outcome": outcome,
+            "system": system,
+            "similarity": similarity,
+            "examples": examples,
+            "gold": gold,
+            "summarize_top": summarize_top,
+        }
+    )
+    res = json.loads(_native.modes(ts, vs, m, opts))
+    report = ModesReport(report=res["report"], markdown=res["markdown"])
+    for n in report.notes:
+        warnings.warn(n, stacklevel=2)
+    return report
+
+
 def _in_thread(f: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
     """The async variant of ``f``: the same call on a worker thread (``asyncio.to_thread``),
     so the event loop goes on while models answer (the native code releases the GIL)."""
@@ -465,3 +509,4 @@ scan_async = _in_thread(scan)
 credit_async = _in_thread(credit)
 eval_locate_async = _in_thread(eval_locate)
 advantages_async = _in_thread(advantages)
+modes_async = _in_thread(modes)

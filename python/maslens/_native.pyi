@@ -90,6 +90,12 @@ def credit(
     progress: _ProgressCallback | None = None,
 ) -> str: ...
 def advantages(jsonl: str, name: str = "<records>") -> str: ...
+def modes(
+    traces: Sequence[Trace],
+    verdicts: str | None = None,
+    model: Model | None = None,
+    options: dict[str, Any] | None = None,
+) -> str: ...
 def eval_locate(
     dataset: str,
     model: Model | None = None,

@@ -402,3 +402,40 @@ class EvalReport:
         """One row per evaluated case (``report["per_case"]``)."""
         frame: pandas.DataFrame = _pandas().DataFrame(self.report.get("per_case", []))
         return frame
+
+
+@dataclass(frozen=True)
+class ModesReport:
+    """Failure modes across runs (``maslens modes``): per system, failed runs grouped by the
+    responsible agent, the most severe implicit-failure type and the reason's words. ``report`` is
+    the JSON report (``maslens modes -o``); ``purity`` how the modes line up with gold agents
+    (``gold=True`` and traces that carry them), else ``None``."""
+
+    report: dict[str, Any] = field(repr=False)
+    markdown: str = field(repr=False)
+
+    @property
+    def systems(self) -> list[dict[str, Any]]:
+        return list(self.report.get("systems", []))
+
+    @property
+    def modes(self) -> list[dict[str, Any]]:
+        """Every mode of every system, each with its ``system`` added, largest first per system."""
+        return [{"system": s["system"], **m} for s in self.systems for m in s.get("modes", [])]
+
+    @property
+    def purity(self) -> dict[str, Any] | None:
+        return self.report.get("purity")
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.report.get("notes", []))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.report)
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """One row per mode: system, agent, failure_type, words, runs, share, members."""
+        cols = ["system", "id", "agent", "failure_type", "words", "runs", "share", "members"]
+        frame: pandas.DataFrame = _pandas().DataFrame([{k: m.get(k) for k in cols} for m in self.modes], columns=cols)
+        return frame

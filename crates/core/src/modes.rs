@@ -51,6 +51,10 @@ pub struct FailureCase {
     pub reason: String,
     /// The gold decisive agent, when the run carries one (for [`purity`] only; never grouped on).
     pub gold_agent: Option<String>,
+    /// The built-in prior (alone or in the default stacked localizer) was trained on this trace,
+    /// so its localization may be a fit to training data ([`crate::in_sample`]).
+    #[serde(default)]
+    pub in_sample: bool,
 }
 
 /// The knobs of the grouping.
@@ -71,6 +75,22 @@ impl Default for ModesOptions {
             examples: 3,
             words: 4,
         }
+    }
+}
+
+impl ModesOptions {
+    /// The options when they make sense: `similarity` in 0..1, `examples` at most 50 (more
+    /// are cut to 50).
+    pub fn checked(mut self) -> Result<ModesOptions, crate::CoreError> {
+        if !(0.0..=1.0).contains(&self.similarity) {
+            return Err(crate::CoreError::Invalid(format!(
+                "similarity: {} is not between 0 and 1",
+                self.similarity
+            )));
+        }
+        self.examples = self.examples.min(50);
+        self.words = self.words.clamp(1, 20);
+        Ok(self)
     }
 }
 

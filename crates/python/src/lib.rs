@@ -201,6 +201,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(methods::credit, m)?)?;
     m.add_function(wrap_pyfunction!(methods::advantages, m)?)?;
     m.add_function(wrap_pyfunction!(methods::eval_locate, m)?)?;
+    m.add_function(wrap_pyfunction!(methods::modes, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(has_local_model, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;

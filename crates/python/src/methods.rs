@@ -1,9 +1,10 @@
-//! The methods, as the CLI runs them: `locate`, `scan`, `credit`, `advantages`, `eval_locate`.
+//! The methods, as the CLI runs them: `locate`, `scan`, `credit`, `advantages`, `eval_locate`,
+//! `modes`.
 //! Each takes traces and opened models, an options dict and an optional progress callback, and
 //! returns JSON text that `python/maslens` turns into typed results.
 
 use crate::model::{model_error, Model};
-use crate::options::{from_dict, CreditOpts, EvalOpts, LocateOpts, ScanOpts};
+use crate::options::{from_dict, CreditOpts, EvalOpts, LocateOpts, ModesOpts, ScanOpts};
 use crate::trace::Trace;
 use crate::{guarded, report_progress, InternalError, Interrupt, OptionsError};
 use maslens_core::eval_locate::{eval_locate_with, EvalLocateOptions, RefineExport};
@@ -319,4 +320,66 @@ pub fn eval_locate(
         let markdown = maslens_eval::markdown::render(&out.run.report);
         to_text(&json!({"report": report, "problems": out.problems, "markdown": markdown}))
     })
+}
+
+/// Failure modes across `traces` (`maslens modes`): `verdicts` (JSON array of verdicts as
+/// `locate` gives them, each with its `trace`) replace the verdicts the traces carry; a `model`
+/// writes one summary per mode. Returns `{"report": ..., "markdown": ...}` as JSON.
+#[pyfunction]
+#[pyo3(signature = (traces, verdicts = None, model = None, options = None))]
+pub fn modes(
+    py: Python<'_>,
+    traces: Vec<Bound<'_, Trace>>,
+    verdicts: Option<&str>,
+    model: Option<Bound<'_, Model>>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    use maslens_core::modes;
+    guarded(|| {
+        let o: ModesOpts = from_dict("modes", options)?;
+        let grouping = o.grouping().map_err(OptionsError::new_err)?;
+        let mut traces: Vec<RsTrace> = owned(&traces).iter().map(|t| (**t).clone()).collect();
+        if let Some(text) = verdicts {
+            attach_verdicts(&mut traces, text)?;
+        }
+        if let Some(system) = &o.system {
+            traces.retain(|t| &t.source.format == system);
+        }
+        let cases = modes::cases_of_traces(&traces, &o.outcome, o.gold)
+            .map_err(|e| OptionsError::new_err(e.to_string()))?;
+        let mut report = modes::group(&cases, grouping);
+        if let Some(m) = model {
+            let m = m.get().stack().model;
+            let interrupt = Interrupt::default();
+            crate::run(py, &interrupt, async {
+                modes::summarize(&mut report, m.as_ref(), Some(o.summarize_top)).await
+            })?
+            .map_err(|e| InternalError::new_err(e.to_string()))?;
+        }
+        to_text(&json!({"markdown": report.to_markdown(), "report": report}))
+    })
+}
+
+/// Each verdict (`{"trace": ID, ...verdict}`) becomes the latest of its trace's verdicts.
+fn attach_verdicts(traces: &mut [RsTrace], text: &str) -> PyResult<()> {
+    let list: Vec<Value> = serde_json::from_str(text)
+        .map_err(|e| OptionsError::new_err(format!("verdicts: {e}")))?;
+    for (i, mut v) in list.into_iter().enumerate() {
+        let id = v
+            .as_object_mut()
+            .and_then(|o| o.remove("trace"))
+            .and_then(|t| t.as_str().map(str::to_string))
+            .ok_or_else(|| OptionsError::new_err(format!("verdicts[{i}]: no `trace` id")))?;
+        let verdict: maslens_trace::Verdict = serde_json::from_value(v)
+            .map_err(|e| OptionsError::new_err(format!("verdicts[{i}] (trace {id}): {e}")))?;
+        match traces.iter_mut().find(|t| t.id == id) {
+            Some(t) => t.labels.verdicts.push(verdict),
+            None => {
+                return Err(OptionsError::new_err(format!(
+                    "verdicts[{i}]: trace {id:?} is not among the traces"
+                )))
+            }
+        }
+    }
+    Ok(())
 }

@@ -321,3 +321,41 @@ impl Default for EvalOpts {
         }
     }
 }
+
+/// `modes`' options (the CLI's modes flags).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct ModesOpts {
+    pub system: Option<String>,
+    pub outcome: String,
+    pub gold: bool,
+    pub similarity: f64,
+    pub examples: usize,
+    pub summarize_top: usize,
+}
+
+impl Default for ModesOpts {
+    fn default() -> Self {
+        let d = maslens_core::modes::ModesOptions::default();
+        ModesOpts {
+            system: None,
+            outcome: "failure".into(),
+            gold: false,
+            similarity: d.similarity,
+            examples: d.examples,
+            summarize_top: 10,
+        }
+    }
+}
+
+impl ModesOpts {
+    pub(crate) fn grouping(&self) -> Result<maslens_core::modes::ModesOptions, String> {
+        maslens_core::modes::ModesOptions {
+            similarity: self.similarity,
+            examples: self.examples,
+            ..Default::default()
+        }
+        .checked()
+        .map_err(|e| e.to_string())
+    }
+}

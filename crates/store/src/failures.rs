@@ -1,6 +1,6 @@
 //! Failed runs as failure modes read them (`maslens modes --db`, `GET /api/modes`, the UI's
 //! "Failure modes" page): each run's latest localization (agent, step, reason) and the event
-//! types of its latest scan, in one query per page plus one for the events.
+//! types of its latest scan, in one query plus one per 500 scans for the events.
 
 use std::collections::BTreeMap;
 
@@ -23,8 +23,9 @@ pub struct FailedRun {
     pub reason: String,
     /// Error types of the latest scan's events, most severe first.
     pub failure_types: Vec<String>,
-    /// The trace's gold decisive agent ([`FailedRunFilter::gold`] only).
-    pub gold_agent: Option<String>,
+    /// The trace ([`FailedRunFilter::gold`] only: its gold labels are read by the caller).
+    #[serde(skip)]
+    pub trace: Option<Trace>,
 }
 
 /// Which runs [`Store::failed_runs`] reads.
@@ -35,7 +36,7 @@ pub struct FailedRunFilter {
     pub system: Option<String>,
     /// `failure` (the default), `unknown`, `success`, or `any` (every run with a localization).
     pub outcome: String,
-    /// Also read each trace's gold decisive agent (loads the traces).
+    /// Also load each run's trace (for its gold labels).
     pub gold: bool,
     /// At most this many runs, oldest first (default 10,000).
     pub limit: i64,
@@ -112,8 +113,7 @@ impl Store {
             if filter.gold {
                 let json: Option<String> = col(row, "trace_json")?;
                 if let Some(j) = json {
-                    let trace: Trace = json_col(&j, || format!("trace of run {id}"))?;
-                    run.gold_agent = trace.gold().and_then(|g| g.agent);
+                    run.trace = Some(json_col(&j, || format!("trace of run {id}"))?);
                 }
             }
             if let Some(scan_id) = col::<Option<String>>(row, "scan_id")? {

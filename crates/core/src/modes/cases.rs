@@ -40,6 +40,7 @@ pub fn case_of_trace(trace: &Trace, gold: bool) -> FailureCase {
         } else {
             None
         },
+        in_sample: gold && crate::in_sample::trained_on(trace),
     }
 }
 

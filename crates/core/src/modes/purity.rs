@@ -34,6 +34,10 @@ pub struct Purity {
     pub by_located_agent: Score,
     /// How often the located agent is the gold agent (the modes' first key).
     pub located_agent_accuracy: f64,
+    /// Runs with gold that the built-in prior was trained on: their localizations, and so these
+    /// figures, are in-sample when the prior (alone or stacked) located them.
+    #[serde(default)]
+    pub in_sample_runs: usize,
 }
 
 /// Scores `systems`' modes against the gold agents of `cases` (none without gold).
@@ -75,6 +79,7 @@ pub fn purity(systems: &[SystemModes], cases: &[FailureCase]) -> Option<Purity> 
         one_per_system: score(&per_system.into_values().collect::<Vec<_>>()),
         by_located_agent: score(&per_agent.into_values().collect::<Vec<_>>()),
         located_agent_accuracy: hits as f64 / gold.len() as f64,
+        in_sample_runs: cases.iter().filter(|c| c.gold_agent.is_some() && c.in_sample).count(),
     })
 }
 

@@ -67,10 +67,20 @@ impl ModesReport {
             let _ = writeln!(
                 out,
                 "## Against gold decisive agents\n\n{} runs carry one; the located agent is the gold \
-                 one in {:.1}%.\n\n| grouping | groups | purity | inverse purity | f |\n|---|---:|---:|---:|---:|",
+                 one in {:.1}%.\n",
                 p.runs_with_gold,
                 p.located_agent_accuracy * 100.0
             );
+            if p.in_sample_runs > 0 {
+                let _ = writeln!(
+                    out,
+                    "> In-sample: the built-in prior was trained on {} of these {} runs; where it \
+                     located them (`--method prior`, or the default stacked localizer) the figures \
+                     measure a fit to its training data, not new traces.\n",
+                    p.in_sample_runs, p.runs_with_gold
+                );
+            }
+            out.push_str("| grouping | groups | purity | inverse purity | f |\n|---|---:|---:|---:|---:|\n");
             for (name, s) in [
                 ("these modes", &p.modes),
                 ("one group per system", &p.one_per_system),

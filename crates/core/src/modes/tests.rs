@@ -12,6 +12,7 @@ fn case(run: &str, system: &str, agent: &str, reason: &str, gold: &str) -> Failu
         failure_types: Vec::new(),
         reason: reason.into(),
         gold_agent: (!gold.is_empty()).then(|| gold.to_string()),
+        in_sample: false,
     }
 }
 

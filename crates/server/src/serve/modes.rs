@@ -42,21 +42,16 @@ pub enum ModesError {
 }
 
 impl ModesQuery {
-    /// The grouping options, checked.
+    /// The grouping options, checked ([`ModesOptions::checked`]).
     pub fn options(&self) -> Result<ModesOptions, ModesError> {
-        let mut options = ModesOptions::default();
-        if let Some(s) = self.similarity {
-            if !(0.0..=1.0).contains(&s) {
-                return Err(ModesError::Invalid(format!(
-                    "similarity: {s} is not between 0 and 1"
-                )));
-            }
-            options.similarity = s;
+        let default = ModesOptions::default();
+        ModesOptions {
+            similarity: self.similarity.unwrap_or(default.similarity),
+            examples: self.examples.unwrap_or(default.examples),
+            ..default
         }
-        if let Some(n) = self.examples {
-            options.examples = n.min(50);
-        }
-        Ok(options)
+        .checked()
+        .map_err(|e| ModesError::Invalid(e.to_string()))
     }
 
     fn filter(&self) -> FailedRunFilter {
@@ -90,7 +85,10 @@ pub async fn from_store(store: &Store, query: &ModesQuery) -> Result<ModesReport
 }
 
 fn case(run: FailedRun) -> FailureCase {
+    let trace = run.trace.as_ref();
     FailureCase {
+        gold_agent: trace.and_then(|t| t.gold()).and_then(|g| g.agent),
+        in_sample: trace.is_some_and(maslens_core::in_sample::trained_on),
         run: run.run,
         system: run.system,
         time_ns: run.time_ns,
@@ -98,7 +96,6 @@ fn case(run: FailedRun) -> FailureCase {
         step: run.step.and_then(|s| usize::try_from(s).ok()),
         failure_types: run.failure_types,
         reason: run.reason,
-        gold_agent: run.gold_agent,
     }
 }
 

@@ -64,7 +64,7 @@ async fn failed_runs_carry_the_latest_localization_scan_and_gold() {
         assert_eq!(a.reason, "wrong index");
         assert_eq!(a.failure_types, ["wrong fact", "minor slip"]);
         assert_eq!(a.system.as_deref(), Some("shop"));
-        assert_eq!(a.gold_agent, None, "gold only when asked");
+        assert!(a.trace.is_none(), "traces only when asked");
         assert_eq!((runs[1].agent.as_ref(), runs[1].failure_types.len()), (None, 0));
 
         let filter = FailedRunFilter {
@@ -76,7 +76,8 @@ async fn failed_runs_carry_the_latest_localization_scan_and_gold() {
         let (runs, more) = store.failed_runs(&filter).await.unwrap();
         assert!(more, "a and c match, the limit is 1");
         assert_eq!(runs.len(), 1);
-        assert_eq!(runs[0].gold_agent.as_deref(), Some("Coder"));
+        let gold = runs[0].trace.as_ref().and_then(|t| t.gold()).and_then(|g| g.agent);
+        assert_eq!(gold.as_deref(), Some("Coder"));
 
         let bad = FailedRunFilter {
             outcome: "failed".into(),

@@ -1,0 +1,64 @@
+"""maslens.modes: failure modes across runs, the same report as `maslens modes`, from verdicts
+returned by maslens.locate or carried by traces; summaries against the real model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import maslens
+from conftest import ServeModel, run_cli
+
+
+def _timeless(report: dict[str, Any]) -> dict[str, Any]:
+    for s in report["systems"]:
+        for m in s["modes"]:
+            for k in ("trend", "first_ns", "last_ns"):
+                m.pop(k, None)
+    return report
+
+
+def test_modes_of_located_traces_match_the_cli(data: Path, maslens_bin: Path, tmp_path: Path) -> None:
+    hc = data / "whowhen" / "Hand-Crafted"
+    traces = maslens.read(hc)
+    verdicts = maslens.locate(traces, method="prior", progress=False)
+    report = maslens.modes(traces, verdicts, gold=True)
+    located = tmp_path / "located.jsonl"
+    cli = run_cli(maslens_bin, "locate", str(hc), "--method", "prior", "-q", "--json", "-o", str(located))
+    assert cli.returncode == 0, cli.stderr
+    cli = run_cli(maslens_bin, "--json", "-q", "modes", str(located), "--gold")
+    assert cli.returncode == 0, cli.stderr
+    assert _timeless(report.to_dict()) == _timeless(json.loads(cli.stdout))
+    # The traces written by `locate -o` carry their verdicts: no verdicts argument needed.
+    again = maslens.modes(maslens.read(located), gold=True)
+    assert _timeless(again.to_dict()) == _timeless(report.to_dict())
+
+    assert report.purity is not None
+    assert report.purity["runs_with_gold"] == len(traces)
+    assert report.purity["in_sample_runs"] == len(traces)
+    assert sum(m["runs"] for m in report.modes) == len(traces)
+    frame = report.to_pandas()
+    assert list(frame.columns[:4]) == ["system", "id", "agent", "failure_type"]
+    assert len(frame) == len(report.modes)
+    assert "| these modes |" in report.markdown
+
+
+def test_modes_options_are_checked() -> None:
+    with pytest.raises(maslens.OptionsError, match="similarity: 2 is not between 0 and 1"):
+        maslens.modes([], similarity=2)
+    with pytest.raises(maslens.OptionsError, match="outcome"):
+        maslens.modes([], outcome="failed")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="simlarity"):
+        maslens.modes([], simlarity=0.5)  # type: ignore[call-arg]
+
+
+def test_modes_summaries_from_the_real_model(data: Path, serve_model: ServeModel, cache: str) -> None:
+    traces = maslens.read(data / "whowhen" / "Hand-Crafted")
+    verdicts = maslens.locate(traces, method="prior", progress=False)
+    report = maslens.modes(traces, verdicts, summarize=True, summarize_top=1, model=serve_model.spec, cache_path=cache)
+    first = report.systems[0]["modes"][0]
+    assert first.get("summary"), report.to_dict()
+    assert "summary" not in report.systems[0]["modes"][1]
