@@ -34,8 +34,16 @@ fn located_whowhen(home: &Path) -> (String, String) {
     let db = home.join("ww.db").display().to_string();
     let file = home.join("located.jsonl").display().to_string();
     run_ok(home, &["import", hc, "--db", &db, "-q"]);
-    run_ok(home, &["locate", "--db", &db, "--method", "prior", "-q", "--json"]);
-    run_ok(home, &["locate", hc, "--method", "prior", "-q", "--json", "-o", &file]);
+    run_ok(
+        home,
+        &["locate", "--db", &db, "--method", "prior", "-q", "--json"],
+    );
+    run_ok(
+        home,
+        &[
+            "locate", hc, "--method", "prior", "-q", "--json", "-o", &file,
+        ],
+    );
     (db, file)
 }
 
@@ -43,28 +51,48 @@ fn located_whowhen(home: &Path) -> (String, String) {
 fn a_store_its_files_and_serve_give_the_same_modes() {
     let home = tempfile::tempdir().unwrap();
     let (db, file) = located_whowhen(home.path());
-    let of_store = stdout_json(&run_ok(home.path(), &["--json", "-q", "modes", "--db", &db, "--gold"]));
-    let of_files = stdout_json(&run_ok(home.path(), &["--json", "-q", "modes", &file, "--gold"]));
+    let of_store = stdout_json(&run_ok(
+        home.path(),
+        &["--json", "-q", "modes", "--db", &db, "--gold"],
+    ));
+    let of_files = stdout_json(&run_ok(
+        home.path(),
+        &["--json", "-q", "modes", &file, "--gold"],
+    ));
     assert_eq!(timeless(of_store.clone()), timeless(of_files));
 
     let systems = of_store["systems"].as_array().unwrap();
     assert_eq!(systems.len(), 1);
     let failed = systems[0]["failed_runs"].as_u64().unwrap();
-    let sizes: u64 = systems[0]["modes"].as_array().unwrap().iter().map(|m| m["runs"].as_u64().unwrap()).sum();
+    let sizes: u64 = systems[0]["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["runs"].as_u64().unwrap())
+        .sum();
     assert_eq!(sizes, failed, "every failed run is in exactly one mode");
     let purity = &of_store["purity"];
     assert_eq!(purity["runs_with_gold"].as_u64(), Some(failed));
     // The built-in prior located them and was trained on every one: the report says in-sample.
     assert_eq!(purity["in_sample_runs"].as_u64(), Some(failed));
-    let md = String::from_utf8(run_ok(home.path(), &["-q", "modes", "--db", &db, "--gold"]).stdout).unwrap();
-    assert!(md.contains("> In-sample: the built-in prior was trained on"), "{md}");
+    let md = String::from_utf8(run_ok(home.path(), &["-q", "modes", "--db", &db, "--gold"]).stdout)
+        .unwrap();
+    assert!(
+        md.contains("> In-sample: the built-in prior was trained on"),
+        "{md}"
+    );
     assert!(md.contains("| these modes |"), "{md}");
 
     let serve = common::serve::serve(&db, home.path(), &[]);
     let api = common::serve::get(&format!("{}/api/modes?gold=true", serve.url));
     assert_eq!(timeless(api), timeless(of_store.clone()));
     let page = std::process::Command::new("curl")
-        .args(["-sS", "--max-time", "10", &format!("{}/ui/modes?gold=true", serve.url)])
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            &format!("{}/ui/modes?gold=true", serve.url),
+        ])
         .output()
         .unwrap();
     let page = String::from_utf8_lossy(&page.stdout);
@@ -72,7 +100,13 @@ fn a_store_its_files_and_serve_give_the_same_modes() {
     assert!(page.contains(&format!("id=\"mode-{first}\"")), "{page}");
     assert!(page.contains("In-sample: the built-in prior"), "{page}");
     let bad = common::serve::get(&format!("{}/api/modes?similarity=2", serve.url));
-    assert!(bad["error"].as_str().unwrap_or_default().contains("similarity"), "{bad}");
+    assert!(
+        bad["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("similarity"),
+        "{bad}"
+    );
 }
 
 #[test]
@@ -80,47 +114,92 @@ fn bad_requests_name_what_is_wrong() {
     let home = tempfile::tempdir().unwrap();
     let ww = data("whowhen/Hand-Crafted/10.json");
     let ww = ww.to_str().unwrap();
-    let o = maslens(home.path(), &["modes", ww, "--similarity", "2"]).output().unwrap();
+    let o = maslens(home.path(), &["modes", ww, "--similarity", "2"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("similarity: 2 is not between 0 and 1"), "{}", stderr(&o));
-    let o = maslens(home.path(), &["modes", ww, "--db", "x.db"]).output().unwrap();
+    assert!(
+        stderr(&o).contains("similarity: 2 is not between 0 and 1"),
+        "{}",
+        stderr(&o)
+    );
+    let o = maslens(home.path(), &["modes", ww, "--db", "x.db"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("not both"), "{}", stderr(&o));
     // Who&When runs all failed: asking for successes groups nothing, and says so (exit 1).
-    let o = maslens(home.path(), &["modes", ww, "--outcome", "success"]).output().unwrap();
+    let o = maslens(home.path(), &["modes", ww, "--outcome", "success"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("no success runs to group"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no success runs to group"),
+        "{}",
+        stderr(&o)
+    );
     // A trace without a verdict is grouped as "not located", and the command says why.
     let o = maslens(home.path(), &["modes", ww]).output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stderr(&o).contains("carry no verdict (run `maslens locate -o FILE` first)"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("note: 1 of 1 traces carry no verdict (locate them first"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn summaries_call_the_model_once_per_summarized_mode() {
     let home = tempfile::tempdir().unwrap();
     let (_db, file) = located_whowhen(home.path());
-    let (url, calls) =
-        common::stub_model_server_with(std::time::Duration::ZERO, Some("The WebSurfer clicks the wrong link."));
+    let (url, calls) = common::stub_model_server_with(
+        std::time::Duration::ZERO,
+        Some("The WebSurfer clicks the wrong link."),
+    );
     let model = format!("openai:x@{url}");
-    let args = ["--json", "-q", "modes", &file, "--summarize", "--summarize-top", "2", "--model", &model];
+    let args = [
+        "--json",
+        "-q",
+        "modes",
+        &file,
+        "--summarize",
+        "--summarize-top",
+        "2",
+        "--model",
+        &model,
+    ];
     let report = stdout_json(&run_ok(home.path(), &args));
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
     let modes = report["systems"][0]["modes"].as_array().unwrap();
     assert_eq!(modes[0]["summary"], "The WebSurfer clicks the wrong link.");
     assert_eq!(modes[2].get("summary"), None);
-    assert!(report["summaries_by"].as_str().is_some_and(|m| m.contains('x')), "{report}");
+    assert!(
+        report["summaries_by"]
+            .as_str()
+            .is_some_and(|m| m.contains('x')),
+        "{report}"
+    );
 
     // A budget of one call (cache off: the first run cached both answers): the second summary
     // is not asked for, the report says so, exit 1.
     let mut budget = args.to_vec();
-    budget.extend(["--max-calls", "1", "--cache", "off"]);
+    budget.extend(["--max-calls", "1", "--cache-mode", "off"]);
     let o = maslens(home.path(), &budget).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
-    assert!(stderr(&o).contains("error: summaries stopped"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("note: summaries stopped"),
+        "{}",
+        stderr(&o)
+    );
     let report = stdout_json(&o);
-    assert!(report["notes"][0].as_str().unwrap().starts_with("summaries stopped"), "{report}");
+    assert!(
+        report["notes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("summaries stopped"),
+        "{report}"
+    );
 }
 
 /// The summaries with the embedded model (`scripts/fetch-model.sh`): the pipeline runs end to end
@@ -135,13 +214,23 @@ fn e2e_modes_summarize_with_the_embedded_model() {
         .env("MASLENS_CACHE", home.path().join("e2e-cache.sqlite"))
         .env_remove("OPENAI_BASE_URL")
         .env_remove("MASLENS_MODEL")
-        .args(["--json", "-q", "modes", &file, "--summarize", "--summarize-top", "1"])
+        .args([
+            "--json",
+            "-q",
+            "modes",
+            &file,
+            "--summarize",
+            "--summarize-top",
+            "1",
+        ])
         .args(["--model", "local:smollm2-135m", "--threads", "2"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let report = stdout_json(&o);
-    let summary = report["systems"][0]["modes"][0]["summary"].as_str().unwrap_or_default();
+    let summary = report["systems"][0]["modes"][0]["summary"]
+        .as_str()
+        .unwrap_or_default();
     assert!(!summary.trim().is_empty(), "{report}");
     assert_eq!(report["summaries_by"], "local:smollm2-135m");
 }

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-pub use cases::{case_of_trace, cases_of_traces};
+pub use cases::{case_of_trace, cases_of_traces, of_traces, Selection};
 pub use purity::{purity, Purity};
 pub use summary::summarize;
 
@@ -206,12 +206,18 @@ fn system_modes(system: String, cases: &[&FailureCase], options: ModesOptions) -
         .filter_map(|c| c.agent.as_deref())
         .flat_map(|a| text::words(a, &BTreeSet::new()))
         .collect();
-    let docs: Vec<Vec<String>> = cases.iter().map(|c| text::words(&c.reason, &agents)).collect();
+    let docs: Vec<Vec<String>> = cases
+        .iter()
+        .map(|c| text::words(&c.reason, &agents))
+        .collect();
     let vectors = text::tfidf(&docs);
     let forms = text::surface_forms(cases.iter().map(|c| c.reason.as_str()));
     let mut buckets: BTreeMap<(Option<&str>, Option<&str>), Vec<usize>> = BTreeMap::new();
     for (i, c) in cases.iter().enumerate() {
-        let key = (c.agent.as_deref(), c.failure_types.first().map(String::as_str));
+        let key = (
+            c.agent.as_deref(),
+            c.failure_types.first().map(String::as_str),
+        );
         buckets.entry(key).or_default().push(i);
     }
     let total = cases.len();
@@ -225,7 +231,15 @@ fn system_modes(system: String, cases: &[&FailureCase], options: ModesOptions) -
                 .map(|w| forms.get(&w).cloned().unwrap_or(w))
                 .collect();
             let picked: Vec<&FailureCase> = idx.iter().map(|&i| cases[i]).collect();
-            modes.push(mode(&system, agent, failure_type, words, &picked, total, options));
+            modes.push(mode(
+                &system,
+                agent,
+                failure_type,
+                words,
+                &picked,
+                total,
+                options,
+            ));
         }
     }
     modes.sort_by(|a, b| b.runs.cmp(&a.runs).then_with(|| a.id.cmp(&b.id)));

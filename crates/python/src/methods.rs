@@ -342,12 +342,13 @@ pub fn modes(
         if let Some(text) = verdicts {
             attach_verdicts(&mut traces, text)?;
         }
-        if let Some(system) = &o.system {
-            traces.retain(|t| &t.source.format == system);
-        }
-        let cases = modes::cases_of_traces(&traces, &o.outcome, o.gold)
+        let selection = modes::Selection {
+            outcome: o.outcome.clone(),
+            system: o.system.clone(),
+            gold: o.gold,
+        };
+        let mut report = modes::of_traces(&traces, &selection, grouping)
             .map_err(|e| OptionsError::new_err(e.to_string()))?;
-        let mut report = modes::group(&cases, grouping);
         if let Some(m) = model {
             let m = m.get().stack().model;
             let interrupt = Interrupt::default();
@@ -362,8 +363,8 @@ pub fn modes(
 
 /// Each verdict (`{"trace": ID, ...verdict}`) becomes the latest of its trace's verdicts.
 fn attach_verdicts(traces: &mut [RsTrace], text: &str) -> PyResult<()> {
-    let list: Vec<Value> = serde_json::from_str(text)
-        .map_err(|e| OptionsError::new_err(format!("verdicts: {e}")))?;
+    let list: Vec<Value> =
+        serde_json::from_str(text).map_err(|e| OptionsError::new_err(format!("verdicts: {e}")))?;
     for (i, mut v) in list.into_iter().enumerate() {
         let id = v
             .as_object_mut()

@@ -36,8 +36,8 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{AnyPool, Executor, SqlSafeStr};
 
-pub use failures::{FailedRun, FailedRunFilter};
 pub use diagnosis::{new_id, Diagnosis, FollowUp, ImplicitEvent, NewDiagnosis, Provenance};
+pub use failures::{FailedRun, FailedRunFilter};
 pub use ingest::IngestOutcome;
 pub use jobs::{BatchProgress, Job, JobState, NewJob, UndiagnosedRun};
 pub use runs::{RunFilter, RunSummary, StoredRun};

@@ -7,8 +7,7 @@ use crate::inputs::{read_all, Inputs};
 use crate::llm_args::{finish, LlmArgs};
 use crate::ui::write_output;
 use crate::Global;
-use anyhow::Context;
-use maslens_core::modes::{self, ModesReport};
+use maslens_core::modes::{self, ModesReport, Selection};
 use maslens_server::serve::modes::{from_store, ModesError, ModesQuery};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,18 +62,37 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         examples: Some(args.examples),
         limit: Some(args.limit),
     };
-    let (mut report, read_errors) = match (&args.input.db, args.input.inputs.is_empty()) {
+    let (mut report, mut problems) = match (&args.input.db, args.input.inputs.is_empty()) {
         (Some(_), false) => anyhow::bail!("give trace files or --db, not both"),
         (Some(db), true) => (of_store(db, &query)?, 0),
-        (None, _) => of_files(&args, &query, global)?,
+        (None, _) => {
+            let (traces, errors) = read_all(&args.input, global, "reading traces", None)?;
+            if traces.is_empty() {
+                anyhow::bail!("{}", args.input.nothing_read(errors.len()));
+            }
+            let selection = Selection {
+                outcome: args.outcome.clone(),
+                system: args.system.clone(),
+                gold: args.gold,
+            };
+            (
+                modes::of_traces(&traces, &selection, query.options()?)?,
+                errors.len(),
+            )
+        }
     };
-    let mut problems = read_errors;
     if args.summarize {
-        problems += block_on(summarize(&mut report, &args, global.quiet))??;
+        let top = Some(args.summarize_top);
+        let done = block_on(async {
+            let stack = args.llm.build().await?;
+            let done = modes::summarize(&mut report, stack.model.as_ref(), top).await;
+            finish(&stack, global.quiet);
+            anyhow::Ok(done?)
+        })??;
+        problems += done.failed.len() + usize::from(done.stopped.is_some());
     }
     if let Some(out) = &args.out {
-        let json = serde_json::to_string_pretty(&report)?;
-        write_output(Some(out), &json).with_context(|| format!("writing {}", out.display()))?;
+        write_output(Some(out), &serde_json::to_string_pretty(&report)?)?;
     }
     if global.json {
         write_output(None, &serde_json::to_string_pretty(&report)?)?;
@@ -82,24 +100,21 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     if args.markdown.is_some() || !global.json {
         write_output(args.markdown.as_deref(), &report.to_markdown())?;
     }
-    let runs: usize = report.systems.iter().map(|s| s.failed_runs).sum();
-    if !global.quiet {
-        let n: usize = report.systems.iter().map(|s| s.modes.len()).sum();
-        eprintln!("{n} modes over {runs} runs in {} systems", report.systems.len());
+    for note in &report.notes {
+        eprintln!("note: {note}");
     }
+    let runs: usize = report.systems.iter().map(|s| s.failed_runs).sum();
     if runs == 0 {
-        eprintln!(
-            "no {} runs to group{}",
-            args.outcome,
-            if args.outcome == "failure" {
-                " (runs whose outcome is not reported: --outcome unknown or any)"
-            } else {
-                ""
-            }
-        );
+        let hint = " (runs whose outcome is not reported: --outcome unknown or any)";
+        let hint = if args.outcome == "failure" { hint } else { "" };
+        eprintln!("no {} runs to group{hint}", args.outcome);
         return Ok(ExitCode::from(EXIT_PROBLEMS));
     }
-    Ok(ExitCode::from(if problems == 0 { EXIT_OK } else { EXIT_PROBLEMS }))
+    Ok(ExitCode::from(if problems == 0 {
+        EXIT_OK
+    } else {
+        EXIT_PROBLEMS
+    }))
 }
 
 fn of_store(db: &str, query: &ModesQuery) -> anyhow::Result<ModesReport> {
@@ -113,44 +128,3 @@ fn of_store(db: &str, query: &ModesQuery) -> anyhow::Result<ModesReport> {
         })
     })?
 }
-
-fn of_files(
-    args: &Args,
-    query: &ModesQuery,
-    global: &Global,
-) -> anyhow::Result<(ModesReport, usize)> {
-    let options = query.options()?;
-    let (traces, errors) = read_all(&args.input, global, "reading traces", None)?;
-    if traces.is_empty() {
-        anyhow::bail!("{}", args.input.nothing_read(errors.len()));
-    }
-    let mut traces = traces;
-    if let Some(system) = &args.system {
-        traces.retain(|t| &t.source.format == system);
-    }
-    let cases = modes::cases_of_traces(&traces, &args.outcome, args.gold)?;
-    let unlocated = cases.iter().filter(|c| c.agent.is_none()).count();
-    if unlocated > 0 && !global.quiet {
-        eprintln!(
-            "{unlocated} of {} traces carry no verdict (run `maslens locate -o FILE` first)",
-            cases.len()
-        );
-    }
-    Ok((modes::group(&cases, options), errors.len()))
-}
-
-/// Summaries by the configured model; returns the modes left without one.
-async fn summarize(report: &mut ModesReport, args: &Args, quiet: bool) -> anyhow::Result<usize> {
-    let stack = args.llm.build().await?;
-    let done = modes::summarize(report, stack.model.as_ref(), Some(args.summarize_top)).await?;
-    finish(&stack, quiet);
-    for (id, why) in &done.failed {
-        eprintln!("error: no summary for mode {id}: {why}");
-    }
-    if let Some(why) = &done.stopped {
-        eprintln!("error: summaries stopped: {why}");
-        return Ok(done.failed.len().max(1));
-    }
-    Ok(done.failed.len())
-}
-

@@ -44,6 +44,58 @@ pub fn case_of_trace(trace: &Trace, gold: bool) -> FailureCase {
     }
 }
 
+/// Which traces [`of_traces`] groups.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selection {
+    /// One of [`OUTCOMES`].
+    pub outcome: String,
+    /// Only traces of this system (`Trace.source.format`).
+    pub system: Option<String>,
+    /// Read gold decisive agents (for purity).
+    pub gold: bool,
+}
+
+impl Default for Selection {
+    fn default() -> Self {
+        Selection {
+            outcome: "failure".into(),
+            system: None,
+            gold: false,
+        }
+    }
+}
+
+/// The modes of the traces `selection` picks (what `maslens modes FILES` and `maslens.modes`
+/// report); a note says how many carry no verdict.
+pub fn of_traces(
+    traces: &[Trace],
+    selection: &Selection,
+    options: super::ModesOptions,
+) -> Result<super::ModesReport, CoreError> {
+    let options = options.checked()?;
+    let picked: Vec<Trace> = traces
+        .iter()
+        .filter(|t| {
+            selection
+                .system
+                .as_ref()
+                .is_none_or(|s| &t.source.format == s)
+        })
+        .cloned()
+        .collect();
+    let cases = cases_of_traces(&picked, &selection.outcome, selection.gold)?;
+    let mut report = super::group(&cases, options);
+    let unlocated = cases.iter().filter(|c| c.agent.is_none()).count();
+    if unlocated > 0 {
+        report.notes.push(format!(
+            "{unlocated} of {} traces carry no verdict (locate them first: `maslens locate -o \
+             FILE`, or `maslens.modes(traces, verdicts)`)",
+            cases.len()
+        ));
+    }
+    Ok(report)
+}
+
 /// The traces of `outcome` as failure cases, in input order.
 pub fn cases_of_traces(
     traces: &[Trace],

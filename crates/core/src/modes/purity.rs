@@ -56,7 +56,10 @@ pub fn purity(systems: &[SystemModes], cases: &[FailureCase]) -> Option<Purity> 
     for s in systems {
         for m in &s.modes {
             let system = Some(s.system.clone());
-            let labels = m.members.iter().filter_map(|r| gold.get(&key(&system, r)).copied());
+            let labels = m
+                .members
+                .iter()
+                .filter_map(|r| gold.get(&key(&system, r)).copied());
             modes.push(labels.collect());
         }
     }
@@ -79,7 +82,10 @@ pub fn purity(systems: &[SystemModes], cases: &[FailureCase]) -> Option<Purity> 
         one_per_system: score(&per_system.into_values().collect::<Vec<_>>()),
         by_located_agent: score(&per_agent.into_values().collect::<Vec<_>>()),
         located_agent_accuracy: hits as f64 / gold.len() as f64,
-        in_sample_runs: cases.iter().filter(|c| c.gold_agent.is_some() && c.in_sample).count(),
+        in_sample_runs: cases
+            .iter()
+            .filter(|c| c.gold_agent.is_some() && c.in_sample)
+            .count(),
     })
 }
 
@@ -110,6 +116,10 @@ pub fn score(groups: &[Vec<&str>]) -> Score {
         groups: groups.iter().filter(|g| !g.is_empty()).count(),
         purity: p,
         inverse_purity: ip,
-        f: if p + ip > 0.0 { 2.0 * p * ip / (p + ip) } else { 0.0 },
+        f: if p + ip > 0.0 {
+            2.0 * p * ip / (p + ip)
+        } else {
+            0.0
+        },
     }
 }

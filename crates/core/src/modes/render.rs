@@ -25,7 +25,9 @@ impl ModesReport {
                 s.scanned_runs,
                 s.modes.len()
             );
-            out.push_str("| mode | agent | implicit failure | words | runs | share | days | examples |\n");
+            out.push_str(
+                "| mode | agent | implicit failure | words | runs | share | days | examples |\n",
+            );
             out.push_str("|---|---|---|---|---:|---:|---|---|\n");
             for m in &s.modes {
                 let examples: Vec<String> = m
@@ -56,7 +58,12 @@ impl ModesReport {
             }
             for m in s.modes.iter().filter(|m| m.summary.is_some()) {
                 let summary = m.summary.as_deref().unwrap_or_default();
-                let _ = writeln!(out, "\n- `{}`: {}", &m.id[..8.min(m.id.len())], cell(summary));
+                let _ = writeln!(
+                    out,
+                    "\n- `{}`: {}",
+                    &m.id[..8.min(m.id.len())],
+                    cell(summary)
+                );
             }
             out.push('\n');
         }
@@ -80,7 +87,9 @@ impl ModesReport {
                     p.in_sample_runs, p.runs_with_gold
                 );
             }
-            out.push_str("| grouping | groups | purity | inverse purity | f |\n|---|---:|---:|---:|---:|\n");
+            out.push_str(
+                "| grouping | groups | purity | inverse purity | f |\n|---|---:|---:|---:|---:|\n",
+            );
             for (name, s) in [
                 ("these modes", &p.modes),
                 ("one group per system", &p.one_per_system),

@@ -32,7 +32,11 @@ pub async fn summarize(
     let mut done = Summarized::default();
     report.summaries_by = Some(model.id().to_string());
     'systems: for system in &mut report.systems {
-        let SystemModes { system: name, modes, .. } = system;
+        let SystemModes {
+            system: name,
+            modes,
+            ..
+        } = system;
         for mode in modes.iter_mut().take(limit.unwrap_or(usize::MAX)) {
             let request = request(name, mode)?;
             match model.complete(&request).await {
@@ -50,7 +54,9 @@ pub async fn summarize(
         }
     }
     for (id, why) in &done.failed {
-        report.notes.push(format!("no summary for mode {id}: {why}"));
+        report
+            .notes
+            .push(format!("no summary for mode {id}: {why}"));
     }
     if let Some(why) = &done.stopped {
         report.notes.push(format!("summaries stopped: {why}"));

@@ -18,10 +18,34 @@ fn case(run: &str, system: &str, agent: &str, reason: &str, gold: &str) -> Failu
 
 fn cases() -> Vec<FailureCase> {
     let mut v = vec![
-        case("r1", "shop", "Planner", "Planner dropped the budget constraint from the task", "Planner"),
-        case("r2", "shop", "Planner", "the budget constraint was dropped by Planner", "Planner"),
-        case("r3", "shop", "Planner", "WebSurfer results were misread: wrong price currency", "Planner"),
-        case("r4", "shop", "Coder", "off-by-one index in the loop over prices", "Coder"),
+        case(
+            "r1",
+            "shop",
+            "Planner",
+            "Planner dropped the budget constraint from the task",
+            "Planner",
+        ),
+        case(
+            "r2",
+            "shop",
+            "Planner",
+            "the budget constraint was dropped by Planner",
+            "Planner",
+        ),
+        case(
+            "r3",
+            "shop",
+            "Planner",
+            "WebSurfer results were misread: wrong price currency",
+            "Planner",
+        ),
+        case(
+            "r4",
+            "shop",
+            "Coder",
+            "off-by-one index in the loop over prices",
+            "Coder",
+        ),
         case("r5", "shop", "", "", "Coder"),
         case("r6", "news", "Writer", "invented a quotation", "Writer"),
     ];
@@ -38,7 +62,10 @@ fn runs_group_by_system_agent_type_and_reason() {
     let names: Vec<&str> = report.systems.iter().map(|s| s.system.as_str()).collect();
     assert_eq!(names, ["news", "shop"]);
     let shop = &report.systems[1];
-    assert_eq!((shop.failed_runs, shop.located_runs, shop.scanned_runs), (5, 4, 1));
+    assert_eq!(
+        (shop.failed_runs, shop.located_runs, shop.scanned_runs),
+        (5, 4, 1)
+    );
     let members: Vec<Vec<&str>> = shop
         .modes
         .iter()
@@ -51,9 +78,16 @@ fn runs_group_by_system_agent_type_and_reason() {
     assert_eq!(first.agent.as_deref(), Some("Planner"));
     assert_eq!(first.failure_type, None);
     assert_eq!(first.words, ["budget", "constraint", "dropped", "task"]);
-    assert!(!first.words.iter().any(|w| w == "planner"), "agent names are not words");
+    assert!(
+        !first.words.iter().any(|w| w == "planner"),
+        "agent names are not words"
+    );
     assert!((first.share - 0.4).abs() < 1e-12);
-    let days: Vec<(&str, usize)> = first.trend.iter().map(|d| (d.day.as_str(), d.runs)).collect();
+    let days: Vec<(&str, usize)> = first
+        .trend
+        .iter()
+        .map(|d| (d.day.as_str(), d.runs))
+        .collect();
     assert_eq!(days, [("2024-10-04", 1), ("2024-10-05", 1)]);
     let r3 = shop.modes.iter().find(|m| m.members == ["r3"]).unwrap();
     assert_eq!(r3.failure_type.as_deref(), Some("misread tool output"));
@@ -74,7 +108,11 @@ fn the_same_cases_give_the_same_report_and_ids() {
     assert_eq!(ids.len(), 5, "ids are distinct");
     let mut reversed = cases();
     reversed.reverse();
-    assert_eq!(group(&reversed, ModesOptions::default()), a, "input order does not matter");
+    assert_eq!(
+        group(&reversed, ModesOptions::default()),
+        a,
+        "input order does not matter"
+    );
 }
 
 #[test]
@@ -119,7 +157,10 @@ fn no_gold_no_purity_and_no_cases_no_systems() {
 fn markdown_has_a_row_per_mode_and_the_purity_table() {
     let md = group(&cases(), ModesOptions::default()).to_markdown();
     assert_eq!(md.matches("\n| `").count(), 5, "{md}");
-    assert!(md.contains("| these modes | 5 | 1.000 | 0.667 | 0.800 |"), "{md}");
+    assert!(
+        md.contains("| these modes | 5 | 1.000 | 0.667 | 0.800 |"),
+        "{md}"
+    );
     assert!(md.contains("2024-10-04 .. 2024-10-05"), "{md}");
 }
 
@@ -142,9 +183,15 @@ async fn summaries_come_from_the_model_and_failures_are_noted() {
         "  The Writer invents\nquotations.  ",
     );
     let done = summarize(&mut report, &model, Some(1)).await.unwrap();
-    assert_eq!((done.written, done.failed.len(), model.n_calls()), (1, 1, 2));
+    assert_eq!(
+        (done.written, done.failed.len(), model.n_calls()),
+        (1, 1, 2)
+    );
     let news = &report.systems[0].modes[0];
-    assert_eq!(news.summary.as_deref(), Some("The Writer invents quotations."));
+    assert_eq!(
+        news.summary.as_deref(),
+        Some("The Writer invents quotations.")
+    );
     assert_eq!(report.systems[1].modes[0].summary, None);
     assert_eq!(report.summaries_by.as_deref(), Some("scripted"));
     let md = report.to_markdown();
@@ -176,18 +223,36 @@ fn cases_of_traces_take_the_latest_verdict_and_severest_implicit_type() {
         .build();
     failed.labels.verdicts = vec![verdict("Planner", "old"), verdict("Coder", "bad loop")];
     failed.labels.implicit = vec![implicit("slip", 0.1), implicit("wrong fact", 0.8)];
-    let ok = TraceBuilder::new("s").outcome(Outcome::Success).steps(&["Planner"]).build();
+    let ok = TraceBuilder::new("s")
+        .outcome(Outcome::Success)
+        .steps(&["Planner"])
+        .build();
     let traces = [failed, ok];
 
     let cases = cases_of_traces(&traces, "failure", true).unwrap();
     assert_eq!(cases.len(), 1);
     let c = &cases[0];
-    assert_eq!((c.agent.as_deref(), c.step, c.reason.as_str()), (Some("Coder"), Some(1), "bad loop"));
+    assert_eq!(
+        (c.agent.as_deref(), c.step, c.reason.as_str()),
+        (Some("Coder"), Some(1), "bad loop")
+    );
     assert_eq!(c.failure_types, ["wrong fact", "slip"]);
     assert_eq!(c.gold_agent.as_deref(), Some("Coder"));
-    assert_eq!(cases_of_traces(&traces, "failure", false).unwrap()[0].gold_agent, None);
-    assert_eq!(cases_of_traces(&traces, "any", false).unwrap().len(), 1, "only the localized one");
-    assert_eq!(cases_of_traces(&traces, "success", false).unwrap()[0].run, "s");
-    let err = cases_of_traces(&traces, "failed", false).unwrap_err().to_string();
+    assert_eq!(
+        cases_of_traces(&traces, "failure", false).unwrap()[0].gold_agent,
+        None
+    );
+    assert_eq!(
+        cases_of_traces(&traces, "any", false).unwrap().len(),
+        1,
+        "only the localized one"
+    );
+    assert_eq!(
+        cases_of_traces(&traces, "success", false).unwrap()[0].run,
+        "s"
+    );
+    let err = cases_of_traces(&traces, "failed", false)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("\"failed\"") && err.contains("any"), "{err}");
 }

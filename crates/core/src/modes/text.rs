@@ -5,13 +5,86 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Words too common in failure reasons to tell modes apart.
 const STOP_WORDS: &[&str] = &[
-    "the", "and", "for", "that", "this", "with", "was", "were", "are", "its", "it's", "has", "have",
-    "had", "not", "but", "from", "which", "when", "what", "who", "into", "than", "then", "there",
-    "their", "they", "them", "been", "being", "would", "could", "should", "does", "did", "doing",
-    "because", "about", "also", "only", "more", "most", "such", "some", "any", "all", "each",
-    "other", "out", "over", "under", "very", "can", "will", "just", "our", "your", "his", "her",
-    "step", "steps", "agent", "agents", "trace", "failure", "failed", "fail", "error", "responsible",
-    "decisive", "answer", "the", "one", "first", "made", "make", "where", "while", "these", "those",
+    "the",
+    "and",
+    "for",
+    "that",
+    "this",
+    "with",
+    "was",
+    "were",
+    "are",
+    "its",
+    "it's",
+    "has",
+    "have",
+    "had",
+    "not",
+    "but",
+    "from",
+    "which",
+    "when",
+    "what",
+    "who",
+    "into",
+    "than",
+    "then",
+    "there",
+    "their",
+    "they",
+    "them",
+    "been",
+    "being",
+    "would",
+    "could",
+    "should",
+    "does",
+    "did",
+    "doing",
+    "because",
+    "about",
+    "also",
+    "only",
+    "more",
+    "most",
+    "such",
+    "some",
+    "any",
+    "all",
+    "each",
+    "other",
+    "out",
+    "over",
+    "under",
+    "very",
+    "can",
+    "will",
+    "just",
+    "our",
+    "your",
+    "his",
+    "her",
+    "step",
+    "steps",
+    "agent",
+    "agents",
+    "trace",
+    "failure",
+    "failed",
+    "fail",
+    "error",
+    "responsible",
+    "decisive",
+    "answer",
+    "the",
+    "one",
+    "first",
+    "made",
+    "make",
+    "where",
+    "while",
+    "these",
+    "those",
 ];
 
 /// The words of a reason: lower case, letters and digits, three characters or more, no stop
@@ -61,7 +134,11 @@ fn stem(word: &str) -> String {
         3
     } else if n >= 5 && ends("ies") {
         return format!("{}y", &word[..word.len() - 3]);
-    } else if n >= 5 && ["sses", "ches", "shes", "xes", "zes"].iter().any(|s| ends(s)) {
+    } else if n >= 5
+        && ["sses", "ches", "shes", "xes", "zes"]
+            .iter()
+            .any(|s| ends(s))
+    {
         2
     } else if n >= 5 && ends("ed") {
         2
@@ -218,7 +295,10 @@ mod tests {
     fn words_drop_stop_words_names_and_numbers_and_share_stems() {
         let ignore = BTreeSet::from(["websurfer".to_string()]);
         assert_eq!(
-            words("The WebSurfer searched 3 pages for the wrong year, searching 2019", &ignore),
+            words(
+                "The WebSurfer searched 3 pages for the wrong year, searching 2019",
+                &ignore
+            ),
             vec!["search", "page", "wrong", "year", "search"]
         );
         assert_eq!(doc("studies cases"), vec!["study", "case"]);
@@ -226,8 +306,13 @@ mod tests {
         assert_eq!(doc("dropped dropping called"), vec!["drop", "drop", "call"]);
         assert_eq!(doc("analysis"), vec!["analysis"]);
         // Agent names are ignored as stems: "PythonDebugging_Expert" covers "debugging".
-        let names: BTreeSet<String> = words("PythonDebugging_Expert", &BTreeSet::new()).into_iter().collect();
-        assert_eq!(words("the pythondebugging expert's fix", &names), vec!["fix"]);
+        let names: BTreeSet<String> = words("PythonDebugging_Expert", &BTreeSet::new())
+            .into_iter()
+            .collect();
+        assert_eq!(
+            words("the pythondebugging expert's fix", &names),
+            vec!["fix"]
+        );
         let forms = surface_forms(["provided providing", "provided"].into_iter());
         assert_eq!(forms.get("provid").map(String::as_str), Some("provided"));
     }
@@ -251,6 +336,9 @@ mod tests {
         assert_eq!(top_words(&v, &[0, 2], 2), vec!["conversion", "kilometre"]);
         // A threshold above any cosine keeps reasons apart, but identical ones (0 and 2 have the
         // same words) still meet in the reassignment pass.
-        assert_eq!(cluster(&v, 1.01), vec![vec![0, 2], vec![1], vec![3], vec![4]]);
+        assert_eq!(
+            cluster(&v, 1.01),
+            vec![vec![0, 2], vec![1], vec![3], vec![4]]
+        );
     }
 }

@@ -68,8 +68,7 @@ pub fn spec() -> Value {
                 }
             }
             ("get", "/api/modes") => {
-                if let Some(props) =
-                    schema::<super::modes::ModesQuery>()["properties"].as_object()
+                if let Some(props) = schema::<super::modes::ModesQuery>()["properties"].as_object()
                 {
                     op["parameters"] = props
                         .iter()
