@@ -227,6 +227,11 @@ async fn ui_in_chromium() {
     b.click("#credit-list a").await;
     b.wait_for("#history", Duration::from_secs(5)).await;
     check_page(&b, "credit").await;
+    // Failure modes of the stored runs, scored against their gold agents.
+    b.goto(&format!("{base}/ui/modes?gold=true")).await;
+    b.wait_for("table.modes", Duration::from_secs(5)).await;
+    assert!(b.text("#purity").await.contains("these modes"));
+    check_page(&b, "modes").await;
     b.goto(&format!("{base}/ui/evals")).await;
     check_page(&b, "evals").await;
     b.click("#eval-list a").await;

@@ -18,12 +18,12 @@ impl ModesReport {
         for s in &self.systems {
             let _ = writeln!(
                 out,
-                "## {}\n\n{} failed runs ({} localized, {} scanned), {} modes.\n",
+                "## {}\n\n{} ({} localized, {} scanned), {}.\n",
                 s.system,
-                s.failed_runs,
+                count(s.failed_runs, "run"),
                 s.located_runs,
                 s.scanned_runs,
-                s.modes.len()
+                count(s.modes.len(), "mode")
             );
             out.push_str(
                 "| mode | agent | implicit failure | words | runs | share | days | examples |\n",
@@ -73,9 +73,9 @@ impl ModesReport {
         if let Some(p) = &self.purity {
             let _ = writeln!(
                 out,
-                "## Against gold decisive agents\n\n{} runs carry one; the located agent is the gold \
-                 one in {:.1}%.\n",
-                p.runs_with_gold,
+                "## Against gold decisive agents\n\n{} with one; the located agent is the gold one \
+                 in {:.1}%.\n",
+                count(p.runs_with_gold, "run"),
                 p.located_agent_accuracy * 100.0
             );
             if p.in_sample_runs > 0 {
@@ -107,6 +107,15 @@ fn score_row(name: &str, s: &Score) -> String {
         "| {name} | {} | {:.3} | {:.3} | {:.3} |\n",
         s.groups, s.purity, s.inverse_purity, s.f
     )
+}
+
+/// "1 run", "2 runs".
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// Text safe inside a Markdown table cell.
