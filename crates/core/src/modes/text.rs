@@ -127,6 +127,9 @@ pub fn surface_forms<'t>(texts: impl Iterator<Item = &'t str>) -> BTreeMap<Strin
         .collect()
 }
 
+/// Suffixes that lose two letters: "-ed", and "-es" after s, ch, sh, x, z.
+const TWO_LETTER_SUFFIXES: &[&str] = &["ed", "sses", "ches", "shes", "xes", "zes"];
+
 fn stem(word: &str) -> String {
     let n = word.chars().count();
     let ends = |suffix: &str| word.ends_with(suffix);
@@ -134,13 +137,7 @@ fn stem(word: &str) -> String {
         3
     } else if n >= 5 && ends("ies") {
         return format!("{}y", &word[..word.len() - 3]);
-    } else if n >= 5
-        && ["sses", "ches", "shes", "xes", "zes"]
-            .iter()
-            .any(|s| ends(s))
-    {
-        2
-    } else if n >= 5 && ends("ed") {
+    } else if n >= 5 && TWO_LETTER_SUFFIXES.iter().any(|s| ends(s)) {
         2
     } else if n >= 4 && ends("s") && !["ss", "us", "is"].iter().any(|s| ends(s)) {
         1
