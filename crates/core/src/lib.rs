@@ -9,6 +9,8 @@
 //!   verdicts that render themselves as JSON, labels and text.
 //! - [`eval_locate`]: `maslens eval locate` as one function: dataset -> localizer -> scorer ->
 //!   versioned report.
+//! - [`improve`]: the improvement loop's steps (credit from located failures, the prompt
+//!   rewrite, the black-box baseline, held-out acceptance, the report); the loop runs in Python.
 //! - [`modes`]: failure modes across runs: failed runs grouped per system by responsible agent,
 //!   implicit-failure type and reason text (no model needed), with purity against gold agents.
 //! - [`refinement`]: AgentLocate's fine-tuning loop: the refinement export (data, manifest,
@@ -18,6 +20,7 @@
 //! (cli, server, python). It never prints: progress goes through [`maslens_eval::run::Progress`].
 
 pub mod eval_locate;
+pub mod improve;
 pub mod in_sample;
 pub mod localize;
 pub mod locate;

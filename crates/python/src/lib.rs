@@ -20,6 +20,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+mod improve;
 mod methods;
 mod model;
 mod options;
@@ -202,6 +203,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(methods::advantages, m)?)?;
     m.add_function(wrap_pyfunction!(methods::eval_locate, m)?)?;
     m.add_function(wrap_pyfunction!(methods::modes, m)?)?;
+    m.add_function(wrap_pyfunction!(improve::improve_blame, m)?)?;
+    m.add_function(wrap_pyfunction!(improve::improve_rewrite, m)?)?;
+    m.add_function(wrap_pyfunction!(improve::improve_blackbox, m)?)?;
+    m.add_function(wrap_pyfunction!(improve::improve_accept, m)?)?;
+    m.add_function(wrap_pyfunction!(improve::improve_render, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(has_local_model, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;

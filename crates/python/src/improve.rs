@@ -1,0 +1,146 @@
+//! The improvement loop's steps for `python/maslens/improve.py` (the loop runs in Python, where
+//! the user's system lives): credit from located failures, a prompt rewrite, the black-box
+//! baseline's proposal, the held-out acceptance and the report. JSON in, JSON out.
+
+use crate::model::{model_error, Model};
+use crate::trace::Trace;
+use crate::{guarded, InternalError, Interrupt, OptionsError};
+use maslens_core::improve::{self, blackbox::FailedTask, Evidence, ImproveReport};
+use maslens_core::CoreError;
+use maslens_trace::Verdict;
+use pyo3::prelude::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+fn parse<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> PyResult<T> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| OptionsError::new_err(format!("{what}: at {}: {}", e.path(), e.inner())))
+}
+
+fn text(v: &Value) -> PyResult<String> {
+    serde_json::to_string(v).map_err(|e| InternalError::new_err(e.to_string()))
+}
+
+fn core_error(e: CoreError) -> PyErr {
+    match e {
+        CoreError::Llm(e) => model_error(&e),
+        CoreError::Invalid(m) => OptionsError::new_err(m),
+        e => InternalError::new_err(e.to_string()),
+    }
+}
+
+/// Credit of the prompted `agents` from failed `traces` and their `verdicts` (a JSON array in the
+/// traces' order, each a verdict as `locate` gives it, or null).
+#[pyfunction]
+pub fn improve_blame(
+    traces: Vec<Bound<'_, Trace>>,
+    verdicts: &str,
+    agents: Vec<String>,
+) -> PyResult<String> {
+    guarded(|| {
+        let verdicts: Vec<Option<Value>> = parse("verdicts", verdicts)?;
+        if verdicts.len() != traces.len() {
+            return Err(OptionsError::new_err(format!(
+                "{} verdicts for {} traces",
+                verdicts.len(),
+                traces.len()
+            )));
+        }
+        let owned: Vec<_> = traces.iter().map(|t| t.get().inner.clone()).collect();
+        let mut parsed: Vec<Verdict> = Vec::new();
+        let mut pairs = Vec::new();
+        for (i, v) in verdicts.into_iter().enumerate() {
+            let Some(mut v) = v else { continue };
+            if let Some(o) = v.as_object_mut() {
+                o.remove("trace");
+            }
+            let verdict: Verdict = serde_json::from_value(v)
+                .map_err(|e| OptionsError::new_err(format!("verdicts[{i}]: {e}")))?;
+            parsed.push(verdict);
+            pairs.push(i);
+        }
+        let failed: Vec<_> = pairs
+            .iter()
+            .zip(&parsed)
+            .map(|(&i, v)| (&*owned[i], v))
+            .collect();
+        let blame = improve::blame(&failed, &agents);
+        text(&serde_json::to_value(&blame).map_err(|e| InternalError::new_err(e.to_string()))?)
+    })
+}
+
+/// One agent's prompt rewritten from its located failures (`evidence`: JSON array of the
+/// `evidence` entries `improve_blame` gave).
+#[pyfunction]
+#[pyo3(signature = (model, agent, prompt, evidence, max_tokens = 400, seed = 0))]
+pub fn improve_rewrite(
+    py: Python<'_>,
+    model: Bound<'_, Model>,
+    agent: &str,
+    prompt: &str,
+    evidence: &str,
+    max_tokens: u32,
+    seed: u64,
+) -> PyResult<String> {
+    guarded(|| {
+        let evidence: Vec<Evidence> = parse("evidence", evidence)?;
+        let m = model.get().stack().model;
+        let out = crate::run(py, &Interrupt::default(), async {
+            improve::rewrite(m.as_ref(), agent, prompt, &evidence, max_tokens, seed).await
+        })?
+        .map_err(core_error)?;
+        text(&serde_json::to_value(out).map_err(|e| InternalError::new_err(e.to_string()))?)
+    })
+}
+
+/// The black-box baseline's proposal: `{"prompts": {...}}` or `{"rejected": "why"}`.
+#[pyfunction]
+#[pyo3(signature = (model, prompts, failures, max_tokens = 800, seed = 0))]
+pub fn improve_blackbox(
+    py: Python<'_>,
+    model: Bound<'_, Model>,
+    prompts: &str,
+    failures: &str,
+    max_tokens: u32,
+    seed: u64,
+) -> PyResult<String> {
+    guarded(|| {
+        let prompts: BTreeMap<String, String> = parse("prompts", prompts)?;
+        let failures: Vec<FailedTask> = parse("failures", failures)?;
+        let m = model.get().stack().model;
+        let out = crate::run(py, &Interrupt::default(), async {
+            improve::blackbox(m.as_ref(), &prompts, &failures, max_tokens, seed).await
+        })?
+        .map_err(core_error)?;
+        text(&match out {
+            Ok(p) => json!({"prompts": p}),
+            Err(why) => json!({"rejected": why}),
+        })
+    })
+}
+
+/// Keep a change only when the held-out gain's bootstrap interval is above 0.
+#[pyfunction]
+#[pyo3(signature = (before, after, resamples = 2000, level = 0.95, seed = 0))]
+pub fn improve_accept(
+    before: Vec<f64>,
+    after: Vec<f64>,
+    resamples: usize,
+    level: f64,
+    seed: u64,
+) -> PyResult<String> {
+    guarded(|| {
+        let a = improve::accept(&before, &after, resamples, level, seed).map_err(core_error)?;
+        text(&serde_json::to_value(a).map_err(|e| InternalError::new_err(e.to_string()))?)
+    })
+}
+
+/// The report's Markdown and HTML, and the agents it changed.
+#[pyfunction]
+pub fn improve_render(report: &str) -> PyResult<String> {
+    guarded(|| {
+        let r: ImproveReport = parse("report", report)?;
+        text(&json!({"markdown": r.to_markdown(), "html": r.to_html(), "changed": r.changed()}))
+    })
+}

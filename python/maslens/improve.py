@@ -1,0 +1,317 @@
+"""The improvement loop (docs/improve.md): from "who broke it" to a verified fix.
+
+Run the tasks; localize each failure; credit per agent from the located failures; rewrite only the
+weakest agents' prompts, fed with the located steps and reasons; re-run held-out tasks and keep a
+change only when the held-out score rises beyond a paired bootstrap interval; iterate within a
+budget. A black-box baseline (one rewrite of every prompt from the failed outputs alone) runs at the
+loop's measured call budget. Every decision is made by maslens' native code; this module runs the
+user's system.
+
+Resume: every system run is kept in ``out/state.json`` (keyed by the prompts and the task), and the
+model's calls go through the maslens cache, so a rerun after a kill repeats no paid call.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import random
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union, Unpack
+
+from . import _native
+from ._api import LlmOptions, Model, ModelArg, _check_llm, _model, locate
+from ._native import BudgetExceeded, Trace
+from .systems import Run, System
+
+#: A task: its text, or a dict with ``task`` (the text) and optionally ``answer`` (for exact match).
+Task = Union[str, Mapping[str, Any]]
+#: Scores a run's output on a task: 1.0 is right, 0.0 wrong (values between allowed).
+Metric = Callable[[str, Mapping[str, Any]], float]
+
+
+def exact_match(output: str, task: Mapping[str, Any]) -> float:
+    """1.0 when the output, trimmed and lower-cased, equals the task's ``answer`` or ends with it
+    as its last line; else 0.0."""
+    want = str(task.get("answer", "")).strip().lower()
+    got = output.strip().lower()
+    last = got.splitlines()[-1].strip() if got else ""
+    return 1.0 if want and (got == want or last == want) else 0.0
+
+
+@dataclass
+class ImproveResult:
+    """The loop's outcome: the final prompts, the report (``report.json`` as a dict), its Markdown
+    and HTML, and the agents changed."""
+
+    prompts: dict[str, str]
+    report: dict[str, Any] = field(repr=False)
+    markdown: str = field(repr=False)
+    html: str = field(repr=False)
+    changed: list[str] = field(default_factory=list)
+
+
+def _task(t: Task) -> dict[str, Any]:
+    return {"task": t} if isinstance(t, str) else dict(t)
+
+
+class _State:
+    """System runs kept across restarts (``state.json``, written atomically after each run)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.runs: dict[str, dict[str, Any]] = {}
+        if path is not None and path.exists():
+            self.runs = json.loads(path.read_text()).get("runs", {})
+        self.new_runs = 0
+
+    @staticmethod
+    def key(prompts: Mapping[str, str], task: Mapping[str, Any]) -> str:
+        blob = json.dumps([dict(sorted(prompts.items())), task], sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".state-")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"runs": self.runs}, f)
+        os.replace(tmp, self.path)
+
+
+@dataclass
+class _Loop:
+    system: System
+    metric: Metric
+    model: Model
+    state: _State
+    seed: int
+    max_runs: int | None
+    locate_method: str
+    rewrite_max_tokens: int
+    level: float
+    resamples: int
+
+    def run(self, prompts: Mapping[str, str], task: Mapping[str, Any]) -> tuple[float, Run]:
+        key = _State.key(prompts, task)
+        kept = self.state.runs.get(key)
+        if kept is not None:
+            trace = Trace.from_json(kept["trace"], "native", f"state:{key[:12]}")
+            return float(kept["score"]), Run(trace=trace, output=kept["output"])
+        if self.max_runs is not None and self.state.new_runs >= self.max_runs:
+            raise BudgetExceeded(f"{self.max_runs} system runs made (max_runs)")
+        run = self.system.run(str(task["task"]), dict(prompts))
+        score = float(self.metric(run.output, task))
+        self.state.runs[key] = {"score": score, "output": run.output, "trace": run.trace.to_json(False)}
+        self.state.new_runs += 1
+        self.state.save()
+        return score, run
+
+    def scores(self, prompts: Mapping[str, str], tasks: Sequence[Mapping[str, Any]]) -> list[tuple[float, Run]]:
+        return [self.run(prompts, t) for t in tasks]
+
+    def accept(self, before: list[float], after: list[float], salt: int) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(_native.improve_accept(before, after, self.resamples, self.level, self.seed + salt))
+        return out
+
+    def calls(self) -> int:
+        return int(self.model.usage().get("total", {}).get("calls", 0))
+
+    def usage(self) -> dict[str, Any]:
+        total = self.model.usage().get("total", {})
+        return {
+            "calls": int(total.get("calls", 0)),
+            "tokens": int(total.get("prompt_tokens", 0)) + int(total.get("completion_tokens", 0)),
+            "cost": float(total.get("cost_usd") or 0.0),
+            "system_runs": self.state.new_runs,
+        }
+
+    def blame(self, failed: list[tuple[Mapping[str, Any], Run]], agents: list[str]) -> dict[str, Any]:
+        if not failed:
+            return {"failures": 0, "located": 0, "unprompted": {}, "agents": [], "evidence": {}}
+        traces = [r.trace for _, r in failed]
+        method = self.locate_method
+        verdicts = locate(traces, method=method, model=self.model if method != "prior" else None, progress=False)  # type: ignore[arg-type]
+        raw = [v.raw if v.error is None and v.agent is not None else None for v in verdicts]
+        out: dict[str, Any] = json.loads(_native.improve_blame(traces, json.dumps(raw), agents))
+        return out
+
+    def rewrite(self, agent: str, prompt: str, evidence: list[dict[str, Any]], salt: int) -> dict[str, Any]:
+        text = _native.improve_rewrite(self.model._native, agent, prompt, json.dumps(evidence), self.rewrite_max_tokens, self.seed + salt)
+        out: dict[str, Any] = json.loads(text)
+        return out
+
+
+def _split(tasks: list[dict[str, Any]], held_out: Sequence[Task] | float, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    if not isinstance(held_out, (int, float)):
+        return tasks, [_task(t) for t in held_out]
+    if not 0.0 < float(held_out) < 1.0:
+        raise ValueError(f"held_out: a share between 0 and 1, or the held-out tasks; got {held_out}")
+    order = list(range(len(tasks)))
+    random.Random(seed).shuffle(order)
+    n = max(1, round(len(tasks) * float(held_out)))
+    if n >= len(tasks):
+        raise ValueError(f"held_out={held_out} leaves no training task among {len(tasks)}")
+    chosen = set(order[:n])
+    return [t for i, t in enumerate(tasks) if i not in chosen], [t for i, t in enumerate(tasks) if i in chosen]
+
+
+def _iteration(
+    loop: _Loop, index: int, prompts: dict[str, str], train: list[dict[str, Any]], held: list[dict[str, Any]], k: int, tried: set[str], exhausted: set[str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """One iteration; returns its record and the prompts after it (changed only when kept). The
+    ``k`` agents with the lowest credit are rewritten, leaving out ``exhausted`` ones (rewritten
+    since the last kept change, and not kept). A candidate already tried (``tried``) is not
+    verified again: the record says ``repeated``."""
+    runs = loop.scores(prompts, train)
+    failed = [(t, r) for t, (s, r) in zip(train, runs, strict=True) if s < 1.0]
+    record: dict[str, Any] = {"index": index, "train_score": sum(s for s, _ in runs) / len(runs), "failures": len(failed)}
+    blame = loop.blame(failed, sorted(prompts))
+    chosen = [a["agent"] for a in blame["agents"] if a["mass"] > 0 and a["agent"] not in exhausted][:k]
+    record.update(located=blame["located"], credit=blame["agents"], unprompted=blame["unprompted"], chosen=chosen)
+    candidate = dict(prompts)
+    rewrites = []
+    for j, agent in enumerate(chosen):
+        w = loop.rewrite(agent, prompts[agent], blame["evidence"].get(agent, []), salt=index * 100 + j)
+        rewrites.append(w)
+        if w.get("prompt"):
+            candidate[agent] = w["prompt"]
+    record["rewrites"] = rewrites
+    key = _State.key(candidate, {})
+    if candidate != prompts and key in tried:
+        record["repeated"] = True
+        record["calls"] = loop.calls()
+        exhausted.update(chosen)
+        return record, prompts
+    tried.add(key)
+    if candidate != prompts:
+        before = [s for s, _ in loop.scores(prompts, held)]
+        after = [s for s, _ in loop.scores(candidate, held)]
+        record["acceptance"] = loop.accept(before, after, salt=index)
+        if record["acceptance"]["accepted"]:
+            prompts = candidate
+            exhausted.clear()
+        else:
+            exhausted.update(chosen)
+    record["calls"] = loop.calls()
+    return record, prompts
+
+
+def _baseline(loop: _Loop, initial: dict[str, str], train: list[dict[str, Any]], held: list[dict[str, Any]], budget: int) -> dict[str, Any]:
+    """Whole-system rewrites from the failed outputs until ``budget`` model calls are spent."""
+    start = loop.calls()
+    prompts = dict(initial)
+    proposals: list[dict[str, Any]] = []
+    while loop.calls() - start < budget and len(proposals) < 20:
+        runs = loop.scores(prompts, train)
+        failed = [{"task": t["task"], "output": r.output} for t, (s, r) in zip(train, runs, strict=True) if s < 1.0]
+        if not failed:
+            break
+        index = len(proposals) + 1
+        answer = json.loads(_native.improve_blackbox(loop.model._native, json.dumps(prompts), json.dumps(failed), 800, loop.seed + 10_000 + index))
+        p: dict[str, Any] = {"index": index, "changed": [], "rejected": answer.get("rejected")}
+        if "prompts" in answer:
+            candidate = dict(answer["prompts"])
+            p["changed"] = sorted(a for a in candidate if candidate[a] != prompts.get(a))
+            before = [s for s, _ in loop.scores(prompts, held)]
+            after = [s for s, _ in loop.scores(candidate, held)]
+            p["acceptance"] = loop.accept(before, after, salt=10_000 + index)
+            if p["acceptance"]["accepted"]:
+                prompts = candidate
+        proposals.append(p)
+    final = [s for s, _ in loop.scores(prompts, held)]
+    return {"budget_calls": budget, "calls": loop.calls() - start, "proposals": proposals, "final_prompts": prompts, "final_score": sum(final) / len(final)}
+
+
+def _write(out: Path, report: dict[str, Any], rendered: dict[str, Any], runs: Mapping[str, dict[str, Any]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    (out / "report.md").write_text(rendered["markdown"])
+    (out / "report.html").write_text(rendered["html"])
+    diff = []
+    for agent in rendered["changed"]:
+        before = report["initial_prompts"][agent].splitlines(keepends=True)
+        after = report["final_prompts"][agent].splitlines(keepends=True)
+        diff.extend(difflib.unified_diff(before, after, f"a/{agent}", f"b/{agent}"))
+        diff.append("\n")
+    (out / "prompts.diff").write_text("".join(diff))
+    # Every system run, as native JSONL: `maslens import traces.jsonl --db` shows them in the UI.
+    with open(out / "traces.jsonl", "w") as f:
+        for kept in runs.values():
+            f.write(kept["trace"] + "\n")
+
+
+def improve(
+    system: System,
+    tasks: Sequence[Task],
+    metric: Metric | None = None,
+    *,
+    held_out: Sequence[Task] | float = 0.5,
+    iterations: int = 3,
+    k: int = 1,
+    model: ModelArg = None,
+    locate_method: str = "stacked",
+    baseline: bool = True,
+    level: float = 0.95,
+    resamples: int = 2000,
+    max_runs: int | None = None,
+    rewrite_max_tokens: int = 400,
+    seed: int = 0,
+    out: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    **llm: Unpack[LlmOptions],
+) -> ImproveResult:
+    """Improve ``system``'s prompts on ``tasks`` (docs/improve.md). ``metric(output, task)``
+    scores a run (default: :func:`exact_match` against each task's ``answer``). ``held_out``: a
+    share of ``tasks`` (seeded) or the held-out tasks themselves. ``k`` agents with the lowest
+    credit are rewritten per iteration. ``model`` localizes (``locate_method``) and rewrites; its
+    budgets (``max_calls``, ``max_cost``) and ``max_runs`` (system runs) stop the loop, which
+    then reports what it did. ``out``: where the report, the prompt diff, the traces and the
+    resume state go."""
+    _check_llm("improve", llm)
+    if not isinstance(system, System):
+        raise TypeError("system: expected a maslens.System (prompts and run(task, prompts))")
+    all_tasks = [_task(t) for t in tasks]
+    train, held = _split(all_tasks, held_out, seed)
+    m = model if isinstance(model, Model) else Model(model, **llm)
+    outdir = Path(out) if out is not None else None
+    loop = _Loop(system, metric or exact_match, m, _State(outdir / "state.json" if outdir else None), seed, max_runs, locate_method, rewrite_max_tokens, level, resamples)
+    initial = dict(system.prompts)
+    report: dict[str, Any] = {
+        "format_version": 1, "system": name or type(system).__name__, "model": m.id, "seed": seed,
+        "train_tasks": len(train), "held_out_tasks": len(held), "k": k, "level": level, "resamples": resamples,
+        "initial_prompts": initial, "iterations": [], "notes": [],
+    }
+    prompts = dict(initial)
+    calls_before = loop.calls()
+    try:
+        report["initial_score"] = _mean(loop.scores(prompts, held))
+        tried: set[str] = set()
+        exhausted: set[str] = set()
+        for i in range(1, iterations + 1):
+            record, prompts = _iteration(loop, i, prompts, train, held, k, tried, exhausted)
+            report["iterations"].append(record)
+            if record["failures"] == 0 or not record["chosen"]:
+                break
+        report["final_score"] = _mean(loop.scores(prompts, held))
+        report["usage"] = loop.usage()
+        if baseline:
+            report["baseline"] = _baseline(loop, initial, train, held, loop.calls() - calls_before)
+    except BudgetExceeded as e:
+        report["stopped"] = str(e)
+    report["final_prompts"] = prompts
+    report.setdefault("usage", loop.usage())
+    rendered = json.loads(_native.improve_render(json.dumps(report)))
+    if outdir is not None:
+        _write(outdir, report, rendered, loop.state.runs)
+    return ImproveResult(prompts=prompts, report=report, markdown=rendered["markdown"], html=rendered["html"], changed=rendered["changed"])
+
+
+def _mean(scored: list[tuple[float, Run]]) -> float:
+    return sum(s for s, _ in scored) / len(scored) if scored else 0.0
