@@ -9,6 +9,7 @@ fix (docs/python.md).
     scan = maslens.scan(traces, model=model)             # implicit failures, risk
     credit = maslens.credit(traces, model=model)         # role x round credit
     modes = maslens.modes(traces, verdicts)              # failure modes across runs
+    result = maslens.improve(system, tasks, model=model) # rewrite the blamed agents' prompts, verified
 
 Traces from frameworks: :mod:`maslens.adapters` (AG2/AutoGen, AutoGen AgentChat, LangGraph,
 OpenAI Agents SDK, CrewAI, OpenAI-style messages). Running systems: :func:`maslens.otel.instrument`
@@ -58,25 +59,33 @@ from ._results import (
     Verdict,
     Verdicts,
 )
+from .improve import ImproveResult, exact_match, improve
+from .systems import AgentChatSystem, FunctionSystem, OpenAIAgentsSystem, Run, System
 
 __version__: str = _native_version()
 
 __all__ = [
     "Advantage",
     "Advantages",
+    "AgentChatSystem",
     "BudgetExceeded",
     "CreditResult",
     "EvalReport",
+    "FunctionSystem",
     "ImplicitFailure",
+    "ImproveResult",
     "InternalError",
     "LlmOptions",
     "MaslensError",
     "Model",
     "ModelError",
     "ModesReport",
+    "OpenAIAgentsSystem",
     "OptionsError",
     "Results",
+    "Run",
     "ScanResult",
+    "System",
     "Trace",
     "TraceCredit",
     "TraceError",
@@ -91,7 +100,9 @@ __all__ = [
     "credit_async",
     "eval_locate",
     "eval_locate_async",
+    "exact_match",
     "has_local_model",
+    "improve",
     "locate",
     "locate_async",
     "modes",

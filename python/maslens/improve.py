@@ -132,7 +132,7 @@ class _Loop:
             "system_runs": self.state.new_runs,
         }
 
-    def blame(self, failed: list[tuple[Mapping[str, Any], Run]], agents: list[str]) -> dict[str, Any]:
+    def blame(self, failed: Sequence[tuple[Mapping[str, Any], Run]], agents: list[str]) -> dict[str, Any]:
         if not failed:
             return {"failures": 0, "located": 0, "unprompted": {}, "agents": [], "evidence": {}}
         traces = [r.trace for _, r in failed]
@@ -214,7 +214,8 @@ def _baseline(loop: _Loop, initial: dict[str, str], train: list[dict[str, Any]],
         if not failed:
             break
         index = len(proposals) + 1
-        answer = json.loads(_native.improve_blackbox(loop.model._native, json.dumps(prompts), json.dumps(failed), 800, loop.seed + 10_000 + index))
+        tokens = min(800, loop.rewrite_max_tokens * len(prompts))
+        answer = json.loads(_native.improve_blackbox(loop.model._native, json.dumps(prompts), json.dumps(failed), tokens, loop.seed + 10_000 + index))
         p: dict[str, Any] = {"index": index, "changed": [], "rejected": answer.get("rejected")}
         if "prompts" in answer:
             candidate = dict(answer["prompts"])
@@ -234,7 +235,7 @@ def _write(out: Path, report: dict[str, Any], rendered: dict[str, Any], runs: Ma
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     (out / "report.md").write_text(rendered["markdown"])
     (out / "report.html").write_text(rendered["html"])
-    diff = []
+    diff: list[str] = []
     for agent in rendered["changed"]:
         before = report["initial_prompts"][agent].splitlines(keepends=True)
         after = report["final_prompts"][agent].splitlines(keepends=True)
@@ -315,3 +316,73 @@ def improve(
 
 def _mean(scored: list[tuple[float, Run]]) -> float:
     return sum(s for s, _ in scored) / len(scored) if scored else 0.0
+
+
+def _load(spec: str, what: str) -> Any:
+    """``MODULE:ATTR`` -> the attribute (a callable without arguments is called)."""
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise SystemExit(f"maslens improve: {what} {spec!r}: expected MODULE:ATTRIBUTE")
+    obj = getattr(importlib.import_module(module), attr)
+    return obj
+
+
+def _read_tasks(path: str) -> list[Task]:
+    tasks: list[Task] = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                t = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"maslens improve: {path} line {n}: not JSON: {e}") from e
+            if isinstance(t, dict) and not isinstance(t.get("task"), str):
+                raise SystemExit(f"maslens improve: {path} line {n}: field `task`: expected a string")
+            if not isinstance(t, (str, dict)):
+                raise SystemExit(f"maslens improve: {path} line {n}: expected a string or an object with `task`")
+            tasks.append(t)
+    if not tasks:
+        raise SystemExit(f"maslens improve: {path}: no task")
+    return tasks
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``maslens improve`` / ``python -m maslens.improve``: the loop on a system named by a Python
+    entry point. Exit 0 when it ran, 1 when a budget stopped it, 2 on bad input."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="maslens improve", description="Improve a multi-agent system's prompts (docs/improve.md).")
+    ap.add_argument("system", help="MODULE:ATTRIBUTE: a maslens.System, or a function returning one")
+    ap.add_argument("--tasks", required=True, help="JSONL: one task per line, a string or {\"task\": ..., \"answer\": ...}")
+    ap.add_argument("--metric", help="MODULE:FUNCTION(output, task) -> score in [0, 1] (default: exact match with `answer`)")
+    ap.add_argument("--out", required=True, help="report.{json,md,html}, prompts.diff, traces.jsonl and the resume state")
+    ap.add_argument("--model", help="model spec (default: the configured one)")
+    ap.add_argument("--held-out", type=float, default=0.5)
+    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("-k", type=int, default=1)
+    ap.add_argument("--locate-method", default="stacked", choices=["stacked", "llm", "prior"])
+    ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--max-runs", type=int)
+    ap.add_argument("--max-calls", type=int)
+    ap.add_argument("--max-cost", type=float)
+    ap.add_argument("--cache-path")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    target = _load(args.system, "system")
+    system = target if isinstance(target, System) else target()
+    metric = _load(args.metric, "metric") if args.metric else None
+    llm: dict[str, Any] = {k: v for k, v in {"max_calls": args.max_calls, "max_cost": args.max_cost, "cache_path": args.cache_path}.items() if v is not None}
+    r = improve(
+        system, _read_tasks(args.tasks), metric, held_out=args.held_out, iterations=args.iterations, k=args.k, model=args.model,
+        locate_method=args.locate_method, baseline=not args.no_baseline, max_runs=args.max_runs, seed=args.seed, out=args.out,
+        name=args.system, **llm,
+    )
+    print(r.markdown)
+    return 1 if r.report.get("stopped") else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

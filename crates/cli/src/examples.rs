@@ -54,6 +54,10 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
         "maslens modes --db maslens.db --outcome unknown --system shop-bot --summarize",
         "maslens modes located.jsonl --gold -o modes.json  # traces from `locate -o`, purity vs gold",
     ]),
+    ("improve", &[
+        "maslens improve mypkg.team:system --tasks tasks.jsonl --out improve/ --model openai/gpt-4o-mini",
+        "maslens improve --python .venv/bin/python mypkg.team:system --tasks tasks.jsonl --out improve/ --max-calls 200",
+    ]),
     ("credit", &["maslens credit runs/ --limit 2 --html credit.html"]),
     ("optimize", &[
         "maslens optimize examples/debate-smoke.toml --simulation -o opt/",

@@ -86,6 +86,9 @@ pub enum Command {
     /// Failure modes across runs: failed runs grouped per system by responsible agent,
     /// implicit-failure type and reason.
     Modes(cmd::modes::Args),
+    /// The improvement loop on a Python system: localize failures, rewrite the blamed agents'
+    /// prompts, keep what helps on held-out tasks (runs `python -m maslens.improve`).
+    Improve(cmd::improve::Args),
     /// Structural (role) and temporal (round) credit for traces.
     Credit(cmd::credit::Args),
     /// Credit-guided prompt optimization of a multi-role debate (verbalized BCD).

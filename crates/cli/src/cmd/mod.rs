@@ -8,6 +8,7 @@ pub mod config;
 pub mod credit;
 pub mod eval;
 pub mod import;
+pub mod improve;
 pub mod inject;
 pub mod locate;
 pub mod man;
@@ -60,6 +61,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::ProcessStats(args) => process_stats::run(args, &global),
         Command::Advantages(args) => advantages::run(args, &global),
         Command::Modes(args) => modes::run(args, &global),
+        Command::Improve(args) => improve::run(args, &global),
         Command::Credit(args) => credit::run(args, &global),
         Command::Optimize(args) => optimize::run(args, &global),
         Command::Inject(args) => inject::run(args, &global),

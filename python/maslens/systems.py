@@ -1,0 +1,159 @@
+"""Systems the improvement loop can run (docs/improve.md): the protocol, and adapters that expose
+the agents' system prompts of real frameworks' systems.
+
+A system maps agent names to their system prompts (``prompts``) and runs one task with a given
+set of prompts (``run``), returning the run's maslens trace and its final output. maslens'
+improvement loop (:func:`maslens.improve`) changes only the prompts it passes to ``run``: the
+system must build its agents from them on every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from ._native import Trace, TraceError
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a system on one task: its trace (the steps the agents took) and its final
+    output (what the metric scores)."""
+
+    trace: Trace
+    output: str
+    #: Anything the system wants to keep with the run (token counts, the framework's result).
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@runtime_checkable
+class System(Protocol):
+    """A multi-agent system whose agents' system prompts the loop may change."""
+
+    #: Agent name -> its system prompt, as the system ships.
+    prompts: Mapping[str, str]
+
+    def run(self, task: str, prompts: Mapping[str, str]) -> Run:
+        """Run ``task`` with these prompts (every agent of ``self.prompts`` has one)."""
+        ...
+
+
+def check_prompts(system: System, prompts: Mapping[str, str]) -> None:
+    """Raise ``ValueError`` unless ``prompts`` names exactly the agents of ``system.prompts``."""
+    missing = [name for name in system.prompts if name not in prompts]
+    if missing:
+        raise ValueError(f"prompts lack agent(s) {', '.join(map(repr, missing))} of the system")
+    unknown = [name for name in prompts if name not in system.prompts]
+    if unknown:
+        raise ValueError(f"prompts name unknown agent(s) {', '.join(map(repr, unknown))} (the system has {list(system.prompts)})")
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _run_async(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Await ``coro`` on maslens' background event loop (one thread, kept for the process):
+    model clients a system keeps across runs stay bound to one loop, whether or not the caller
+    runs a loop of its own (``asyncio.run`` per run breaks them on the second run)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="maslens-systems", daemon=True).start()
+        loop = _loop
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+class FunctionSystem:
+    """A system from a plain callable ``fn(task, prompts) -> Run``."""
+
+    def __init__(self, fn: Callable[[str, Mapping[str, str]], Run], prompts: Mapping[str, str]) -> None:
+        self.fn = fn
+        self.prompts: Mapping[str, str] = dict(prompts)
+
+    def run(self, task: str, prompts: Mapping[str, str]) -> Run:
+        check_prompts(self, prompts)
+        return self.fn(task, prompts)
+
+
+class AgentChatSystem:
+    """An AutoGen AgentChat team, built by ``make_team(prompts)`` on every run (e.g.
+    ``RoundRobinGroupChat([AssistantAgent(name, model_client=..., system_message=prompts[name]), ...])``).
+    Teams run on one background event loop, so a model client may be shared across runs."""
+
+    def __init__(self, make_team: Callable[[Mapping[str, str]], Any], prompts: Mapping[str, str], *, outcome: str = "unknown") -> None:
+        self.make_team = make_team
+        self.prompts: Mapping[str, str] = dict(prompts)
+        self.outcome = outcome
+        #: The team the last run built (for inspection).
+        self.last_team: Any = None
+
+    def run(self, task: str, prompts: Mapping[str, str]) -> Run:
+        check_prompts(self, prompts)
+        from .adapters import from_autogen
+
+        async def go() -> Any:
+            self.last_team = self.make_team(dict(prompts))
+            return await self.last_team.run(task=task)
+
+        result = _run_async(go())
+        messages = list(result.messages)
+        output = _message_text(messages[-1]) if messages else ""
+        return Run(from_autogen(result, outcome=self.outcome), output, {"result": result})
+
+
+def _message_text(message: Any) -> str:
+    to_text = getattr(message, "to_text", None)
+    return str(to_text() if callable(to_text) else getattr(message, "content", ""))
+
+
+class OpenAIAgentsSystem:
+    """An OpenAI Agents SDK system: ``make_agent(prompts)`` builds the starting ``Agent`` (its
+    agents' ``instructions=prompts[name]``, handoffs included) on every run. An SDK error
+    (``MaxTurnsExceeded``, ...) ends the run with output ``""``, ``extra["error"]`` and the trace
+    of what ran. Runs go on one background event loop, so a model client may be shared across runs."""
+
+    def __init__(
+        self, make_agent: Callable[[Mapping[str, str]], Any], prompts: Mapping[str, str], *, max_turns: int = 10, run_config: Any = None
+    ) -> None:
+        self.make_agent = make_agent
+        self.prompts: Mapping[str, str] = dict(prompts)
+        self.max_turns = max_turns
+        self.run_config = run_config
+        #: The starting agent the last run built (for inspection).
+        self.last_agent: Any = None
+
+    def run(self, task: str, prompts: Mapping[str, str]) -> Run:
+        check_prompts(self, prompts)
+        from agents import Runner
+        from agents.exceptions import AgentsException
+
+        from .adapters import from_openai_agents
+
+        self.last_agent = agent = self.make_agent(dict(prompts))
+        try:
+            result = _run_async(Runner.run(agent, task, max_turns=self.max_turns, run_config=self.run_config))
+        except AgentsException as e:
+            error = f"{type(e).__name__}: {e}"
+            return Run(_failed_trace(e.run_data, task, error), "", {"error": error, "exception": e})
+        return Run(from_openai_agents(result), str(result.final_output), {"result": result})
+
+
+def _failed_trace(run_data: Any, task: str, error: str) -> Trace:
+    """The trace of an Agents SDK run that raised: from its ``run_data`` when it has one, else the task alone."""
+    from .adapters import from_openai_agents
+
+    meta = {"error": error}
+    if run_data is not None:
+        try:
+            return from_openai_agents(run_data, task=task, outcome="failure", metadata=meta)
+        except TraceError:
+            pass
+    user = {"role": "user", "name": "user", "content": task}
+    return Trace.from_messages([user], task=task, outcome="failure", metadata={"framework": "openai-agents", **meta})
