@@ -142,3 +142,65 @@ def test_the_cli_runs_the_loop_on_a_python_entry_point(maslens_bin: Path, tmp_pa
     assert run.returncode != 0 and "bad.jsonl line 2: field `task`" in run.stderr, run.stderr
     run = subprocess.run([str(maslens_bin), "improve", "--python", "/nonexistent/python", "x:y"], capture_output=True, text=True, check=False)
     assert run.returncode == 2 and "cannot run the Python interpreter" in run.stderr
+
+
+def _agentchat(serve_model: ServeModel) -> maslens.System:
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    info = {"vision": False, "function_calling": False, "json_output": False, "family": "unknown", "structured_output": False}
+    client = OpenAIChatCompletionClient(model="local:smollm2-135m", base_url=serve_model.base_url, api_key="unused", model_info=info, max_tokens=24, temperature=0.0)  # type: ignore[arg-type]
+
+    def make_team(prompts: Mapping[str, str]) -> object:
+        agents = [AssistantAgent(n, model_client=client, system_message=prompts[n]) for n in ("Solver", "Checker")]
+        return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(3))  # type: ignore[arg-type]
+
+    return maslens.AgentChatSystem(make_team, {"Solver": "You are Solver. Answer with a number.", "Checker": "You are Checker. Repeat the number."})
+
+
+def _openai_agents(serve_model: ServeModel) -> maslens.System:
+    from openai import AsyncOpenAI
+
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    model = OpenAIChatCompletionsModel(model="local:smollm2-135m", openai_client=AsyncOpenAI(base_url=serve_model.base_url, api_key="unused"))
+
+    def make_agent(prompts: Mapping[str, str]) -> object:
+        writer = Agent(name="Writer", instructions=prompts["Writer"], model=model, model_settings=ModelSettings(max_tokens=24))
+        return Agent(name="Triage", instructions=prompts["Triage"], model=model, handoffs=[writer], model_settings=ModelSettings(tool_choice="required", max_tokens=24))
+
+    return maslens.OpenAIAgentsSystem(make_agent, {"Triage": "Hand every question to the Writer.", "Writer": "Answer with a number."}, max_turns=4)
+
+
+@pytest.mark.parametrize("framework", ["autogen-agentchat", "openai-agents"])
+def test_the_loop_on_real_frameworks(framework: str, serve_model: ServeModel, tmp_path: Path) -> None:
+    """A real AutoGen AgentChat team and a real OpenAI Agents SDK pair against serve-model: the loop
+    runs, rewrites only the chosen agents, writes its files, resumes without a system run or a
+    backend call, and stops on its budget with a report."""
+    pytest.importorskip("autogen_agentchat" if framework == "autogen-agentchat" else "agents")
+    system = _agentchat(serve_model) if framework == "autogen-agentchat" else _openai_agents(serve_model)
+    tasks = [{"task": "What is 2 + 3? Answer with the number only.", "answer": "5"}, {"task": "What is 4 + 4?", "answer": "8"}]
+    never = lambda output, task: 0.0  # noqa: E731  (every run fails: the loop always has work)
+    cache = str(tmp_path / "cache.sqlite")
+    args: dict[str, object] = {"locate_method": "prior", "iterations": 1, "rewrite_max_tokens": 32, "baseline": False, "out": tmp_path}
+    r = maslens.improve(system, tasks, never, model=serve_model.spec, cache_path=cache, **args)  # type: ignore[arg-type]
+    it = r.report["iterations"][0]
+    assert it["failures"] == 1 and it["chosen"] and [w["agent"] for w in it["rewrites"]] == it["chosen"]
+    assert r.changed == [], "a change that scores 0 like the old prompts is not kept"
+    assert (tmp_path / "report.md").exists() and (tmp_path / "prompts.diff").exists()
+    runs = r.report["usage"]["system_runs"]
+    assert runs >= 3
+
+    model = maslens.Model(serve_model.spec, cache_path=cache)
+    again = maslens.improve(system, tasks, never, model=model, **args)  # type: ignore[arg-type]
+    assert again.report["usage"]["system_runs"] == 0, "every run came from the resume state"
+    total = model.usage()["total"]
+    assert total["calls"] == total.get("cache_hits", 0) > 0, "every model call came from the cache"
+
+    # One call: the rewrite has it, the baseline's proposal is refused.
+    tight = maslens.Model(serve_model.spec, cache="off", max_calls=1)
+    stopped = maslens.improve(system, tasks, never, model=tight, **{**args, "baseline": True})  # type: ignore[arg-type]
+    assert "limit 1" in stopped.report["stopped"] and stopped.report["usage"]["system_runs"] == 0
