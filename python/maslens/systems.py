@@ -35,8 +35,10 @@ class Run:
 class System(Protocol):
     """A multi-agent system whose agents' system prompts the loop may change."""
 
-    #: Agent name -> its system prompt, as the system ships.
-    prompts: Mapping[str, str]
+    @property
+    def prompts(self) -> Mapping[str, str]:
+        """Agent name -> its system prompt, as the system ships (an attribute holding a dict will do)."""
+        ...
 
     def run(self, task: str, prompts: Mapping[str, str]) -> Run:
         """Run ``task`` with these prompts (every agent of ``self.prompts`` has one)."""
