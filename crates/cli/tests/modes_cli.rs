@@ -148,6 +148,23 @@ fn bad_requests_name_what_is_wrong() {
     );
 }
 
+/// `maslens --json -q modes FILE --summarize --summarize-top TOP --model MODEL`.
+fn summarize_args(file: &str, top: &str, model: &str) -> Vec<String> {
+    [
+        "--json",
+        "-q",
+        "modes",
+        file,
+        "--summarize",
+        "--summarize-top",
+        top,
+        "--model",
+        model,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 #[test]
 fn summaries_call_the_model_once_per_summarized_mode() {
     let home = tempfile::tempdir().unwrap();
@@ -157,17 +174,8 @@ fn summaries_call_the_model_once_per_summarized_mode() {
         Some("The WebSurfer clicks the wrong link."),
     );
     let model = format!("openai:x@{url}");
-    let args = [
-        "--json",
-        "-q",
-        "modes",
-        &file,
-        "--summarize",
-        "--summarize-top",
-        "2",
-        "--model",
-        &model,
-    ];
+    let args = summarize_args(&file, "2", &model);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let report = stdout_json(&run_ok(home.path(), &args));
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
     let modes = report["systems"][0]["modes"].as_array().unwrap();
@@ -214,16 +222,8 @@ fn e2e_modes_summarize_with_the_embedded_model() {
         .env("MASLENS_CACHE", home.path().join("e2e-cache.sqlite"))
         .env_remove("OPENAI_BASE_URL")
         .env_remove("MASLENS_MODEL")
-        .args([
-            "--json",
-            "-q",
-            "modes",
-            &file,
-            "--summarize",
-            "--summarize-top",
-            "1",
-        ])
-        .args(["--model", "local:smollm2-135m", "--threads", "2"])
+        .args(summarize_args(&file, "1", "local:smollm2-135m"))
+        .args(["--threads", "2"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
