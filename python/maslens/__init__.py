@@ -60,7 +60,7 @@ from ._results import (
     Verdicts,
 )
 from .improve import ImproveResult, exact_match, improve
-from .systems import AgentChatSystem, FunctionSystem, OpenAIAgentsSystem, Run, System
+from .systems import AgentChatSystem, CrewAISystem, FunctionSystem, LangGraphSystem, OpenAIAgentsSystem, Run, System
 
 __version__: str = _native_version()
 
@@ -70,10 +70,12 @@ __all__ = [
     "AgentChatSystem",
     "BudgetExceeded",
     "CreditResult",
+    "CrewAISystem",
     "EvalReport",
     "FunctionSystem",
     "ImplicitFailure",
     "ImproveResult",
+    "LangGraphSystem",
     "InternalError",
     "LlmOptions",
     "MaslensError",

@@ -159,3 +159,47 @@ def _failed_trace(run_data: Any, task: str, error: str) -> Trace:
             pass
     user = {"role": "user", "name": "user", "content": task}
     return Trace.from_messages([user], task=task, outcome="failure", metadata={"framework": "openai-agents", **meta})
+
+
+class LangGraphSystem:
+    """A LangGraph graph of prompted nodes, compiled by ``make_graph(prompts)`` on every run (each
+    node calling its model with ``prompts[node]`` as the system message). The run streams the graph
+    (``stream_mode="updates"``), so every message is attributed to the node that returned it; the
+    output is the last message's text."""
+
+    def __init__(
+        self, make_graph: Callable[[Mapping[str, str]], Any], prompts: Mapping[str, str], *, messages_key: str = "messages", outcome: str = "unknown"
+    ) -> None:
+        self.make_graph = make_graph
+        self.prompts: Mapping[str, str] = dict(prompts)
+        self.messages_key = messages_key
+        self.outcome = outcome
+
+    def run(self, task: str, prompts: Mapping[str, str]) -> Run:
+        check_prompts(self, prompts)
+        from .adapters import from_langgraph
+
+        graph = self.make_graph(dict(prompts))
+        chunks = list(graph.stream({self.messages_key: [("user", task)]}, stream_mode="updates"))
+        trace = from_langgraph(chunks, task=task, outcome=self.outcome, messages_key=self.messages_key)
+        steps = trace.steps
+        return Run(trace, str(steps[-1]["content"]) if steps else "", {"updates": chunks})
+
+
+class CrewAISystem:
+    """A CrewAI crew, built by ``make_crew(prompts)`` on every run; the prompt of an agent is what
+    the factory makes of ``prompts[role]`` (its ``backstory``, say). The task goes to
+    ``crew.kickoff(inputs={"task": task})``, so the crew's task descriptions name ``{task}``; the
+    output is the crew's final output."""
+
+    def __init__(self, make_crew: Callable[[Mapping[str, str]], Any], prompts: Mapping[str, str], *, outcome: str = "unknown") -> None:
+        self.make_crew = make_crew
+        self.prompts: Mapping[str, str] = dict(prompts)
+        self.outcome = outcome
+
+    def run(self, task: str, prompts: Mapping[str, str]) -> Run:
+        check_prompts(self, prompts)
+        from .adapters import from_crewai
+
+        output = self.make_crew(dict(prompts)).kickoff(inputs={"task": task})
+        return Run(from_crewai(output, task=task, outcome=self.outcome), str(getattr(output, "raw", "")), {"result": output})

@@ -71,3 +71,39 @@ def test_crewai_crew_output(serve_model: ServeModel) -> None:
     (v,) = maslens.locate(trace, method="prior", progress=False)
     assert v.error is None and v.step is not None
     assert crewai is not None
+
+
+def test_crewai_system_in_the_improvement_loop(serve_model: ServeModel, tmp_path: Any) -> None:
+    """A CrewAI crew as a maslens.System: each run builds the crew from the prompts (the agents'
+    backstories); the loop rewrites only the chosen agent and writes its report."""
+    os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+    pytest.importorskip("crewai")
+    from crewai import LLM, Agent, Crew, Process, Task
+
+    llm = LLM(model="openai/smollm2-135m", base_url=serve_model.base_url, api_key="unused", max_tokens=24, temperature=0)
+    built: list[dict[str, str]] = []
+
+    def make_crew(prompts: Any) -> Any:
+        built.append(dict(prompts))
+        solver = Agent(role="Solver", goal="Answer the question.", backstory=prompts["Solver"], llm=llm, allow_delegation=False, max_iter=1)
+        checker = Agent(role="Checker", goal="Check the answer.", backstory=prompts["Checker"], llm=llm, allow_delegation=False, max_iter=1)
+        tasks = [
+            Task(description="{task}", expected_output="A number.", agent=solver),
+            Task(description="Repeat the final number.", expected_output="A number.", agent=checker),
+        ]
+        return Crew(agents=[solver, checker], tasks=tasks, process=Process.sequential, verbose=False)
+
+    system = maslens.CrewAISystem(make_crew, {"Solver": "You answer with a number.", "Checker": "You repeat the number."})
+    tasks = [{"task": "What is 2 + 3?", "answer": "5"}, {"task": "What is 4 + 4?", "answer": "8"}]
+    r = maslens.improve(
+        system, tasks, lambda output, task: 0.0, model=serve_model.spec, locate_method="prior", iterations=1,
+        rewrite_max_tokens=32, baseline=False, out=tmp_path, cache_path=str(tmp_path / "cache.sqlite"),
+    )
+    it = r.report["iterations"][0]
+    assert it["chosen"] and [w["agent"] for w in it["rewrites"]] == it["chosen"]
+    assert {"Solver", "Checker"} <= {s["agent"] for s in maslens.read(tmp_path / "traces.jsonl")[0].steps}
+    # Every crew was built from the prompts the loop passed: the shipped ones, then a candidate
+    # differing in the chosen agent only.
+    changed = [p for p in built if p != dict(system.prompts)]
+    assert all({a for a in p if p[a] != system.prompts[a]} <= set(it["chosen"]) for p in changed)

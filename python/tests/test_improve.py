@@ -175,13 +175,39 @@ def _openai_agents(serve_model: ServeModel) -> maslens.System:
     return maslens.OpenAIAgentsSystem(make_agent, {"Triage": "Hand every question to the Writer.", "Writer": "Answer with a number."}, max_turns=4)
 
 
-@pytest.mark.parametrize("framework", ["autogen-agentchat", "openai-agents"])
+def _langgraph(serve_model: ServeModel) -> maslens.System:
+    from langchain_core.messages import AIMessage
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    llm = ChatOpenAI(model="local:smollm2-135m", base_url=serve_model.base_url, api_key="unused", max_tokens=24, temperature=0)  # type: ignore[call-arg, arg-type]
+
+    def make_graph(prompts: Mapping[str, str]) -> object:
+        def node(name: str) -> object:
+            def call(state: MessagesState) -> dict[str, object]:
+                return {"messages": [AIMessage(content=llm.invoke([("system", prompts[name]), *state["messages"]]).content)]}
+
+            return call
+
+        g = StateGraph(MessagesState)
+        g.add_node("solver", node("solver"))  # type: ignore[call-overload]
+        g.add_node("checker", node("checker"))  # type: ignore[call-overload]
+        g.add_edge(START, "solver")
+        g.add_edge("solver", "checker")
+        g.add_edge("checker", END)
+        return g.compile()
+
+    return maslens.LangGraphSystem(make_graph, {"solver": "You are solver. Answer with a number.", "checker": "You are checker. Repeat the number."})
+
+
+@pytest.mark.parametrize("framework", ["autogen-agentchat", "openai-agents", "langgraph"])
 def test_the_loop_on_real_frameworks(framework: str, serve_model: ServeModel, tmp_path: Path) -> None:
-    """A real AutoGen AgentChat team and a real OpenAI Agents SDK pair against serve-model: the loop
+    """A real AutoGen AgentChat team, OpenAI Agents SDK pair and LangGraph graph against serve-model: the loop
     runs, rewrites only the chosen agents, writes its files, resumes without a system run or a
     backend call, and stops on its budget with a report."""
-    pytest.importorskip("autogen_agentchat" if framework == "autogen-agentchat" else "agents")
-    system = _agentchat(serve_model) if framework == "autogen-agentchat" else _openai_agents(serve_model)
+    pytest.importorskip({"autogen-agentchat": "autogen_agentchat", "openai-agents": "agents", "langgraph": "langgraph"}[framework])
+    builders = {"autogen-agentchat": _agentchat, "openai-agents": _openai_agents, "langgraph": _langgraph}
+    system = builders[framework](serve_model)
     tasks = [{"task": "What is 2 + 3? Answer with the number only.", "answer": "5"}, {"task": "What is 4 + 4?", "answer": "8"}]
     never = lambda output, task: 0.0  # noqa: E731  (every run fails: the loop always has work)
     cache = str(tmp_path / "cache.sqlite")
