@@ -48,6 +48,9 @@ pub enum CoreError {
     Llm(#[from] maslens_llm::LlmError),
     #[error(transparent)]
     Prior(#[from] maslens_prior::PriorError),
+    /// A compiled-in prompt template failed to render (a bug of ours).
+    #[error(transparent)]
+    Prompt(#[from] maslens_llm::prompt::PromptError),
     #[error("{what}: {source}")]
     Io {
         what: String,

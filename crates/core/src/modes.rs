@@ -285,7 +285,7 @@ fn mode(
             .map(|c| Example {
                 run: c.run.clone(),
                 step: c.step,
-                reason: excerpt(&c.reason, 240),
+                reason: maslens_trace::excerpt_text(&c.reason, 240),
             })
             .collect(),
         trend: days
@@ -297,15 +297,6 @@ fn mode(
         members: cases.iter().map(|c| c.run.clone()).collect(),
         summary: None,
     }
-}
-
-fn excerpt(text: &str, chars: usize) -> String {
-    let text = text.trim();
-    let mut e: String = text.chars().take(chars).collect();
-    if text.chars().count() > chars {
-        e.push_str(" ...");
-    }
-    e
 }
 
 /// `YYYY-MM-DD` (UTC) of a time in ns since the epoch (the civil-from-days rule of H. Hinnant).

@@ -38,7 +38,7 @@ pub use diag::{Diagnostic, Severity};
 pub use import::{read_path, read_trace, Format, ImportError, Imported};
 pub use model::*;
 pub use validate::validate;
-pub use verdict::{Answer, Heads, Pick, Resolved, ScoringRule};
+pub use verdict::{excerpt_text, Answer, Heads, Pick, Resolved, ScoringRule};
 
 impl model::Step {
     /// The raw speaker label, or the agent when the source gave none.

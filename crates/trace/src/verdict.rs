@@ -110,6 +110,17 @@ pub struct Resolved {
 /// Alternatives shown at most (runner-ups, heads and other answers together).
 pub const MAX_ALTERNATIVES: usize = 5;
 
+/// The first `chars` characters of `text`, trimmed, with ` ...` added when cut (at a character
+/// boundary): the one excerpt rule of step texts and reasons.
+pub fn excerpt_text(text: &str, chars: usize) -> String {
+    let text = text.trim();
+    let mut e: String = text.chars().take(chars).collect();
+    if text.chars().count() > chars {
+        e.push_str(" ...");
+    }
+    e
+}
+
 impl Trace {
     /// The agent acting at step `index` (a source step index).
     pub fn actor_at(&self, index: usize) -> Option<&str> {
@@ -125,15 +136,11 @@ impl Trace {
             .is_some_and(|a| allow_non_acting || self.is_acting(a))
     }
 
-    /// The first characters of the step's text (`chars`), ` ...` added when cut.
+    /// The first characters of the step's text (`chars`), ` ...` added when cut
+    /// ([`excerpt_text`]).
     pub fn excerpt(&self, index: usize, chars: usize) -> Option<String> {
         let pos = self.position_of(index)?;
-        let text = self.steps[pos].content.trim();
-        let mut e: String = text.chars().take(chars).collect();
-        if text.chars().count() > chars {
-            e.push_str(" ...");
-        }
-        Some(e)
+        Some(excerpt_text(&self.steps[pos].content, chars))
     }
 
     /// The acting step nearest to `index`: before it (the agent whose call or turn produced a

@@ -40,7 +40,8 @@ pub fn accept(
         )));
     }
     let diffs: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
-    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
+    // Not empty (checked above), so every mean exists.
+    let mean = |xs: &[f64]| maslens_eval::stats::mean(xs).unwrap_or(0.0);
     let delta = mean(&diffs);
     let (lo, hi) = match bootstrap_mean_ci(&diffs, resamples, level, seed) {
         Some(i) => (i.lo, i.hi),

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::clean_prompt;
-use super::rewrite::llm;
 use crate::CoreError;
 
 pub const BLACKBOX: Template = prompt_template!("improve/blackbox.v1");
@@ -45,12 +44,8 @@ pub async fn blackbox(
         .iter()
         .map(|(agent, prompt)| json!({"agent": agent, "prompt": prompt}))
         .collect();
-    let render = |t: &Template, ctx| t.render(ctx).map_err(|e| CoreError::Invalid(e.to_string()));
-    let user = render(
-        &BLACKBOX_INPUT,
-        json!({"prompts": listed, "failures": shown}),
-    )?;
-    let system = render(&BLACKBOX, json!({}))?;
+    let user = BLACKBOX_INPUT.render(json!({"prompts": listed, "failures": shown}))?;
+    let system = BLACKBOX.render(json!({}))?;
     let schema = json!({
         "type": "object",
         "properties": {"prompts": {"type": "object",
@@ -64,9 +59,7 @@ pub async fn blackbox(
         .stage("improve/blackbox")
         .template(BLACKBOX_INPUT.name);
     request.seed = Some(seed);
-    let out = complete_as::<Answer>(model, request, &schema)
-        .await
-        .map_err(llm)?;
+    let out = complete_as::<Answer>(model, request, &schema).await?;
     let Some(answer) = out.value else {
         return Ok(Err(out.abstain_reason.unwrap_or_else(|| {
             "the model's answer was not the JSON asked for".into()

@@ -2,7 +2,7 @@
 //! RolePromptOptimize, `prompts/improve/rewrite.v1.j2`, fed with the located steps and reasons).
 
 use maslens_llm::prompt::Template;
-use maslens_llm::{prompt_template, ChatModel, ChatRequest, LlmError, Message};
+use maslens_llm::{prompt_template, ChatModel, ChatRequest, Message};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -39,19 +39,16 @@ pub async fn rewrite(
     seed: u64,
 ) -> Result<Rewritten, CoreError> {
     let shown = &evidence[..evidence.len().min(MAX_EVIDENCE)];
-    let user = REWRITE_INPUT
-        .render(json!({"agent": agent, "prompt": prompt, "failures": shown}))
-        .map_err(|e| CoreError::Invalid(e.to_string()))?;
-    let system = REWRITE
-        .render(json!({}))
-        .map_err(|e| CoreError::Invalid(e.to_string()))?;
+    let user =
+        REWRITE_INPUT.render(json!({"agent": agent, "prompt": prompt, "failures": shown}))?;
+    let system = REWRITE.render(json!({}))?;
     let mut request = ChatRequest::new(vec![Message::system(system), Message::user(user)])
         .max_tokens(max_tokens)
         .temperature(0.0)
         .stage("improve/rewrite")
         .template(REWRITE_INPUT.name);
     request.seed = Some(seed);
-    let answer = model.complete(&request).await.map_err(llm)?;
+    let answer = model.complete(&request).await?;
     let new = clean_prompt(&answer.text);
     let rejected = if new.is_empty() {
         Some("the model returned no prompt".to_string())
@@ -66,10 +63,6 @@ pub async fn rewrite(
         rejected,
         evidence: shown.len(),
     })
-}
-
-pub(super) fn llm(e: LlmError) -> CoreError {
-    CoreError::Llm(e)
 }
 
 #[cfg(test)]

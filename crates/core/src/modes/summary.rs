@@ -65,17 +65,15 @@ pub async fn summarize(
 }
 
 fn request(system: &str, mode: &Mode) -> Result<ChatRequest, CoreError> {
-    let prompt = SUMMARY
-        .render(json!({
-            "system": system,
-            "agent": mode.agent.as_deref().unwrap_or("(not located)"),
-            "failure_type": mode.failure_type.as_deref().unwrap_or("(none found)"),
-            "runs": mode.runs,
-            "share": format!("{:.0}%", mode.share * 100.0),
-            "words": mode.words.join(", "),
-            "reasons": mode.examples,
-        }))
-        .map_err(|e| CoreError::Invalid(e.to_string()))?;
+    let prompt = SUMMARY.render(json!({
+        "system": system,
+        "agent": mode.agent.as_deref().unwrap_or("(not located)"),
+        "failure_type": mode.failure_type.as_deref().unwrap_or("(none found)"),
+        "runs": mode.runs,
+        "share": format!("{:.0}%", mode.share * 100.0),
+        "words": mode.words.join(", "),
+        "reasons": mode.examples,
+    }))?;
     Ok(ChatRequest::new(vec![Message::user(prompt)])
         .max_tokens(80)
         .temperature(0.0)
