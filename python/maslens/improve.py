@@ -116,12 +116,15 @@ class _Loop:
     def scores(self, prompts: Mapping[str, str], tasks: Sequence[Mapping[str, Any]]) -> list[tuple[float, Run]]:
         return [self.run(prompts, t) for t in tasks]
 
-    def accept(self, before: list[float], after: list[float], salt: int) -> dict[str, Any]:
+    def verify(self, prompts: Mapping[str, str], candidate: Mapping[str, str], held: Sequence[Mapping[str, Any]], salt: int) -> dict[str, Any]:
+        """The held-out tasks scored with ``prompts`` and with ``candidate``, and the decision."""
+        before = [s for s, _ in self.scores(prompts, held)]
+        after = [s for s, _ in self.scores(candidate, held)]
         out: dict[str, Any] = json.loads(_native.improve_accept(before, after, self.resamples, self.level, self.seed + salt))
         return out
 
     def calls(self) -> int:
-        return int(self.model.usage().get("total", {}).get("calls", 0))
+        return int(self.usage()["calls"])
 
     def usage(self) -> dict[str, Any]:
         total = self.model.usage().get("total", {})
@@ -132,14 +135,15 @@ class _Loop:
             "system_runs": self.state.new_runs,
         }
 
-    def blame(self, failed: Sequence[tuple[Mapping[str, Any], Run]], agents: list[str]) -> dict[str, Any]:
+    def blame(self, failed: Sequence[tuple[Mapping[str, Any], Run]], agents: list[str], k: int, exclude: set[str]) -> dict[str, Any]:
+        """Credit from the located failures, and ``chosen``: the ``k`` weakest agents not in ``exclude``."""
         if not failed:
-            return {"failures": 0, "located": 0, "unprompted": {}, "agents": [], "evidence": {}}
+            return {"failures": 0, "located": 0, "unprompted": {}, "agents": [], "evidence": {}, "chosen": []}
         traces = [r.trace for _, r in failed]
         method = self.locate_method
         verdicts = locate(traces, method=method, model=self.model if method != "prior" else None, progress=False)  # type: ignore[arg-type]
         raw = [v.raw if v.error is None and v.agent is not None else None for v in verdicts]
-        out: dict[str, Any] = json.loads(_native.improve_blame(traces, json.dumps(raw), agents))
+        out: dict[str, Any] = json.loads(_native.improve_blame(traces, json.dumps(raw), agents, k, sorted(exclude)))
         return out
 
     def rewrite(self, agent: str, prompt: str, evidence: list[dict[str, Any]], salt: int) -> dict[str, Any]:
@@ -172,8 +176,8 @@ def _iteration(
     runs = loop.scores(prompts, train)
     failed = [(t, r) for t, (s, r) in zip(train, runs, strict=True) if s < 1.0]
     record: dict[str, Any] = {"index": index, "train_score": sum(s for s, _ in runs) / len(runs), "failures": len(failed)}
-    blame = loop.blame(failed, sorted(prompts))
-    chosen = [a["agent"] for a in blame["agents"] if a["mass"] > 0 and a["agent"] not in exhausted][:k]
+    blame = loop.blame(failed, sorted(prompts), k, exhausted)
+    chosen: list[str] = blame["chosen"]
     record.update(located=blame["located"], credit=blame["agents"], unprompted=blame["unprompted"], chosen=chosen)
     candidate = dict(prompts)
     rewrites = []
@@ -191,9 +195,7 @@ def _iteration(
         return record, prompts
     tried.add(key)
     if candidate != prompts:
-        before = [s for s, _ in loop.scores(prompts, held)]
-        after = [s for s, _ in loop.scores(candidate, held)]
-        record["acceptance"] = loop.accept(before, after, salt=index)
+        record["acceptance"] = loop.verify(prompts, candidate, held, salt=index)
         if record["acceptance"]["accepted"]:
             prompts = candidate
             exhausted.clear()
@@ -220,9 +222,7 @@ def _baseline(loop: _Loop, initial: dict[str, str], train: list[dict[str, Any]],
         if "prompts" in answer:
             candidate = dict(answer["prompts"])
             p["changed"] = sorted(a for a in candidate if candidate[a] != prompts.get(a))
-            before = [s for s, _ in loop.scores(prompts, held)]
-            after = [s for s, _ in loop.scores(candidate, held)]
-            p["acceptance"] = loop.accept(before, after, salt=10_000 + index)
+            p["acceptance"] = loop.verify(prompts, candidate, held, salt=10_000 + index)
             if p["acceptance"]["accepted"]:
                 prompts = candidate
         proposals.append(p)

@@ -2,6 +2,7 @@
 //! the user's system lives): credit from located failures, a prompt rewrite, the black-box
 //! baseline's proposal, the held-out acceptance and the report. JSON in, JSON out.
 
+use crate::methods::verdict_of;
 use crate::model::{model_error, Model};
 use crate::trace::Trace;
 use crate::{guarded, InternalError, Interrupt, OptionsError};
@@ -31,12 +32,16 @@ fn core_error(e: CoreError) -> PyErr {
 }
 
 /// Credit of the prompted `agents` from failed `traces` and their `verdicts` (a JSON array in the
-/// traces' order, each a verdict as `locate` gives it, or null).
+/// traces' order, each a verdict as `locate` gives it, or null), and `chosen`: the `k` weakest
+/// agents to rewrite, leaving out `exclude` ([`improve::Blame::weakest`]).
 #[pyfunction]
+#[pyo3(signature = (traces, verdicts, agents, k = 1, exclude = Vec::new()))]
 pub fn improve_blame(
     traces: Vec<Bound<'_, Trace>>,
     verdicts: &str,
     agents: Vec<String>,
+    k: usize,
+    exclude: Vec<String>,
 ) -> PyResult<String> {
     guarded(|| {
         let verdicts: Vec<Option<Value>> = parse("verdicts", verdicts)?;
@@ -51,13 +56,8 @@ pub fn improve_blame(
         let mut parsed: Vec<Verdict> = Vec::new();
         let mut pairs = Vec::new();
         for (i, v) in verdicts.into_iter().enumerate() {
-            let Some(mut v) = v else { continue };
-            if let Some(o) = v.as_object_mut() {
-                o.remove("trace");
-            }
-            let verdict: Verdict = serde_json::from_value(v)
-                .map_err(|e| OptionsError::new_err(format!("verdicts[{i}]: {e}")))?;
-            parsed.push(verdict);
+            let Some(v) = v else { continue };
+            parsed.push(verdict_of(v, i)?.1);
             pairs.push(i);
         }
         let failed: Vec<_> = pairs
@@ -66,7 +66,11 @@ pub fn improve_blame(
             .map(|(&i, v)| (&*owned[i], v))
             .collect();
         let blame = improve::blame(&failed, &agents);
-        text(&serde_json::to_value(&blame).map_err(|e| InternalError::new_err(e.to_string()))?)
+        let chosen = blame.weakest(k, &exclude.into_iter().collect());
+        let mut out =
+            serde_json::to_value(&blame).map_err(|e| InternalError::new_err(e.to_string()))?;
+        out["chosen"] = json!(chosen);
+        text(&out)
     })
 }
 

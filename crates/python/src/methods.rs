@@ -361,18 +361,31 @@ pub fn modes(
     })
 }
 
+/// The verdict at `verdicts[i]` as `locate` gives it (`{"trace": ID, ...verdict}`): its trace id
+/// (when it names one) and the verdict.
+pub(crate) fn verdict_of(
+    mut v: Value,
+    i: usize,
+) -> PyResult<(Option<String>, maslens_trace::Verdict)> {
+    let id = v
+        .as_object_mut()
+        .and_then(|o| o.remove("trace"))
+        .and_then(|t| t.as_str().map(str::to_string));
+    let verdict = serde_json::from_value(v).map_err(|e| match &id {
+        Some(id) => OptionsError::new_err(format!("verdicts[{i}] (trace {id}): {e}")),
+        None => OptionsError::new_err(format!("verdicts[{i}]: {e}")),
+    })?;
+    Ok((id, verdict))
+}
+
 /// Each verdict (`{"trace": ID, ...verdict}`) becomes the latest of its trace's verdicts.
 fn attach_verdicts(traces: &mut [RsTrace], text: &str) -> PyResult<()> {
     let list: Vec<Value> =
         serde_json::from_str(text).map_err(|e| OptionsError::new_err(format!("verdicts: {e}")))?;
-    for (i, mut v) in list.into_iter().enumerate() {
-        let id = v
-            .as_object_mut()
-            .and_then(|o| o.remove("trace"))
-            .and_then(|t| t.as_str().map(str::to_string))
-            .ok_or_else(|| OptionsError::new_err(format!("verdicts[{i}]: no `trace` id")))?;
-        let verdict: maslens_trace::Verdict = serde_json::from_value(v)
-            .map_err(|e| OptionsError::new_err(format!("verdicts[{i}] (trace {id}): {e}")))?;
+    for (i, v) in list.into_iter().enumerate() {
+        let (id, verdict) = verdict_of(v, i)?;
+        let id =
+            id.ok_or_else(|| OptionsError::new_err(format!("verdicts[{i}]: no `trace` id")))?;
         match traces.iter_mut().find(|t| t.id == id) {
             Some(t) => t.labels.verdicts.push(verdict),
             None => {

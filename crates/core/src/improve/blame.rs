@@ -4,7 +4,7 @@
 //! over the failures, and its credit is 1 - expected blame / located failures (1.0: never
 //! named). The temporal view counts the blame per turn of the agent (its 1st, 2nd, ... step).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use maslens_trace::{Trace, Verdict};
 use serde::{Deserialize, Serialize};
@@ -63,11 +63,12 @@ pub struct Blame {
 }
 
 impl Blame {
-    /// The `k` agents to rewrite: the lowest credit first, only agents with some blame.
-    pub fn weakest(&self, k: usize) -> Vec<String> {
+    /// The `k` agents to rewrite: the lowest credit first, only agents with some blame, none of
+    /// `exclude` (the loop's agents whose rewrite was not kept).
+    pub fn weakest(&self, k: usize, exclude: &BTreeSet<String>) -> Vec<String> {
         self.agents
             .iter()
-            .filter(|a| a.mass > 0.0)
+            .filter(|a| a.mass > 0.0 && !exclude.contains(&a.agent))
             .take(k)
             .map(|a| a.agent.clone())
             .collect()
@@ -247,7 +248,7 @@ mod tests {
         assert_eq!(turns, [(1, 1.0), (2, 1.0)]);
         assert_eq!(blame.agents[1].credit, 1.0);
         assert_eq!(
-            blame.weakest(2),
+            blame.weakest(2, &BTreeSet::new()),
             ["Planner"],
             "an agent never named is not rewritten"
         );
@@ -290,7 +291,13 @@ mod tests {
             mass,
             [("Coder", 0.667), ("Planner", 0.333), ("Checker", 0.0)]
         );
-        assert_eq!(b.weakest(3), ["Coder", "Planner"]);
+        assert_eq!(b.weakest(3, &BTreeSet::new()), ["Coder", "Planner"]);
+        let tried = BTreeSet::from(["Coder".to_string()]);
+        assert_eq!(
+            b.weakest(1, &tried),
+            ["Planner"],
+            "an excluded agent is passed over"
+        );
         assert!(!b.evidence["Planner"][0].primary);
         assert!(b.evidence["Planner"][0]
             .reason
