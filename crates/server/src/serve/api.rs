@@ -25,11 +25,11 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/modes", get(super::modes::api))
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"error": message.into()}))).into_response()
 }
 
-fn store_error(e: maslens_store::StoreError) -> Response {
+pub(super) fn store_error(e: maslens_store::StoreError) -> Response {
     tracing::warn!(%e, "store");
     error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
 }

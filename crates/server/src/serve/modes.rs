@@ -4,15 +4,14 @@
 
 use std::sync::Arc;
 
+use super::api::{error, store_error};
+use super::AppState;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use maslens_core::modes::{self, FailureCase, ModesOptions, ModesReport};
 use maslens_store::{FailedRun, FailedRunFilter, Store, StoreError};
-use serde_json::json;
-
-use super::AppState;
 
 /// Which runs and how to group them (query parameters of `GET /api/modes` and `/ui/modes`).
 #[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
@@ -104,9 +103,6 @@ pub(super) async fn api(
     State(state): State<Arc<AppState>>,
     query: Result<Query<ModesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let error = |status: StatusCode, message: String| {
-        (status, Json(json!({"error": message}))).into_response()
-    };
     let Query(query) = match query {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
@@ -114,9 +110,6 @@ pub(super) async fn api(
     match from_store(&state.store, &query).await {
         Ok(report) => Json(report).into_response(),
         Err(ModesError::Invalid(m)) => error(StatusCode::BAD_REQUEST, m),
-        Err(e) => {
-            tracing::warn!(%e, "store");
-            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-        }
+        Err(ModesError::Store(e)) => store_error(e),
     }
 }
