@@ -8,7 +8,9 @@ changed prompt of the planted agent fixes it, so the figures measure targeting, 
 - blame@1: the first iteration's weakest agent is the planted one;
 - fixed: the held-out score of the final prompts is 1.0;
 - only-planted: the kept changes touch the planted agent and no other;
-- calls: the loop's model calls (the baseline gets the same budget).
+- calls: the loop's model calls (the baseline gets the same budget);
+- replay: held-out failures re-run from their located decisive step with the old prompts (no-op) and
+  the kept change (fix); RR is the share repaired, pooled over the configurations' replayed runs.
 
 The black-box baseline (one rewrite of every prompt from failed outputs) is scored the same way at
 the loop's call budget. Intervals: Wilson 95% over the configurations. A configuration is one
@@ -56,6 +58,8 @@ def one(spec: str, shape: str, flawed: str, flaw: str, seed: int, n_tasks: int) 
         "baseline_fixed": b.get("final_score") == 1.0,
         "baseline_only_planted": b_changed == [flawed],
         "baseline_calls": b.get("calls", 0),
+        "replay": [(row["intervention"], row["success"]) for row in (r.report.get("replay") or {}).get("rows", [])
+                   if row["config"] == "held-out" and not row["original_success"]],
     }
 
 
@@ -65,8 +69,8 @@ def table(rows: list[dict[str, object]], key: str) -> None:
         groups[str(r[key])].append(r)
     groups["all"] = rows
     cols = ["blame1", "fixed", "only_planted", "baseline_fixed", "baseline_only_planted"]
-    print(f"\n| {key} | n | " + " | ".join(cols) + " | calls (mean) | baseline calls (mean) | blame1 by chance |")
-    print("|---|---:|" + "---|" * len(cols) + "---:|---:|---:|")
+    print(f"\n| {key} | n | " + " | ".join(cols) + " | calls (mean) | baseline calls (mean) | blame1 by chance | held-out RR no-op -> fix |")
+    print("|---|---:|" + "---|" * len(cols) + "---:|---:|---:|---|")
     for name, rs in groups.items():
         n = len(rs)
         cells = []
@@ -77,7 +81,17 @@ def table(rows: list[dict[str, object]], key: str) -> None:
         calls = sum(float(r["calls"]) for r in rs) / n  # type: ignore[arg-type]
         bcalls = sum(float(r["baseline_calls"]) for r in rs) / n  # type: ignore[arg-type]
         chance = sum(float(r["chance"]) for r in rs) / n  # type: ignore[arg-type]
-        print(f"| {name} | {n} | " + " | ".join(cells) + f" | {calls:.1f} | {bcalls:.1f} | {chance:.2f} |")
+        print(f"| {name} | {n} | " + " | ".join(cells) + f" | {calls:.1f} | {bcalls:.1f} | {chance:.2f} | {replay(rs)} |")
+
+
+def replay(rs: list[dict[str, object]]) -> str:
+    """Held-out RR no-op -> fix over every replayed failure, with Wilson intervals."""
+    out = []
+    for kind in ("noop", "fix"):
+        done = [ok for r in rs for k, ok in r["replay"] if k == kind]  # type: ignore[attr-defined]
+        lo, hi = wilson(sum(done), len(done))
+        out.append(f"{sum(done) / max(1, len(done)):.2f} [{lo:.2f}, {hi:.2f}]")
+    return f"{out[0]} -> {out[1]} (n {len(done)})"
 
 
 def main() -> None:

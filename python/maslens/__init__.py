@@ -60,7 +60,7 @@ from ._results import (
     Verdicts,
 )
 from .improve import ImproveResult, exact_match, improve
-from .systems import AgentChatSystem, CrewAISystem, FunctionSystem, LangGraphSystem, OpenAIAgentsSystem, Run, System
+from .systems import AgentChatSystem, CrewAISystem, FunctionSystem, LangGraphSystem, OpenAIAgentsSystem, Resumable, Run, System
 
 __version__: str = _native_version()
 
@@ -85,6 +85,7 @@ __all__ = [
     "OpenAIAgentsSystem",
     "OptionsError",
     "Results",
+    "Resumable",
     "Run",
     "ScanResult",
     "System",

@@ -27,7 +27,8 @@ from typing import Any, Union, Unpack
 from . import _native
 from ._api import LlmOptions, Model, ModelArg, _check_llm, _model, locate
 from ._native import BudgetExceeded, Trace
-from .systems import Run, System
+from ._results import Verdict
+from .systems import Message, Resumable, Run, System, can_resume, history_of
 
 #: A task: its text, or a dict with ``task`` (the text) and optionally ``answer`` (for exact match).
 Task = Union[str, Mapping[str, Any]]
@@ -97,6 +98,8 @@ class _Loop:
     rewrite_max_tokens: int
     level: float
     resamples: int
+    #: The last candidate verified (for replay when no change was kept).
+    last_candidate: dict[str, str] | None = None
 
     def run(self, prompts: Mapping[str, str], task: Mapping[str, Any]) -> tuple[float, Run]:
         key = _State.key(prompts, task)
@@ -140,11 +143,29 @@ class _Loop:
         if not failed:
             return {"failures": 0, "located": 0, "unprompted": {}, "agents": [], "evidence": {}, "chosen": []}
         traces = [r.trace for _, r in failed]
-        method = self.locate_method
-        verdicts = locate(traces, method=method, model=self.model if method != "prior" else None, progress=False)  # type: ignore[arg-type]
-        raw = [v.raw if v.error is None and v.agent is not None else None for v in verdicts]
+        raw = [v.raw if v.error is None and v.agent is not None else None for v in self.locate(traces)]
         out: dict[str, Any] = json.loads(_native.improve_blame(traces, json.dumps(raw), agents, k, sorted(exclude)))
         return out
+
+    def locate(self, traces: Sequence[Trace]) -> list[Verdict]:
+        method = self.locate_method
+        return locate(traces, method=method, model=self.model if method != "prior" else None, progress=False)  # type: ignore[arg-type]
+
+    def resume(self, prompts: Mapping[str, str], task: Mapping[str, Any], history: list[Message], agent: str) -> float:
+        """The score of ``task`` resumed after ``history`` with ``prompts`` (kept in the state)."""
+        key = _State.key(prompts, {**task, "resume": [history, agent]})
+        kept = self.state.runs.get(key)
+        if kept is not None:
+            return float(kept["score"])
+        if self.max_runs is not None and self.state.new_runs >= self.max_runs:
+            raise BudgetExceeded(f"{self.max_runs} system runs made (max_runs)")
+        assert isinstance(self.system, Resumable)
+        run = self.system.resume(str(task["task"]), dict(prompts), history, agent)
+        score = float(self.metric(run.output, task))
+        self.state.runs[key] = {"score": score, "output": run.output, "trace": run.trace.to_json(False)}
+        self.state.new_runs += 1
+        self.state.save()
+        return score
 
     def rewrite(self, agent: str, prompt: str, evidence: list[dict[str, Any]], salt: int) -> dict[str, Any]:
         text = _native.improve_rewrite(self.model._native, agent, prompt, json.dumps(evidence), self.rewrite_max_tokens, self.seed + salt)
@@ -195,6 +216,7 @@ def _iteration(
         return record, prompts
     tried.add(key)
     if candidate != prompts:
+        loop.last_candidate = candidate
         record["acceptance"] = loop.verify(prompts, candidate, held, salt=index)
         if record["acceptance"]["accepted"]:
             prompts = candidate
@@ -230,6 +252,53 @@ def _baseline(loop: _Loop, initial: dict[str, str], train: list[dict[str, Any]],
     return {"budget_calls": budget, "calls": loop.calls() - start, "proposals": proposals, "final_prompts": prompts, "final_score": sum(final) / len(final)}
 
 
+def _replay(loop: _Loop, initial: dict[str, str], proposal: dict[str, str], kept: bool, splits: Sequence[tuple[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Replay with ``proposal`` against ``initial``: each failed run (initial prompts) from its
+    located decisive step, each successful one from the first step of a changed agent."""
+    changed = sorted(a for a in proposal if proposal[a] != initial.get(a))
+    out: dict[str, Any] = {"kept": kept, "changed": changed, "rows": [], "stats": [], "skipped": []}
+    if not can_resume(loop.system):
+        out["unsupported"] = f"{type(loop.system).__name__} cannot go on from a message history (it has no resume method, or says resumable = False)"
+        return out
+    for config, tasks in splits:
+        scored = loop.scores(initial, tasks)
+        failed = [i for i, (s, _) in enumerate(scored) if s < 1.0]
+        verdicts = dict(zip(failed, loop.locate([scored[i][1].trace for i in failed]), strict=True))
+        for i, (task, (score, run)) in enumerate(zip(tasks, scored, strict=True)):
+            point = _replay_point(run.trace, verdicts.get(i), initial, changed, score >= 1.0)
+            if isinstance(point, str):
+                out["skipped"].append(f"{config} task {i + 1} ({run.trace.id}): {point}")
+                continue
+            step, agent = point
+            history = history_of(run.trace, step)
+            try:
+                rows = [(name, loop.resume(p, task, history, agent)) for name, p in (("noop", initial), ("fix", proposal))]
+            except ValueError as e:
+                out["skipped"].append(f"{config} task {i + 1} ({run.trace.id}): resume failed: {e}")
+                continue
+            for name, replayed in rows:
+                out["rows"].append({"config": config, "task": str(task["task"]), "trace": run.trace.id, "if_step": step,
+                                    "original_success": score >= 1.0, "intervention": name, "success": replayed >= 1.0})
+    out["stats"] = json.loads(_native.improve_replay(json.dumps(out["rows"]), loop.resamples, loop.seed))
+    return out
+
+
+def _replay_point(trace: Trace, verdict: Verdict | None, prompts: Mapping[str, str], changed: list[str], success: bool) -> tuple[int, str] | str:
+    """Where to replay a run from, (step, agent), or why it is not replayed."""
+    if success:
+        for s in trace.steps[1:]:
+            if s.get("agent") in changed:
+                return int(s["index"]), str(s["agent"])
+        return "no changed agent acts in it"
+    if verdict is None or verdict.error is not None or verdict.agent is None or verdict.step is None:
+        return "its failure was not located" + (f" ({verdict.error})" if verdict is not None and verdict.error else "")
+    if verdict.agent not in prompts:
+        return f"located at {verdict.agent!r}, which has no prompt the loop can change"
+    if verdict.step < 1:
+        return "located at the task itself"
+    return int(verdict.step), str(verdict.agent)
+
+
 def _write(out: Path, report: dict[str, Any], rendered: dict[str, Any], runs: Mapping[str, dict[str, Any]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
@@ -259,6 +328,7 @@ def improve(
     model: ModelArg = None,
     locate_method: str = "stacked",
     baseline: bool = True,
+    replay: bool = True,
     level: float = 0.95,
     resamples: int = 2000,
     max_runs: int | None = None,
@@ -273,7 +343,9 @@ def improve(
     share of ``tasks`` (seeded) or the held-out tasks themselves. ``k`` agents with the lowest
     credit are rewritten per iteration. ``model`` localizes (``locate_method``) and rewrites; its
     budgets (``max_calls``, ``max_cost``) and ``max_runs`` (system runs) stop the loop, which
-    then reports what it did. ``out``: where the report, the prompt diff, the traces and the
+    then reports what it did. ``replay``: when the system is :class:`~maslens.Resumable`, verify
+    the kept change (else the last candidate) by replay from the decisive steps (SPR, RR,
+    delta-RR in the report). ``out``: where the report, the prompt diff, the traces and the
     resume state go."""
     _check_llm("improve", llm)
     if not isinstance(system, System):
@@ -304,6 +376,11 @@ def improve(
         report["usage"] = loop.usage()
         if baseline:
             report["baseline"] = _baseline(loop, initial, train, held, loop.calls() - calls_before)
+        proposal = prompts if prompts != initial else loop.last_candidate
+        if replay and proposal is not None:
+            calls, runs = loop.calls(), loop.state.new_runs
+            report["replay"] = _replay(loop, initial, proposal, proposal is prompts, [("held-out", held), ("train", train)])
+            report["replay"].update(calls=loop.calls() - calls, system_runs=loop.state.new_runs - runs)
     except BudgetExceeded as e:
         report["stopped"] = str(e)
     report["final_prompts"] = prompts
@@ -365,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-k", type=int, default=1)
     ap.add_argument("--locate-method", default="stacked", choices=["stacked", "llm", "prior"])
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--no-replay", action="store_true", help="skip the replay from the decisive steps")
     ap.add_argument("--max-runs", type=int)
     ap.add_argument("--max-calls", type=int)
     ap.add_argument("--max-cost", type=float)
@@ -377,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     llm: dict[str, Any] = {k: v for k, v in {"max_calls": args.max_calls, "max_cost": args.max_cost, "cache_path": args.cache_path}.items() if v is not None}
     r = improve(
         system, _read_tasks(args.tasks), metric, held_out=args.held_out, iterations=args.iterations, k=args.k, model=args.model,
-        locate_method=args.locate_method, baseline=not args.no_baseline, max_runs=args.max_runs, seed=args.seed, out=args.out,
+        locate_method=args.locate_method, baseline=not args.no_baseline, replay=not args.no_replay, max_runs=args.max_runs, seed=args.seed, out=args.out,
         name=args.system, **llm,
     )
     print(r.markdown)

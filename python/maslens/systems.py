@@ -5,13 +5,17 @@ A system maps agent names to their system prompts (``prompts``) and runs one tas
 set of prompts (``run``), returning the run's maslens trace and its final output. maslens'
 improvement loop (:func:`maslens.improve`) changes only the prompts it passes to ``run``: the
 system must build its agents from them on every call.
+
+A system that can also go on from a message history (``resume``, the :class:`Resumable`
+protocol) lets the loop verify a proposal by replay: a failed run re-run from its decisive step
+with the original and with the changed prompts (MASIF's counterfactual replay).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -45,6 +49,38 @@ class System(Protocol):
         ...
 
 
+#: One message of a history handed to :meth:`Resumable.resume`: ``role`` (``user`` or
+#: ``assistant``), ``name`` (the agent, or ``user``) and ``content``.
+Message = dict[str, str]
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A system that can go on from a message history (for replay from a decisive step). A
+    system with a ``resume`` method that cannot always resume says so with ``resumable = False``
+    (:func:`can_resume`)."""
+
+    def resume(self, task: str, prompts: Mapping[str, str], history: Sequence[Message], agent: str) -> Run:
+        """Go on with ``task`` after ``history`` (the steps before the replayed one, the task
+        first), ``agent`` taking the next turn, every agent with its prompt in ``prompts``.
+        Raise ``ValueError`` when this history cannot be resumed (the run is then not replayed)."""
+        ...
+
+
+def can_resume(system: object) -> bool:
+    """Whether ``system`` can go on from a message history."""
+    return isinstance(system, Resumable) and bool(getattr(system, "resumable", True))
+
+
+def history_of(trace: Trace, step: int) -> list[Message]:
+    """The steps of ``trace`` before ``step`` as a message history."""
+    out: list[Message] = []
+    for s in trace.steps[:step]:
+        agent = str(s.get("agent") or s.get("speaker") or "assistant")
+        out.append({"role": "user" if agent == "user" else "assistant", "name": agent, "content": str(s.get("content") or "")})
+    return out
+
+
 def check_prompts(system: System, prompts: Mapping[str, str]) -> None:
     """Raise ``ValueError`` unless ``prompts`` names exactly the agents of ``system.prompts``."""
     missing = [name for name in system.prompts if name not in prompts]
@@ -73,15 +109,29 @@ def _run_async(coro: Coroutine[Any, Any, _T]) -> _T:
 
 
 class FunctionSystem:
-    """A system from a plain callable ``fn(task, prompts) -> Run``."""
+    """A system from a plain callable ``fn(task, prompts) -> Run``; with ``resume_fn(task,
+    prompts, history, agent) -> Run`` it can also be replayed (:class:`Resumable`)."""
 
-    def __init__(self, fn: Callable[[str, Mapping[str, str]], Run], prompts: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        fn: Callable[[str, Mapping[str, str]], Run],
+        prompts: Mapping[str, str],
+        resume_fn: Callable[[str, Mapping[str, str], Sequence[Message], str], Run] | None = None,
+    ) -> None:
         self.fn = fn
         self.prompts: Mapping[str, str] = dict(prompts)
+        self.resume_fn = resume_fn
+        self.resumable = resume_fn is not None
 
     def run(self, task: str, prompts: Mapping[str, str]) -> Run:
         check_prompts(self, prompts)
         return self.fn(task, prompts)
+
+    def resume(self, task: str, prompts: Mapping[str, str], history: Sequence[Message], agent: str) -> Run:
+        if self.resume_fn is None:
+            raise ValueError("this FunctionSystem has no resume_fn")
+        check_prompts(self, prompts)
+        return self.resume_fn(task, prompts, history, agent)
 
 
 class AgentChatSystem:
@@ -145,6 +195,39 @@ class OpenAIAgentsSystem:
             error = f"{type(e).__name__}: {e}"
             return Run(_failed_trace(e.run_data, task, error), "", {"error": error, "exception": e})
         return Run(from_openai_agents(result), str(result.final_output), {"result": result})
+
+    def resume(self, task: str, prompts: Mapping[str, str], history: Sequence[Message], agent: str) -> Run:
+        """Start the agent named ``agent`` (the starting agent or one reachable by handoffs)
+        with ``history`` as the run's input items; the trace holds the task and the new items."""
+        check_prompts(self, prompts)
+        from agents import Runner
+        from agents.exceptions import AgentsException
+
+        from .adapters import from_openai_agents
+
+        start = _find_agent(self.make_agent(dict(prompts)), agent)
+        items = [{"role": m["role"], "content": m["content"]} for m in history]
+        try:
+            result = _run_async(Runner.run(start, items, max_turns=self.max_turns, run_config=self.run_config))
+        except AgentsException as e:
+            error = f"{type(e).__name__}: {e}"
+            return Run(_failed_trace(None, task, error), "", {"error": error, "exception": e})
+        return Run(from_openai_agents(result, task=task), str(result.final_output), {"result": result})
+
+
+def _find_agent(start: Any, name: str) -> Any:
+    """The agent named ``name`` among ``start`` and the agents reachable by its handoffs."""
+    seen: set[int] = set()
+    todo = [start]
+    while todo:
+        a = todo.pop()
+        if id(a) in seen:
+            continue
+        seen.add(id(a))
+        if getattr(a, "name", None) == name:
+            return a
+        todo.extend(h for h in getattr(a, "handoffs", []) or [] if hasattr(h, "handoffs"))
+    raise ValueError(f"no agent named {name!r} is reachable from the starting agent by handoffs")
 
 
 def _failed_trace(run_data: Any, task: str, error: str) -> Trace:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ._native import Trace
-from .systems import Run
+from .systems import Message, Run
 
 Shape = Literal["chain3", "chain4", "star"]
 Flaw = Literal["wrong-value", "dropped-operand", "early-stop"]
@@ -73,23 +73,50 @@ class PlantedFlawSystem:
         return random.Random(f"{self.seed}:{task}").random() < self.rate
 
     def run(self, task: str, prompts: Mapping[str, str]) -> Run:
+        return self._go(task, prompts, [], None)
+
+    def resume(self, task: str, prompts: Mapping[str, str], history: Sequence[Message], agent: str) -> Run:
+        """Go on after ``history``: its steps are re-made as recorded (each the flawed or the
+        sound version of the step, whichever has the recorded text), the rest with ``prompts``."""
+        return self._go(task, prompts, history, agent)
+
+    def _go(self, task: str, prompts: Mapping[str, str], history: Sequence[Message], agent: str | None) -> Run:
         missing = sorted(set(self.prompts) - set(prompts))
         if missing:
             raise ValueError(f"no prompt for agent {missing[0]!r}")
         a, b, c = (int(x) for x in task.replace("(", " ").replace(")", " ").replace(".", " ").split() if x.isdigit())
+        shape = SHAPES[self.shape]
+        done = len(history) - 1 if history else 0
+        if history and (history[0]["content"] != task or done >= len(shape) or shape[done][0] != agent):
+            raise ValueError(f"cannot resume {self.shape} at step {done + 1} with {agent!r} after this history")
         errs = self._errs(prompts, task)
-        messages = [{"role": "user", "content": task}]
+        messages: list[dict[str, str]] = [{"role": "user", "content": task}]
         ops: tuple[int, int, int] | None = (a, b, c)
         value: int | None = None
-        for agent, step in SHAPES[self.shape]:
-            flawed = errs and agent == self.flawed
-            if step == "plan":
-                ops, text = _plan(agent, a, b, c, self.flaw if flawed else None)
+        for i, (name, step) in enumerate(shape):
+            if i < done:
+                ops, value, text = self._recorded(name, step, (a, b, c), ops, value, history[i + 1]["content"])
             else:
-                value, text = _step(agent, step, ops, value, self.flaw if flawed else None)
-            messages.append({"role": "assistant", "name": agent, "content": text})
+                ops, value, text = _do(name, step, (a, b, c), ops, value, self.flaw if errs and name == self.flawed else None)
+            messages.append({"role": "assistant", "name": name, "content": text})
         output = str(value) if value is not None else "no result"
         return Run(trace=Trace.from_messages(messages, task=task, outcome="unknown"), output=output)
+
+    def _recorded(self, name: str, step: str, abc: tuple[int, int, int], ops: tuple[int, int, int] | None, value: int | None, want: str) -> tuple[tuple[int, int, int] | None, int | None, str]:
+        for flaw in (None, self.flaw):
+            made = _do(name, step, abc, ops, value, flaw)
+            if made[2] == want:
+                return made
+        raise ValueError(f"{name}'s recorded step {want!r} is not a step this script makes")
+
+
+def _do(name: str, step: str, abc: tuple[int, int, int], ops: tuple[int, int, int] | None, value: int | None, flaw: str | None) -> tuple[tuple[int, int, int] | None, int | None, str]:
+    """One step: the operands and value after it, and its text."""
+    if step == "plan":
+        new_ops, text = _plan(name, *abc, flaw)
+        return new_ops, value, text
+    new_value, text = _step(name, step, ops, value, flaw)
+    return ops, new_value, text
 
 
 def _plan(agent: str, a: int, b: int, c: int, flaw: str | None) -> tuple[tuple[int, int, int] | None, str]:

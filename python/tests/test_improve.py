@@ -98,6 +98,52 @@ def test_bad_arguments_are_refused() -> None:
         maslens.improve(system, [], max_call=3)  # type: ignore[call-arg]
 
 
+def test_replay_from_the_decisive_step_verifies_the_kept_change(tmp_path: Path) -> None:
+    """Failed runs re-run from their located step: with the old prompts the planted flaw fails
+    again (RR 0), with the kept change it is repaired (RR 1); successes stay successes (SPR 1).
+    A resumed run is kept in the state like any other."""
+    system = Counting(testing.PlantedFlawSystem("chain4", "Solver", "wrong-value", seed=1))
+    system.resume = system.inner.resume  # type: ignore[attr-defined]
+    with testing.FixtureModel() as spec:
+        r = maslens.improve(system, testing.tasks(16, 2), model=spec, locate_method="prior", out=tmp_path, cache="off", baseline=False, resamples=500)
+    assert r.changed == ["Solver"]
+    replay = r.report["replay"]
+    assert replay["kept"] and replay["changed"] == ["Solver"] and replay["system_runs"] > 0
+    stats = {c["config"]: c for c in replay["stats"]}
+    held = stats["held-out"]
+    assert held["failure_traces"] > 0 and held["rr_noop"] == 0.0 and held["rr_fix"] == 1.0
+    assert held["delta_rr"]["lo"] > 0 and held["spr_fix"] == 1.0
+    for row in replay["rows"]:
+        assert row["if_step"] >= 1 and row["intervention"] in ("noop", "fix")
+    assert "## Replay from the decisive step" in r.markdown and "| held-out |" in r.markdown
+    before = system.runs
+    with testing.FixtureModel() as spec:
+        again = maslens.improve(system, testing.tasks(16, 2), model=spec, locate_method="prior", out=tmp_path, cache="off", baseline=False, resamples=500)
+    assert system.runs == before and again.report["replay"]["rows"] == replay["rows"]
+
+
+def test_a_system_that_cannot_resume_is_said_so_and_a_bad_history_is_skipped(tmp_path: Path) -> None:
+    inner = testing.PlantedFlawSystem("chain3", "Planner", "dropped-operand", seed=3)
+    plain = maslens.FunctionSystem(inner.run, inner.prompts)
+    assert not maslens.systems.can_resume(plain)
+    with testing.FixtureModel() as spec:
+        r = maslens.improve(plain, testing.tasks(12, 3), model=spec, locate_method="prior", out=tmp_path / "a", cache="off", baseline=False, resamples=200)
+    assert "cannot go on from a message history" in r.report["replay"]["unsupported"]
+    assert "Not replayed: FunctionSystem cannot" in r.markdown
+
+    def refuse(task: str, prompts: Mapping[str, str], history: object, agent: str) -> maslens.Run:
+        raise ValueError("no such turn")
+
+    picky = maslens.FunctionSystem(inner.run, inner.prompts, resume_fn=refuse)
+    with testing.FixtureModel() as spec:
+        r = maslens.improve(picky, testing.tasks(12, 3), model=spec, locate_method="prior", out=tmp_path / "b", cache="off", baseline=False, resamples=200)
+    replay = r.report["replay"]
+    assert replay["rows"] == [] and replay["skipped"]
+    assert all("resume failed: no such turn" in s or "not located" in s or "no changed agent" in s for s in replay["skipped"]), replay["skipped"]
+    with pytest.raises(ValueError, match="cannot resume chain3 at step 2"):
+        inner.resume("Compute (1 + 2) * 3.", inner.prompts, [{"role": "user", "name": "user", "content": "Compute (1 + 2) * 3."}, {"role": "assistant", "name": "Planner", "content": "x"}], "Checker")
+
+
 def test_the_loop_against_the_real_model(serve_model: ServeModel, cache: str, tmp_path: Path) -> None:
     """The embedded model rewrites and proposes the baseline: the loop runs end to end (the prior
     localizes; the stacked localizer against the real model is tested in test_methods.py). Whether
@@ -217,6 +263,12 @@ def test_the_loop_on_real_frameworks(framework: str, serve_model: ServeModel, tm
     assert it["failures"] == 1 and it["chosen"] and [w["agent"] for w in it["rewrites"]] == it["chosen"]
     assert r.changed == [], "a change that scores 0 like the old prompts is not kept"
     assert (tmp_path / "report.md").exists() and (tmp_path / "prompts.diff").exists()
+    replay = r.report["replay"]  # the last candidate, replayed where the adapter can resume
+    if framework == "openai-agents":
+        assert replay["rows"] or replay["skipped"], replay
+        assert {row["intervention"] for row in replay["rows"]} <= {"noop", "fix"}
+    else:
+        assert "cannot go on from a message history" in replay["unsupported"]
     runs = r.report["usage"]["system_runs"]
     assert runs >= 3
 

@@ -8,17 +8,20 @@
 //! - [`blackbox`]: the baseline: one rewrite of every prompt from the failed outputs alone.
 //! - [`accept`]: keep a change only when the held-out score improves beyond a paired bootstrap
 //!   interval.
+//! - [`replay`]: verification by replay from the decisive step (SPR, RR, delta-RR).
 //! - [`report`]: the report (JSON, Markdown, HTML).
 
 pub mod accept;
 pub mod blackbox;
 pub mod blame;
+pub mod replay;
 pub mod report;
 pub mod rewrite;
 
 pub use accept::{accept, Acceptance};
 pub use blackbox::blackbox;
 pub use blame::{blame, AgentCredit, Blame, Evidence, TurnBlame};
+pub use replay::Replay;
 pub use report::ImproveReport;
 pub use rewrite::{rewrite, Rewritten};
 

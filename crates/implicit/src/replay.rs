@@ -32,7 +32,7 @@ fn default_config() -> String {
     "all".into()
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfigStats {
     pub config: String,
     /// Traces with both no-op and fix outcomes.

@@ -140,6 +140,18 @@ pub fn improve_accept(
     })
 }
 
+/// SPR, RR and delta-RR per configuration from replay outcomes (`rows`: JSON array of
+/// `{config, task, trace, if_step, original_success, intervention, success}`).
+#[pyfunction]
+#[pyo3(signature = (rows, resamples = 2000, seed = 0))]
+pub fn improve_replay(rows: &str, resamples: usize, seed: u64) -> PyResult<String> {
+    guarded(|| {
+        let rows: Vec<maslens_implicit::replay::ReplayOutcome> = parse("rows", rows)?;
+        let stats = improve::replay::stats(&rows, resamples, seed).map_err(core_error)?;
+        text(&serde_json::to_value(stats).map_err(|e| InternalError::new_err(e.to_string()))?)
+    })
+}
+
 /// The report's Markdown and HTML, and the agents it changed.
 #[pyfunction]
 pub fn improve_render(report: &str) -> PyResult<String> {

@@ -207,6 +207,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(improve::improve_rewrite, m)?)?;
     m.add_function(wrap_pyfunction!(improve::improve_blackbox, m)?)?;
     m.add_function(wrap_pyfunction!(improve::improve_accept, m)?)?;
+    m.add_function(wrap_pyfunction!(improve::improve_replay, m)?)?;
     m.add_function(wrap_pyfunction!(improve::improve_render, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(has_local_model, m)?)?;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Acceptance, AgentCredit, Rewritten};
+use super::{Acceptance, AgentCredit, Replay, Rewritten};
 
 /// The version of [`ImproveReport`]'s JSON.
 pub const FORMAT_VERSION: u32 = 1;
@@ -32,6 +32,8 @@ pub struct ImproveReport {
     pub iterations: Vec<Iteration>,
     /// The black-box baseline at the same measured call budget, when it ran.
     pub baseline: Option<Baseline>,
+    /// Replay from the decisive step with the proposal, when it ran ([`Replay`]).
+    pub replay: Option<Replay>,
     /// Model calls (cache hits included), tokens and cost of the loop (locate, rewrite; the
     /// baseline's are in [`Baseline::calls`]), and the system runs made by this call.
     pub usage: Usage,
@@ -213,5 +215,43 @@ mod tests {
         let html = r.to_html();
         assert!(html.contains("Code &lt;fast&gt;."), "escaped: {html}");
         assert!(!html.contains("report template"), "{html}");
+    }
+
+    #[test]
+    fn the_replay_section_shows_rates_intervals_and_what_was_skipped() {
+        use maslens_implicit::replay::ReplayOutcome;
+        let row = |task: &str, intervention: &str, success: bool| ReplayOutcome {
+            config: "held-out".into(),
+            task: task.into(),
+            trace: format!("run-{task}"),
+            if_step: Some(2),
+            original_success: false,
+            intervention: intervention.into(),
+            success,
+        };
+        let rows = vec![row("a", "noop", false), row("a", "fix", true)];
+        let stats = crate::improve::replay::stats(&rows, 200, 0).unwrap();
+        let mut r = report();
+        r.replay = Some(Replay {
+            kept: true,
+            changed: vec!["Coder".into()],
+            rows,
+            stats,
+            skipped: vec!["run-x: not located".into()],
+            unsupported: None,
+        });
+        let md = r.to_markdown();
+        assert!(
+            md.contains("| held-out | 1 | 1 | n/a -> n/a | 0.00 -> 1.00 | +1.000"),
+            "{md}"
+        );
+        assert!(md.contains("- not replayed: run-x: not located"), "{md}");
+        let html = r.to_html();
+        assert!(html.contains("0.00 → 1.00"), "{html}");
+        r.replay = Some(Replay {
+            unsupported: Some("cannot resume".into()),
+            ..Replay::default()
+        });
+        assert!(r.to_markdown().contains("Not replayed: cannot resume"));
     }
 }
