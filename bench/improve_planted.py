@@ -27,6 +27,7 @@ import json
 import math
 import time
 from collections import defaultdict
+from typing import Any
 
 import maslens
 from maslens import testing
@@ -42,7 +43,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, c - h), min(1.0, c + h))
 
 
-def one(spec: str, shape: str, flawed: str, flaw: str, seed: int, n_tasks: int) -> dict[str, object]:
+def one(spec: str, shape: str, flawed: str, flaw: str, seed: int, n_tasks: int) -> dict[str, Any]:
     system = testing.PlantedFlawSystem(shape, flawed, flaw, seed=seed)  # type: ignore[arg-type]
     r = maslens.improve(system, testing.tasks(n_tasks, seed), model=spec, locate_method="prior", iterations=6, seed=seed, cache="off")
     first = r.report["iterations"][0]["chosen"] if r.report["iterations"] else []
@@ -63,8 +64,8 @@ def one(spec: str, shape: str, flawed: str, flaw: str, seed: int, n_tasks: int) 
     }
 
 
-def table(rows: list[dict[str, object]], key: str) -> None:
-    groups: dict[str, list[dict[str, object]]] = defaultdict(list)
+def table(rows: list[dict[str, Any]], key: str) -> None:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[str(r[key])].append(r)
     groups["all"] = rows
@@ -78,17 +79,17 @@ def table(rows: list[dict[str, object]], key: str) -> None:
             k = sum(1 for r in rs if r[c])
             lo, hi = wilson(k, n)
             cells.append(f"{k / n:.2f} [{lo:.2f}, {hi:.2f}]")
-        calls = sum(float(r["calls"]) for r in rs) / n  # type: ignore[arg-type]
-        bcalls = sum(float(r["baseline_calls"]) for r in rs) / n  # type: ignore[arg-type]
-        chance = sum(float(r["chance"]) for r in rs) / n  # type: ignore[arg-type]
+        calls = sum(float(r["calls"]) for r in rs) / n
+        bcalls = sum(float(r["baseline_calls"]) for r in rs) / n
+        chance = sum(float(r["chance"]) for r in rs) / n
         print(f"| {name} | {n} | " + " | ".join(cells) + f" | {calls:.1f} | {bcalls:.1f} | {chance:.2f} | {replay(rs)} |")
 
 
-def replay(rs: list[dict[str, object]]) -> str:
+def replay(rs: list[dict[str, Any]]) -> str:
     """Held-out RR no-op -> fix over every replayed failure, with Wilson intervals."""
     out = []
     for kind in ("noop", "fix"):
-        done = [ok for r in rs for k, ok in r["replay"] if k == kind]  # type: ignore[attr-defined]
+        done = [ok for r in rs for k, ok in r["replay"] if k == kind]
         lo, hi = wilson(sum(done), len(done))
         out.append(f"{sum(done) / max(1, len(done)):.2f} [{lo:.2f}, {hi:.2f}]")
     return f"{out[0]} -> {out[1]} (n {len(done)})"

@@ -206,7 +206,7 @@ class OpenAIAgentsSystem:
         from .adapters import from_openai_agents
 
         start = _find_agent(self.make_agent(dict(prompts)), agent)
-        items = [{"role": m["role"], "content": m["content"]} for m in history]
+        items: Any = [{"role": m["role"], "content": m["content"]} for m in history]  # the SDK's easy input messages
         try:
             result = _run_async(Runner.run(start, items, max_turns=self.max_turns, run_config=self.run_config))
         except AgentsException as e:
