@@ -60,7 +60,7 @@ from ._results import (
     Verdicts,
 )
 from .improve import ImproveResult, exact_match, improve
-from .systems import AgentChatSystem, CrewAISystem, FunctionSystem, LangGraphSystem, OpenAIAgentsSystem, Resumable, Run, System
+from .systems import AgentChatSystem, CrewAISystem, DebateSystem, FunctionSystem, LangGraphSystem, OpenAIAgentsSystem, Resumable, Run, System
 
 __version__: str = _native_version()
 
@@ -71,6 +71,7 @@ __all__ = [
     "BudgetExceeded",
     "CreditResult",
     "CrewAISystem",
+    "DebateSystem",
     "EvalReport",
     "FunctionSystem",
     "ImplicitFailure",

@@ -286,7 +286,7 @@ def _replay(loop: _Loop, initial: dict[str, str], proposal: dict[str, str], kept
 def _replay_point(trace: Trace, verdict: Verdict | None, prompts: Mapping[str, str], changed: list[str], success: bool) -> tuple[int, str] | str:
     """Where to replay a run from, (step, agent), or why it is not replayed."""
     if success:
-        for s in trace.steps[1:]:
+        for s in trace.steps:
             if s.get("agent") in changed:
                 return int(s["index"]), str(s["agent"])
         return "no changed agent acts in it"
@@ -294,8 +294,6 @@ def _replay_point(trace: Trace, verdict: Verdict | None, prompts: Mapping[str, s
         return "its failure was not located" + (f" ({verdict.error})" if verdict is not None and verdict.error else "")
     if verdict.agent not in prompts:
         return f"located at {verdict.agent!r}, which has no prompt the loop can change"
-    if verdict.step < 1:
-        return "located at the task itself"
     return int(verdict.step), str(verdict.agent)
 
 

@@ -14,11 +14,17 @@ with the original and with the changed prompts (MASIF's counterfactual replay).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import os
 import threading
+import warnings
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from . import _native
 from ._native import Trace, TraceError
 
 _T = TypeVar("_T")
@@ -61,8 +67,8 @@ class Resumable(Protocol):
     (:func:`can_resume`)."""
 
     def resume(self, task: str, prompts: Mapping[str, str], history: Sequence[Message], agent: str) -> Run:
-        """Go on with ``task`` after ``history`` (the steps before the replayed one, the task
-        first), ``agent`` taking the next turn, every agent with its prompt in ``prompts``.
+        """Go on with ``task`` after ``history`` (the trace's steps before the replayed one, the
+        task first where the trace starts with it), ``agent`` taking the next turn, every agent with its prompt in ``prompts``.
         Raise ``ValueError`` when this history cannot be resumed (the run is then not replayed)."""
         ...
 
@@ -286,3 +292,66 @@ class CrewAISystem:
 
         output = self.make_crew(dict(prompts)).kickoff(inputs={"task": task})
         return Run(from_crewai(output, task=task, outcome=self.outcome), str(getattr(output, "raw", "")), {"result": output})
+
+
+class DebateSystem:
+    """maslens' own debate runtime (the credit paper's setting, docs/credit.md) behind the system
+    protocol: the roles of a debate configuration (TOML, as ``maslens optimize`` takes it) are the
+    agents, their prompts what the loop may change; the aggregators keep the configuration's
+    prompts. A task is a multiple-choice question as :meth:`task` writes it (the question, then
+    lines ``A) ...``); the output is the final answer's letter (``""`` when none). It resumes from
+    a history: the recorded turns are kept and the rest are asked for."""
+
+    def __init__(self, config: str | os.PathLike[str], model: Any = None, *, seed: int = 0, **llm: Any) -> None:
+        from ._api import Model
+
+        # A path (one line), or the TOML text itself.
+        self.config = Path(config).read_text() if isinstance(config, os.PathLike) or "\n" not in config else config
+        self.model = model if isinstance(model, Model) else Model(model, **llm)
+        self.prompts: Mapping[str, str] = dict(_native.debate_prompts(self.config))
+        self.seed = seed
+        self._answers: dict[str, str] = {}
+
+    def task(self, question: str, options: Sequence[str], answer: str | None = None, id: str = "q") -> dict[str, Any]:
+        """A task dict for :func:`maslens.improve`: ``task`` (the question and its options),
+        ``answer`` (the gold letter, for exact match) and ``id``. The system keeps the gold
+        letter, so its traces of this task say whether the debate got it right."""
+        letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        text = question.strip() + "\n\n" + "\n".join(f"{letters[i]}) {o}" for i, o in enumerate(options))
+        out: dict[str, Any] = {"task": text, "id": id}
+        if answer is not None:
+            out["answer"] = answer
+            self._answers[text] = answer
+        return out
+
+    def tasks(self, spec: str) -> list[dict[str, Any]]:
+        """The questions of a dataset (``mmlu:PATH``, ``aqua:PATH``, ... as ``maslens optimize
+        --dataset`` takes it) as tasks; records that cannot be read are warned about by file and
+        record, and skipped."""
+        loaded = json.loads(_native.debate_questions(spec))
+        for problem in loaded["problems"]:
+            warnings.warn(f"skipped: {problem}", stacklevel=2)
+        return [self.task(q["question"], q["options"], q["answer"], q["id"]) for q in loaded["items"]]
+
+    def run(self, task: str, prompts: Mapping[str, str]) -> Run:
+        return self.resume(task, prompts, [], "")
+
+    def resume(self, task: str, prompts: Mapping[str, str], history: Sequence[Message], agent: str) -> Run:
+        check_prompts(self, prompts)
+        question, options = _split_mcq(task)
+        gold = self._answers.get(task)
+        q = json.dumps({"id": hashlib.sha256(task.encode()).hexdigest()[:12], "question": question, "options": options, "answer": gold})
+        trace, answer = _native.debate_run(self.model._native, self.config, json.dumps(dict(prompts)), q, [m["content"] for m in history], self.seed)
+        return Run(trace, answer or "", {})
+
+
+def _split_mcq(task: str) -> tuple[str, list[str]]:
+    """The question and the options of a task :meth:`DebateSystem.task` wrote."""
+    lines = task.rstrip().splitlines()
+    options: list[str] = []
+    while lines and len(lines[-1]) >= 3 and lines[-1][1:3] == ") " and lines[-1][0].isupper():
+        options.insert(0, lines.pop()[3:])
+    expected = [chr(ord("A") + i) for i in range(len(options))]
+    if len(options) < 2 or [ln[0] for ln in task.rstrip().splitlines()[-len(options):]] != expected:
+        raise ValueError("a debate task is a question followed by option lines 'A) ...', 'B) ...' (DebateSystem.task writes one)")
+    return "\n".join(lines).strip(), options

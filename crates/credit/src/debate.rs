@@ -180,6 +180,119 @@ pub async fn run_debate_with(
     seed: u64,
     injection: Option<&crate::inject::Injection>,
 ) -> Result<DebateRun, CreditError> {
+    let turns = Turns {
+        injection,
+        recorded: &[],
+    };
+    debate(models, cfg, prompts, q, seed, turns).await
+}
+
+/// Resume a debate after `recorded`: the texts of its first turns in trace order (each round's
+/// role utterances, then the round's aggregation), taken as they were; the turns after them are
+/// asked for with `prompts`. With no recorded turn this is [`run_debate`].
+pub async fn resume_debate(
+    models: &ModelSet,
+    cfg: &DebateConfig,
+    prompts: &PromptSet,
+    q: &Mcq,
+    seed: u64,
+    recorded: &[String],
+) -> Result<DebateRun, CreditError> {
+    let turns = Turns {
+        injection: None,
+        recorded,
+    };
+    debate(models, cfg, prompts, q, seed, turns).await
+}
+
+/// How some turns are made other than by a plain call.
+#[derive(Clone, Copy)]
+struct Turns<'a> {
+    injection: Option<&'a crate::inject::Injection>,
+    recorded: &'a [String],
+}
+
+/// What one role's turn needs besides the models.
+struct RoleTurn<'a> {
+    theta: &'a str,
+    user: Rendered,
+    dec: &'a Decoding,
+    round: usize,
+    role: usize,
+    name: &'a str,
+}
+
+/// One role's text: recorded, injected or asked for; the calls and usage it cost.
+async fn role_text(
+    model: &dyn ChatModel,
+    turn: RoleTurn<'_>,
+    turns: Turns<'_>,
+    recorded: Option<&String>,
+    q: &Mcq,
+    rounds: usize,
+    seed: u64,
+) -> Result<(String, u32, Usage), CreditError> {
+    if let Some(text) = recorded {
+        return Ok((text.clone(), 0, Usage::default()));
+    }
+    match turns
+        .injection
+        .filter(|inj| inj.round == turn.round && inj.role == turn.role)
+    {
+        Some(inj) => {
+            let (req, forced) = crate::inject::injected_request(
+                inj, q, turn.theta, turn.name, turn.round, rounds, turn.dec, seed,
+            )?;
+            let resp = model.complete(&req).await?;
+            let text = crate::inject::finish_injected(inj, resp.text, forced, q.options.len());
+            Ok((text, 1, resp.usage))
+        }
+        None => {
+            let stage = format!("debate/role/{}/r{}", turn.name, turn.round + 1);
+            let req = request(turn.theta, turn.user, turn.dec, seed, stage);
+            let resp = model.complete(&req).await?;
+            Ok((resp.text, 1, resp.usage))
+        }
+    }
+}
+
+/// The final decision y = J(x, S_R): the last state's answer, or an LLM's over it; its text,
+/// answer, calls and usage. `blocks`: the question, options and letters as shown to models.
+async fn final_decision(
+    models: &ModelSet,
+    cfg: &DebateConfig,
+    q: &Mcq,
+    blocks: [&str; 3],
+    last: Option<&StateRecord>,
+    seed: u64,
+) -> Result<(Option<String>, Option<char>, u32, Usage), CreditError> {
+    let [question, options, letters] = blocks;
+    match cfg.final_decision {
+        FinalDecision::State => Ok((None, last.and_then(|s| s.answer), 0, Usage::default())),
+        FinalDecision::Llm => {
+            let state = last
+                .map(|s| untrusted("shared_state", &s.text))
+                .unwrap_or_default();
+            let user = FINAL_DECISION.rendered(serde_json::json!({
+                "question": question, "options": options, "state": state, "letters": letters,
+            }))?;
+            let system = FINAL_DECISION_SYSTEM.render(serde_json::json!({}))?;
+            let req = request(&system, user, &cfg.decoding, seed, "debate/final".into());
+            let resp = models.default.complete(&req).await?;
+            let answer = extract_choice(&resp.text, q.options.len());
+            Ok((Some(resp.text), answer, 1, resp.usage))
+        }
+    }
+}
+
+async fn debate(
+    models: &ModelSet,
+    cfg: &DebateConfig,
+    prompts: &PromptSet,
+    q: &Mcq,
+    seed: u64,
+    turns: Turns<'_>,
+) -> Result<DebateRun, CreditError> {
     let n_opt = q.options.len();
     let (question, options) = question_blocks(q);
     let letters = letters_phrase(n_opt);
@@ -187,6 +300,7 @@ pub async fn run_debate_with(
     let mut states: Vec<StateRecord> = Vec::new();
     let mut calls = 0u32;
     let mut usage = Usage::default();
+    let mut step = 0usize;
     let rounds = cfg.rounds;
     for t in 0..rounds {
         let prev = states.last().map(|s| untrusted("shared_state", &s.text));
@@ -196,37 +310,26 @@ pub async fn run_debate_with(
                 "question": question, "options": options, "state": prev.clone().unwrap_or_default(),
                 "prev_round": t, "role": role.name, "round": t + 1, "rounds": rounds, "letters": letters,
             }))?;
-            let dec = role.decoding.as_ref().unwrap_or(&cfg.decoding);
             let theta = prompts
                 .roles
                 .get(i)
                 .map(String::as_str)
                 .unwrap_or(&role.prompt);
-            let model = models.get(role.model.as_deref())?;
-            let text = match injection.filter(|inj| inj.round == t && inj.role == i) {
-                Some(inj) => {
-                    let (req, forced) = crate::inject::injected_request(
-                        inj, q, theta, &role.name, t, rounds, dec, seed,
-                    )?;
-                    let resp = model.complete(&req).await?;
-                    calls += 1;
-                    usage += resp.usage;
-                    crate::inject::finish_injected(inj, resp.text, forced, n_opt)
-                }
-                None => {
-                    let req = request(
-                        theta,
-                        user,
-                        dec,
-                        seed,
-                        format!("debate/role/{}/r{}", role.name, t + 1),
-                    );
-                    let resp = model.complete(&req).await?;
-                    calls += 1;
-                    usage += resp.usage;
-                    resp.text
-                }
+            let turn = RoleTurn {
+                theta,
+                user,
+                dec: role.decoding.as_ref().unwrap_or(&cfg.decoding),
+                round: t,
+                role: i,
+                name: &role.name,
             };
+            let model = models.get(role.model.as_deref())?;
+            let recorded = turns.recorded.get(step);
+            let (text, n, u) =
+                role_text(model.as_ref(), turn, turns, recorded, q, rounds, seed).await?;
+            step += 1;
+            calls += n;
+            usage += u;
             let answer = extract_choice(&text, n_opt);
             round_utts.push(Utterance {
                 role: role.name.clone(),
@@ -257,15 +360,22 @@ pub async fn run_debate_with(
             format!("debate/aggregate/r{}", t + 1),
         );
         let model = models.get(cfg.aggregators[t].model.as_deref())?;
-        let resp = model.complete(&req).await?;
-        calls += 1;
-        usage += resp.usage;
-        let answer = extract_choice(&resp.text, n_opt);
+        let text = match turns.recorded.get(step) {
+            Some(text) => text.clone(),
+            None => {
+                let resp = model.complete(&req).await?;
+                calls += 1;
+                usage += resp.usage;
+                resp.text
+            }
+        };
+        step += 1;
+        let answer = extract_choice(&text, n_opt);
         states.push(StateRecord {
             round: t,
             correct: answer == Some(q.answer),
             answer,
-            text: resp.text,
+            text,
         });
         let consensus = {
             let first = round_utts.first().and_then(|u| u.answer);
@@ -276,26 +386,11 @@ pub async fn run_debate_with(
             break;
         }
     }
-    let last = states.last().cloned();
-    let (final_text, final_answer) = match cfg.final_decision {
-        FinalDecision::State => (None, last.as_ref().and_then(|s| s.answer)),
-        FinalDecision::Llm => {
-            let state = last
-                .as_ref()
-                .map(|s| untrusted("shared_state", &s.text))
-                .unwrap_or_default();
-            let user = FINAL_DECISION.rendered(serde_json::json!({
-                "question": question, "options": options, "state": state, "letters": letters,
-            }))?;
-            let system = FINAL_DECISION_SYSTEM.render(serde_json::json!({}))?;
-            let req = request(&system, user, &cfg.decoding, seed, "debate/final".into());
-            let resp = models.default.complete(&req).await?;
-            calls += 1;
-            usage += resp.usage;
-            let a = extract_choice(&resp.text, n_opt);
-            (Some(resp.text), a)
-        }
-    };
+    let blocks = [question.as_str(), options.as_str(), letters.as_str()];
+    let (final_text, final_answer, n, u) =
+        final_decision(models, cfg, q, blocks, states.last(), seed).await?;
+    calls += n;
+    usage += u;
     Ok(DebateRun {
         question: q.clone(),
         rounds_run: utterances.len(),
@@ -530,6 +625,48 @@ prompt = "Aggregate."
         assert_eq!(tr.steps[2].phase.as_deref(), Some("aggregation"));
         assert_eq!(tr.steps[5].round, Some(1));
         assert_eq!(tr.outcome, Outcome::Success);
+    }
+
+    #[tokio::test]
+    async fn a_resumed_debate_keeps_the_recorded_turns_and_asks_for_the_rest() {
+        let m = Arc::new(
+            ScriptedModel::new("fixture")
+                .on("credit/aggregate", "Answer: B")
+                .on("credit/role_turn", "Answer: B"),
+        );
+        let c = cfg(false);
+        // Round 1's solver said C as recorded; the skeptic (step 1) and everything after are asked for.
+        let recorded = vec!["Answer: C (recorded)".to_string()];
+        let run = resume_debate(
+            &ModelSet::single(m.clone()),
+            &c,
+            &c.prompts(),
+            &q(),
+            0,
+            &recorded,
+        )
+        .await
+        .unwrap();
+        assert_eq!(run.utterances[0][0].text, "Answer: C (recorded)");
+        assert_eq!(run.utterances[0][0].answer, Some('C'));
+        assert_eq!(run.calls, 5, "the recorded turn is not asked for");
+        let stages: Vec<String> = m
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.stage.clone())
+            .collect();
+        assert!(
+            !stages.contains(&"debate/role/solver/r1".to_string()),
+            "{stages:?}"
+        );
+        assert!(
+            stages.contains(&"debate/role/skeptic/r1".to_string()),
+            "{stages:?}"
+        );
+        let tr = to_trace(&run, &c, &c.prompts(), "run");
+        assert_eq!(tr.steps[0].content, "Answer: C (recorded)");
     }
 
     #[tokio::test]

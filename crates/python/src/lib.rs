@@ -20,6 +20,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+mod debate;
 mod improve;
 mod methods;
 mod model;
@@ -203,6 +204,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(methods::advantages, m)?)?;
     m.add_function(wrap_pyfunction!(methods::eval_locate, m)?)?;
     m.add_function(wrap_pyfunction!(methods::modes, m)?)?;
+    m.add_function(wrap_pyfunction!(debate::debate_prompts, m)?)?;
+    m.add_function(wrap_pyfunction!(debate::debate_run, m)?)?;
+    m.add_function(wrap_pyfunction!(debate::debate_questions, m)?)?;
     m.add_function(wrap_pyfunction!(improve::improve_blame, m)?)?;
     m.add_function(wrap_pyfunction!(improve::improve_rewrite, m)?)?;
     m.add_function(wrap_pyfunction!(improve::improve_blackbox, m)?)?;

@@ -238,7 +238,7 @@ mod tests {
             rows,
             stats,
             skipped: vec!["run-x: not located".into()],
-            unsupported: None,
+            ..Replay::default()
         });
         let md = r.to_markdown();
         assert!(
