@@ -234,3 +234,131 @@ fn e2e_modes_summarize_with_the_embedded_model() {
     assert!(!summary.trim().is_empty(), "{report}");
     assert_eq!(report["summaries_by"], "local:smollm2-135m");
 }
+
+/// Issue 39 item 5: "Propose a fix" on a failure mode. The server's model (a stub answering one
+/// prompt) rewrites the mode's agent's prompt as the Who&When traces record it, from the mode's
+/// example runs; the proposal is stored on each example (the run's API lists it, the UI shows the
+/// diff); a mode that does not exist, a bad body and a failing model are answered, not served.
+#[test]
+fn a_failure_mode_gets_a_proposed_fix_stored_on_its_examples() {
+    const ANSWER: &str = "You check every page against the task before you report it.";
+    let home = tempfile::tempdir().unwrap();
+    // Algorithm-Generated: its traces record each agent's system prompt.
+    let ag = data("whowhen/Algorithm-Generated");
+    let db = home.path().join("ag.db").display().to_string();
+    run_ok(
+        home.path(),
+        &["import", ag.to_str().unwrap(), "--db", &db, "-q"],
+    );
+    run_ok(
+        home.path(),
+        &["locate", "--db", &db, "--method", "prior", "-q", "--json"],
+    );
+    let (url, calls) = common::stub_model_server_with(std::time::Duration::ZERO, Some(ANSWER));
+    let model = format!("openai:x@{url}");
+    let serve = common::serve::serve(&db, home.path(), &["--model", &model]);
+    let modes = common::serve::get(&format!("{}/api/modes", serve.url));
+    let system = modes["systems"][0]["system"].as_str().unwrap().to_string();
+    let propose = format!("{}/api/modes/propose", serve.url);
+    let mut done = None;
+    for m in modes["systems"][0]["modes"].as_array().unwrap() {
+        let Some(agent) = m["agent"].as_str() else {
+            continue;
+        };
+        let body = serde_json::json!({"system": system, "mode": m["id"]}).to_string();
+        let (status, text) = common::serve::post(&propose, &body);
+        if status == 422 {
+            assert!(text.contains("system prompt"), "{text}");
+            continue;
+        }
+        assert_eq!(status, 200, "{text}");
+        done = Some((
+            agent.to_string(),
+            serde_json::from_str::<Value>(&text).unwrap(),
+        ));
+        break;
+    }
+    let (agent, answer) = done.expect("a mode whose agent's prompt the traces record");
+    let p = &answer["proposal"];
+    assert_eq!(p["agent"], agent.as_str());
+    assert_eq!(p["rewrite"]["prompt"], ANSWER);
+    assert!(!p["before"].as_str().unwrap().is_empty());
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let ids = answer["diagnoses"].as_array().unwrap();
+    assert_eq!(ids.len(), p["examples"].as_array().unwrap().len());
+    let example = p["examples"][0].as_str().unwrap();
+    let url = format!("{}/api/runs/{}", serve.url, example.replace('/', "%2F"));
+    let run = common::serve::get(&url);
+    assert!(run["diagnoses"].is_array(), "{example}: {run}");
+    let stored = run["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["method"] == "propose")
+        .expect("the proposal is stored on the example run");
+    assert_eq!(
+        stored["agent"],
+        Value::Null,
+        "a proposal is not a localization"
+    );
+    assert!(stored["result"]["note"].as_str().unwrap().contains(ANSWER));
+    let page = curl(&[&format!(
+        "{}/ui/proposals/{}",
+        serve.url,
+        ids[0].as_str().unwrap()
+    )]);
+    assert!(
+        page.contains(&format!("A fix proposed for {agent}")),
+        "{page}"
+    );
+    assert!(
+        page.contains(ANSWER) && page.contains("no write-back target is configured"),
+        "{page}"
+    );
+    assert!(curl(&[&format!("{}/ui/modes", serve.url)]).contains("Propose a fix"));
+    // The UI's button: a form post answered with the proposal's page.
+    let mode = p["mode"].as_str().unwrap();
+    let form = format!(
+        "system={}&mode={mode}&outcome=failure&similarity=0.3",
+        system.replace(' ', "+")
+    );
+    let redirect = curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %{redirect_url}",
+        "--data",
+        &form,
+        &format!("{}/ui/modes/propose", serve.url),
+    ]);
+    assert!(
+        redirect.starts_with("303 ") && redirect.contains("/ui/proposals/"),
+        "{redirect}"
+    );
+
+    let body = serde_json::json!({"system": system, "mode": "m999"}).to_string();
+    let (status, text) = common::serve::post(&propose, &body);
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("no failure mode \\\"m999\\\""), "{text}");
+    let (status, text) = common::serve::post(&propose, r#"{"system": 1}"#);
+    assert_eq!(status, 400, "{text}");
+    assert!(curl(&[&format!("{}/ui/proposals/nope", serve.url)]).contains("no proposal"));
+
+    // A model that fails: 502 with its error (another home: no cached answer).
+    let (bad, _) = common::stub_model_server();
+    let fresh = tempfile::tempdir().unwrap();
+    let bad = format!("openai:x@{bad}");
+    let serve = common::serve::serve(&db, fresh.path(), &["--model", &bad, "--max-retries", "0"]);
+    let body = serde_json::json!({"system": system, "mode": mode}).to_string();
+    let (status, text) = common::serve::post(&format!("{}/api/modes/propose", serve.url), &body);
+    assert_eq!(status, 502, "{text}");
+}
+
+fn curl(args: &[&str]) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -10,6 +10,7 @@ mod common;
 use common::serve::{check_run, first_acts, poll, python, serve, start, venv};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// The run arrived whole: its agents in the order they first acted, one step per model call.
 fn check(serve: &str, run_id: &str, agents: &[&str], summary: &Value) {
@@ -112,10 +113,13 @@ fn e2e_phoenix_receives_maslens_diagnoses_as_span_annotations() {
         120,
     );
     let db = home.path().join("m.db");
+    // A stub model for "Propose a fix" (below): it answers every call with one prompt.
+    let (model_url, _) = common::stub_model_server_with(Duration::ZERO, Some(PROPOSED));
+    let model = format!("openai:x@{model_url}");
     let serve = serve(
         db.to_str().expect("utf-8"),
         home.path(),
-        &["--phoenix", &phoenix_url],
+        &["--phoenix", &phoenix_url, "--model", &model],
     );
     // The same spans to both: Phoenix shows them, maslens says which one broke the run.
     python(
@@ -145,4 +149,42 @@ fn e2e_phoenix_receives_maslens_diagnoses_as_span_annotations() {
     assert_eq!(a["span_id"], span.as_str());
     assert_eq!(a["result"]["label"], "decisive_error");
     assert_eq!(a["metadata"]["maslens.method"], "prior");
+
+    // "Propose a fix" for the run's failure mode: the proposal reaches the same span in Phoenix.
+    let system = run["run"]["system"].as_str().expect("a system").to_string();
+    let modes = common::serve::get(&format!(
+        "{}/api/modes?outcome=any&system={system}",
+        serve.url
+    ));
+    let mode = modes["systems"][0]["modes"][0]["id"]
+        .as_str()
+        .expect("a mode");
+    let body = serde_json::json!({"system": system, "mode": mode, "outcome": "any"});
+    let (status, text) = common::serve::post(
+        &format!("{}/api/modes/propose", serve.url),
+        &body.to_string(),
+    );
+    assert_eq!(status, 200, "{text}");
+    let proposed = poll(
+        &format!("{phoenix_url}/v1/projects/default/span_annotations?span_ids={span}"),
+        |v| {
+            v["data"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|a| a["name"] == "maslens.proposed_fix"))
+        },
+        90,
+    );
+    let a = proposed["data"]
+        .as_array()
+        .and_then(|d| d.iter().find(|a| a["name"] == "maslens.proposed_fix"))
+        .expect("the proposal's annotation");
+    assert_eq!(a["result"]["label"], "prompt_change");
+    assert!(
+        a["result"]["explanation"]
+            .as_str()
+            .is_some_and(|e| e.contains(PROPOSED)),
+        "{a}"
+    );
 }
+
+const PROPOSED: &str = "You are WebSurfer. Quote the page you found and its address.";

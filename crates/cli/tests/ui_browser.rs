@@ -89,7 +89,10 @@ async fn ui_in_chromium() {
         serde_json::to_string(&maslens_store::testing::long_trace("long-130", 130)).expect("json"),
     )
     .expect("write");
+    // An Algorithm-Generated trace records its agents' prompts ("Propose a fix", below).
+    let ag = data("whowhen/Algorithm-Generated/1.json");
     for f in [
+        ag.to_str().expect("path"),
         whowhen,
         inj.to_str().expect("path"),
         long.to_str().expect("path"),
@@ -117,7 +120,12 @@ async fn ui_in_chromium() {
             db,
         ],
     );
-    let server = serve(db, home, &[]);
+    let (model_url, _) = common::stub_model_server_with(
+        Duration::ZERO,
+        Some("You verify every figure against its source before you answer."),
+    );
+    let model = format!("openai:x@{model_url}");
+    let server = serve(db, home, &["--model", &model]);
     let base = server.url.clone();
 
     // The list, then a click through to a trace.
@@ -126,7 +134,7 @@ async fn ui_in_chromium() {
     let rows = b
         .eval_js("return document.querySelectorAll('tr.run-row').length;")
         .await;
-    assert_eq!(rows, 3);
+    assert_eq!(rows, 4);
     check_page(&b, "traces").await;
     // `/` focuses the search box; a search narrows the list to the trace that says it.
     b.press_key("/").await;
@@ -232,6 +240,23 @@ async fn ui_in_chromium() {
     b.wait_for("table.modes", Duration::from_secs(5)).await;
     assert!(b.text("#purity").await.contains("these modes"));
     check_page(&b, "modes").await;
+    // "Propose a fix" on the Algorithm-Generated run's mode: the proposal's page with its diff.
+    let ag_mode = b
+        .eval_js(
+            "const a = [...document.querySelectorAll('table.modes tr')].find(r => r.innerHTML.includes('Algorithm-Generated%2F1\"'));\n\
+             a.querySelector('form button').click(); return a.id;",
+        )
+        .await;
+    assert!(
+        ag_mode.as_str().is_some_and(|id| id.starts_with("mode-")),
+        "{ag_mode}"
+    );
+    b.wait_for("#proposal-diff", Duration::from_secs(10)).await;
+    assert!(b
+        .text("#proposal-diff")
+        .await
+        .contains("You verify every figure"));
+    check_page(&b, "proposal").await;
     b.goto(&format!("{base}/ui/evals")).await;
     check_page(&b, "evals").await;
     b.click("#eval-list a").await;

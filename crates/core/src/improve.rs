@@ -8,12 +8,14 @@
 //! - [`blackbox`]: the baseline: one rewrite of every prompt from the failed outputs alone.
 //! - [`accept`]: keep a change only when the held-out score improves beyond a paired bootstrap
 //!   interval.
+//! - [`propose`]: a prompt change proposed for one failure mode (the UI's "Propose a fix").
 //! - [`replay`]: verification by replay from the decisive step (SPR, RR, delta-RR).
 //! - [`report`]: the report (JSON, Markdown, HTML).
 
 pub mod accept;
 pub mod blackbox;
 pub mod blame;
+pub mod propose;
 pub mod replay;
 pub mod report;
 pub mod rewrite;
@@ -21,6 +23,7 @@ pub mod rewrite;
 pub use accept::{accept, Acceptance};
 pub use blackbox::blackbox;
 pub use blame::{blame, AgentCredit, Blame, Evidence, TurnBlame};
+pub use propose::{propose, FixProposal};
 pub use replay::Replay;
 pub use report::ImproveReport;
 pub use rewrite::{rewrite, Rewritten};

@@ -95,7 +95,7 @@ impl ModesOptions {
 }
 
 /// One failure mode of a system.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Mode {
     /// Stable while the mode's key and words stay the same (a hash of them).
     pub id: String,

@@ -154,13 +154,6 @@ fn evidence_of(
     share: f64,
     primary: bool,
 ) -> Evidence {
-    let turn = trace
-        .steps
-        .iter()
-        .take_while(|s| s.index <= step)
-        .filter(|s| s.agent == agent)
-        .count()
-        .max(1);
     let reason = match (&v.rationale, primary) {
         (Some(r), true) => r.clone(),
         (Some(r), false) => format!(
@@ -170,14 +163,32 @@ fn evidence_of(
         (None, _) => "(no reason given)".into(),
     };
     Evidence {
-        trace: trace.id.clone(),
-        task: trace.task.clone(),
-        step,
         share,
         primary,
-        turn,
-        excerpt: trace.excerpt(step, 400).unwrap_or_default(),
-        reason,
+        ..Evidence::at(trace, agent, step, reason)
+    }
+}
+
+impl Evidence {
+    /// A primary answer's evidence: `agent` at `step` of `trace`, with the diagnosis' `reason`.
+    pub fn at(trace: &Trace, agent: &str, step: usize, reason: String) -> Evidence {
+        let turn = trace
+            .steps
+            .iter()
+            .take_while(|s| s.index <= step)
+            .filter(|s| s.agent == agent)
+            .count()
+            .max(1);
+        Evidence {
+            trace: trace.id.clone(),
+            task: trace.task.clone(),
+            step,
+            share: 1.0,
+            primary: true,
+            turn,
+            excerpt: trace.excerpt(step, 400).unwrap_or_default(),
+            reason,
+        }
     }
 }
 

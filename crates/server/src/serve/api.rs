@@ -1,5 +1,5 @@
 //! The JSON API: runs (list with filters, one with its diagnoses and jobs, import), jobs (start a
-//! method on a run or on every run a filter matches, poll), status, failure modes (serve/modes.rs). Errors are
+//! method on a run or on every run a filter matches, poll), status, failure modes (serve/modes.rs) and a fix proposed for one (serve/propose.rs). Errors are
 //! `{"error": "..."}` with a 4xx/5xx status.
 
 use std::sync::Arc;
@@ -23,6 +23,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/jobs/{id}", get(get_job))
         .route("/api/status", get(status))
         .route("/api/modes", get(super::modes::api))
+        .route("/api/modes/propose", post(super::propose::api))
 }
 
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {

@@ -25,6 +25,7 @@ pub mod guard;
 pub mod modes;
 pub mod openapi;
 pub mod pipeline;
+pub mod propose;
 pub mod ui;
 pub mod writeback;
 

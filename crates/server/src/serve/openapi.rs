@@ -39,6 +39,11 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
         "/api/modes",
         "Failure modes: failed runs grouped per system by responsible agent, implicit-failure type and reason",
     ),
+    (
+        "post",
+        "/api/modes/propose",
+        "Propose a fix for one failure mode: its agent's prompt rewritten from its example runs, stored on them and written back",
+    ),
     ("get", "/openapi.json", "This document"),
     ("get", "/health", "Liveness (no token needed)"),
 ];
@@ -76,6 +81,12 @@ pub fn spec() -> Value {
                         .collect();
                 }
                 op["responses"]["400"] = json!({"description": "A parameter out of range"});
+            }
+            ("post", "/api/modes/propose") => {
+                op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema::<super::propose::ProposeRequest>()}}});
+                op["responses"]["404"] = json!({"description": "No such system or mode"});
+                op["responses"]["422"] = json!({"description": "The mode has no agent, no recorded prompt or no located example"});
+                op["responses"]["502"] = json!({"description": "The model failed"});
             }
             ("post", "/api/jobs") => {
                 op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema::<super::api::StartJobs>()}}});

@@ -368,7 +368,7 @@ async fn run_job(state: &AppState, job: &maslens_store::Job) -> Result<NewDiagno
     }
 }
 
-async fn models(state: &AppState) -> Result<&maslens_core::locate::Models, String> {
+pub(crate) async fn models(state: &AppState) -> Result<&maslens_core::locate::Models, String> {
     state
         .models
         .get_or_try_init(|| async {

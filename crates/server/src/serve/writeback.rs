@@ -7,7 +7,8 @@
 //!
 //! A localization (prior, locate) annotates its decisive step's span with the label
 //! `decisive_error` and the confidence as score; a scan annotates each event's step span with its
-//! error type. A diagnosis without a span (an imported trace) has nothing to write back.
+//! error type; a fix proposed for a failure mode (serve/propose.rs) annotates each example's
+//! decisive-step span as `maslens.proposed_fix` with the label `prompt_change` and the new prompt. A diagnosis without a span (an imported trace) has nothing to write back.
 
 use std::sync::Arc;
 
@@ -100,6 +101,20 @@ pub fn evaluations(d: &Diagnosis) -> Vec<Evaluation> {
                 })
                 .collect()
         }
+        ("propose", Some(t), Some(s)) => vec![Evaluation {
+            trace_id: t.clone(),
+            span_id: s.clone(),
+            name: "maslens.proposed_fix".into(),
+            score: None,
+            label: Some("prompt_change".into()),
+            explanation: b
+                .result
+                .get("note")
+                .and_then(Value::as_str)
+                .map(String::from),
+            attributes,
+            time_ns,
+        }],
         (_, Some(t), Some(s)) => {
             let explanation = b
                 .result

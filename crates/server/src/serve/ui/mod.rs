@@ -56,6 +56,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/ui/credit", get(pages::credit_list))
         .route("/ui/credit/{id}", get(pages::credit))
         .route("/ui/modes", get(modes::modes))
+        .route("/ui/modes/propose", post(modes::propose))
+        .route("/ui/proposals/{id}", get(modes::proposal))
         .route("/ui/evals", get(pages::evals))
         .route("/ui/evals/{id}", get(pages::eval))
         .route("/ui/actions", post(actions::actions))

@@ -1,14 +1,19 @@
-//! `/ui/modes`: the failure modes of the store's runs, per system ([`crate::serve::modes`]).
+//! `/ui/modes`: the failure modes of the store's runs, per system ([`crate::serve::modes`]), each
+//! with a "Propose a fix" button ([`crate::serve::propose`]) and its page `/ui/proposals/{id}`.
 
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
-use axum::http::StatusCode;
-use axum::response::Response;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use maslens_core::improve::FixProposal;
 use minijinja::context;
 
 use super::render::{error_page, page, store_error, QueryOf};
+use super::session::same_origin;
 use crate::serve::modes::{from_store, ModesError, ModesQuery};
+use crate::serve::pipeline::writeback_targets;
+use crate::serve::propose::{ProposeError, ProposeRequest};
 use crate::serve::AppState;
 
 pub(super) async fn modes(
@@ -39,5 +44,85 @@ pub(super) async fn modes(
         &state,
         "modes.html.j2",
         context! { title => "Failure modes", nav => "modes", report, systems, params },
+    )
+}
+
+/// The form of each mode's "Propose a fix" button.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub(super) struct ProposeForm {
+    system: String,
+    mode: String,
+    outcome: String,
+    similarity: String,
+}
+
+/// `POST /ui/modes/propose`: propose a fix for one mode, then show it (`/ui/proposals/{id}`).
+pub(super) async fn propose(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    form: Result<Form<ProposeForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    if !same_origin(&headers) {
+        return error_page(&state, StatusCode::FORBIDDEN, "cross-site request refused");
+    }
+    let Form(form) = match form {
+        Ok(f) => f,
+        Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let similarity = match form.similarity.trim() {
+        "" => None,
+        s => match s.parse::<f64>() {
+            Ok(x) => Some(x),
+            Err(_) => {
+                let m = format!("similarity: expected a number, got {s:?}");
+                return error_page(&state, StatusCode::BAD_REQUEST, m);
+            }
+        },
+    };
+    let req = ProposeRequest {
+        system: form.system,
+        mode: form.mode,
+        outcome: Some(form.outcome).filter(|o| !o.is_empty()),
+        similarity,
+    };
+    match crate::serve::propose::propose(&state, &req).await {
+        Ok(p) => match p.diagnoses.first() {
+            Some(id) => Redirect::to(&format!("/ui/proposals/{id}")).into_response(),
+            None => error_page(
+                &state,
+                StatusCode::NOT_FOUND,
+                "the proposal has no example run",
+            ),
+        },
+        Err(ProposeError::Invalid(m)) => error_page(&state, StatusCode::UNPROCESSABLE_ENTITY, m),
+        Err(ProposeError::NotFound(m)) => error_page(&state, StatusCode::NOT_FOUND, m),
+        Err(ProposeError::Model(m)) => error_page(&state, StatusCode::BAD_GATEWAY, m),
+        Err(ProposeError::Store(e)) => store_error(&state, e),
+    }
+}
+
+/// `/ui/proposals/{id}`: a proposal as stored (the `propose` diagnosis `id`).
+pub(super) async fn proposal(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Response {
+    let d = match state.store.diagnosis(&id).await {
+        Ok(Some(d)) if d.body.method == "propose" => d,
+        Ok(_) => return error_page(&state, StatusCode::NOT_FOUND, format!("no proposal {id:?}")),
+        Err(e) => return store_error(&state, e),
+    };
+    let proposal: FixProposal = match serde_json::from_value(d.body.result["proposal"].clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            let m = format!("proposal {id:?}: field proposal: {e}");
+            return error_page(&state, StatusCode::INTERNAL_SERVER_ERROR, m);
+        }
+    };
+    let targets = writeback_targets(&state);
+    page(
+        &state,
+        "proposal.html.j2",
+        context! { title => "A proposed fix", nav => "modes", proposal, targets },
     )
 }

@@ -45,6 +45,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../templates/ui/modes.html.j2"),
     ),
     (
+        "proposal.html.j2",
+        include_str!("../../../templates/ui/proposal.html.j2"),
+    ),
+    (
         "evals.html.j2",
         include_str!("../../../templates/ui/evals.html.j2"),
     ),

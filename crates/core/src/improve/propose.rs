@@ -1,0 +1,271 @@
+//! A fix proposed for one failure mode (the UI's "Propose a fix", `POST /api/modes/propose`):
+//! the mode's agent's system prompt, as its traces recorded it, rewritten by [`super::rewrite`]
+//! from the mode's example runs (their decisive steps and reasons). It is a proposal: whether it
+//! helps is what the improvement loop's held-out check and replay measure (docs/improve.md).
+
+use std::collections::BTreeMap;
+
+use maslens_llm::ChatModel;
+use maslens_trace::Trace;
+use serde::{Deserialize, Serialize};
+
+use super::rewrite::{rewrite, Rewritten, REWRITE, REWRITE_INPUT};
+use super::Evidence;
+use crate::modes::Mode;
+use crate::CoreError;
+
+/// The version of [`FixProposal`]'s JSON.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A prompt change proposed for one failure mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FixProposal {
+    pub format_version: u32,
+    pub system: String,
+    /// The mode's id and its words, as the modes report gives them.
+    pub mode: String,
+    pub words: Vec<String>,
+    /// The mode's failed runs.
+    pub runs: usize,
+    pub agent: String,
+    /// The agent's system prompt as the traces recorded it.
+    pub before: String,
+    /// The new prompt, or why there is none.
+    pub rewrite: Rewritten,
+    /// The runs whose decisive steps the rewrite was shown.
+    pub examples: Vec<String>,
+    pub model: String,
+    /// The prompt template of the rewrite's input.
+    pub template: String,
+}
+
+impl FixProposal {
+    /// The rewrite's prompt templates, id -> SHA-256 of the text (what a stored diagnosis records).
+    pub fn prompt_versions() -> serde_json::Value {
+        [REWRITE, REWRITE_INPUT]
+            .iter()
+            .map(|t| {
+                let r = maslens_eval::run::PromptRef::new(t.name, t.source);
+                (r.id, serde_json::Value::String(r.sha256))
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    /// One paragraph for a person or a span annotation.
+    pub fn note(&self) -> String {
+        match &self.rewrite.prompt {
+            Some(p) => format!(
+                "maslens proposes a new system prompt for {} (failure mode {}: {}; {} runs): {p}",
+                self.agent,
+                self.mode,
+                self.words.join(", "),
+                self.runs
+            ),
+            None => format!(
+                "maslens could not propose a prompt for {} (failure mode {}): {}",
+                self.agent,
+                self.mode,
+                self.rewrite.rejected.as_deref().unwrap_or("no answer")
+            ),
+        }
+    }
+}
+
+/// `agent`'s system prompt as the first of `traces` that records one has it.
+pub fn prompt_of<'a>(agent: &str, traces: impl IntoIterator<Item = &'a Trace>) -> Option<String> {
+    traces.into_iter().find_map(|t| {
+        t.agents
+            .iter()
+            .find(|a| a.name == agent)
+            .and_then(|a| a.system_prompt.clone())
+            .filter(|p| !p.trim().is_empty())
+    })
+}
+
+/// The evidence of `mode`'s examples whose run is in `traces` (by run id) and has a step.
+pub fn evidence_of_mode(mode: &Mode, traces: &BTreeMap<String, Trace>) -> Vec<Evidence> {
+    let Some(agent) = &mode.agent else {
+        return Vec::new();
+    };
+    mode.examples
+        .iter()
+        .filter_map(|ex| {
+            let trace = traces.get(&ex.run)?;
+            Some(Evidence::at(trace, agent, ex.step?, ex.reason.clone()))
+        })
+        .collect()
+}
+
+/// Propose a new prompt for `mode`'s agent of `system` from its examples (`traces`: their
+/// traces by run id). An error when the mode names no agent, no trace records the agent's
+/// prompt, or no example has a located step; a failed call or a budget stop is an error too.
+pub async fn propose(
+    model: &dyn ChatModel,
+    model_id: &str,
+    system: &str,
+    mode: &Mode,
+    traces: &BTreeMap<String, Trace>,
+    max_tokens: u32,
+    seed: u64,
+) -> Result<FixProposal, CoreError> {
+    let Some(agent) = mode.agent.clone() else {
+        return Err(CoreError::Invalid(format!(
+            "failure mode {} has no located agent: there is no prompt to change",
+            mode.id
+        )));
+    };
+    let Some(before) = prompt_of(&agent, traces.values()) else {
+        return Err(CoreError::Invalid(format!(
+            "the traces of failure mode {} do not record {agent}'s system prompt (over \
+             OpenTelemetry: gen_ai.system_instructions or a system message); run the \
+             improvement loop on the system instead (docs/improve.md)",
+            mode.id
+        )));
+    };
+    let evidence = evidence_of_mode(mode, traces);
+    if evidence.is_empty() {
+        return Err(CoreError::Invalid(format!(
+            "no example of failure mode {} has a located step in a stored trace",
+            mode.id
+        )));
+    }
+    let rewrite = rewrite(model, &agent, &before, &evidence, max_tokens, seed).await?;
+    Ok(FixProposal {
+        format_version: FORMAT_VERSION,
+        system: system.to_string(),
+        mode: mode.id.clone(),
+        words: mode.words.clone(),
+        runs: mode.runs,
+        agent,
+        before,
+        rewrite,
+        examples: evidence.iter().map(|e| e.trace.clone()).collect(),
+        model: model_id.to_string(),
+        template: REWRITE_INPUT.name.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modes::Example;
+    use maslens_llm::testing::ScriptedModel;
+
+    fn trace(id: &str, prompt: Option<&str>) -> Trace {
+        let mut t = maslens_trace::builder::TraceBuilder::new(id)
+            .task("Compute (2 + 3) * 4.")
+            .step("Planner", "Add 2 and 3.")
+            .step("Solver", "The product is 21.")
+            .build();
+        if let Some(p) = prompt {
+            let pos = t.ensure_agent("Solver", maslens_trace::AgentKind::Worker);
+            t.agents[pos].system_prompt = Some(p.into());
+        }
+        t
+    }
+
+    fn mode(agent: Option<&str>) -> Mode {
+        Mode {
+            id: "m1".into(),
+            agent: agent.map(String::from),
+            words: vec!["product".into()],
+            runs: 2,
+            examples: vec![
+                Example {
+                    run: "r1".into(),
+                    step: Some(1),
+                    reason: "multiplied wrongly".into(),
+                },
+                Example {
+                    run: "r2".into(),
+                    step: Some(1),
+                    reason: "off by one".into(),
+                },
+                Example {
+                    run: "gone".into(),
+                    step: Some(1),
+                    reason: "not stored".into(),
+                },
+            ],
+            ..Mode::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_mode_gets_its_agents_prompt_rewritten_from_its_examples() {
+        let traces = BTreeMap::from([
+            (
+                "r1".to_string(),
+                trace("r1", Some("You multiply. Be quick.")),
+            ),
+            ("r2".to_string(), trace("r2", None)),
+        ]);
+        let model =
+            ScriptedModel::new("fixture").on("improve/rewrite_input", "You multiply carefully.");
+        let p = propose(
+            &model,
+            "fixture",
+            "calc",
+            &mode(Some("Solver")),
+            &traces,
+            200,
+            0,
+        )
+        .await
+        .unwrap();
+        assert_eq!(p.before, "You multiply. Be quick.");
+        assert_eq!(p.rewrite.prompt.as_deref(), Some("You multiply carefully."));
+        assert_eq!(
+            p.examples,
+            ["r1", "r2"],
+            "the example without a stored trace is left out"
+        );
+        let shown = &model.calls.lock().unwrap()[0].messages[1].content;
+        assert!(
+            shown.contains("multiplied wrongly") && shown.contains("The product is 21."),
+            "{shown}"
+        );
+        assert!(
+            p.note()
+                .contains("for Solver (failure mode m1: product; 2 runs)"),
+            "{}",
+            p.note()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_mode_without_agent_prompt_or_steps_says_why() {
+        let model = ScriptedModel::new("fixture").on("improve/rewrite_input", "x");
+        let with_prompt = BTreeMap::from([("r1".to_string(), trace("r1", Some("p")))]);
+        let none = BTreeMap::from([("r1".to_string(), trace("r1", None))]);
+        let e = propose(&model, "f", "s", &mode(None), &with_prompt, 10, 0)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("has no located agent"), "{e}");
+        let e = propose(&model, "f", "s", &mode(Some("Solver")), &none, 10, 0)
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("do not record Solver's system prompt"),
+            "{e}"
+        );
+        let e = propose(
+            &model,
+            "f",
+            "s",
+            &mode(Some("Solver")),
+            &BTreeMap::new(),
+            10,
+            0,
+        )
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("do not record"), "{e}");
+        assert!(
+            model.calls.lock().unwrap().is_empty(),
+            "no call without a prompt and evidence"
+        );
+    }
+}
