@@ -12,30 +12,35 @@
 #                                # smolagents, pydantic-ai (python/requirements/frameworks.txt)
 #   scripts/pyenv.sh --frameworks-openai2 # a separate venv with LlamaIndex and AG2 0.14 (they need
 #                                # openai<3; python/requirements/frameworks-openai2.txt)
+#   scripts/pyenv.sh --frameworks-adk # a separate venv with Google ADK (it caps the OpenTelemetry SDK
+#                                # below 1.45; python/requirements/frameworks-adk.txt)
 #
 # Prints the venv path on stdout (everything else goes to stderr), so:
 #   VENV=$(scripts/pyenv.sh) && "$VENV/bin/python" tests/otel/genai_run.py --endpoint ...
 #
 # Venv: $MASLENS_VENV, else $MASLENS_HOME/venv, else ~/.cache/maslens/venv (--openai2: $MASLENS_OPENAI2_VENV,
 # else $MASLENS_HOME/venv-openai2; --frameworks: $MASLENS_FRAMEWORKS_VENV, else $MASLENS_HOME/venv-frameworks;
-# --frameworks-openai2: $MASLENS_FRAMEWORKS_OPENAI2_VENV, else $MASLENS_HOME/venv-frameworks-openai2). Interpreter: $PYTHON or python3
+# --frameworks-openai2: $MASLENS_FRAMEWORKS_OPENAI2_VENV, else $MASLENS_HOME/venv-frameworks-openai2;
+# --frameworks-adk: $MASLENS_FRAMEWORKS_ADK_VENV, else $MASLENS_HOME/venv-frameworks-adk). Interpreter: $PYTHON or python3
 # (>= 3.11). Idempotent: a stamp file in the venv records the sha256 of each requirements file installed,
 # and an unchanged file is not installed again. Packages come from PyPI (pip honours PIP_INDEX_URL,
 # PIP_FIND_LINKS etc. from the environment).
 set -euo pipefail
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 
 phoenix=0
 openai2=0
 frameworks=0
 fwopenai2=0
+fwadk=0
 for arg in "$@"; do
   case "$arg" in
     --phoenix|phoenix) phoenix=1 ;;
     --openai2|openai2) openai2=1 ;;
     --frameworks|frameworks) frameworks=1 ;;
     --frameworks-openai2|frameworks-openai2) fwopenai2=1 ;;
+    --frameworks-adk|frameworks-adk) fwadk=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "pyenv.sh: unknown argument: $arg" >&2; usage; exit 2 ;;
   esac
@@ -43,7 +48,9 @@ done
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 reqdir="$root/python/requirements"
-if [ "$fwopenai2" = 1 ]; then
+if [ "$fwadk" = 1 ]; then
+  venv="${MASLENS_FRAMEWORKS_ADK_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv-frameworks-adk}"
+elif [ "$fwopenai2" = 1 ]; then
   venv="${MASLENS_FRAMEWORKS_OPENAI2_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv-frameworks-openai2}"
 elif [ "$frameworks" = 1 ]; then
   venv="${MASLENS_FRAMEWORKS_VENV:-${MASLENS_HOME:-$HOME/.cache/maslens}/venv-frameworks}"
@@ -55,7 +62,9 @@ fi
 python="${PYTHON:-python3}"
 stamp="$venv/.maslens-requirements.sha256"
 
-if [ "$fwopenai2" = 1 ]; then
+if [ "$fwadk" = 1 ]; then
+  reqs=("$reqdir/frameworks-adk.txt")
+elif [ "$fwopenai2" = 1 ]; then
   reqs=("$reqdir/frameworks-openai2.txt")
 elif [ "$frameworks" = 1 ]; then
   reqs=("$reqdir/frameworks.txt")

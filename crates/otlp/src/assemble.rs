@@ -17,10 +17,11 @@
 //! - **Agent**: the span's own agent name (`gen_ai.agent.name`, `agent.name`, a LangGraph node,
 //!   LlamaIndex's `current_agent_name`), else that of its nearest ancestor that has one (an
 //!   `invoke_agent` / `AGENT` span, named by its span name without `invoke_agent ` or a method
-//!   suffix such as `.run` when the instrumentor names no agent; nameless roots, group managers
-//!   and workflow containers are never agents), else the span's own service name; tools are
-//!   agents of kind `tool` named after the tool. System prompts: `gen_ai.system_instructions`,
-//!   else the first `system`-role input message.
+//!   suffix such as `.run` when the instrumentor names no agent; nameless roots, group managers,
+//!   workflow containers and agent spans that only run other agents (Google ADK's
+//!   SequentialAgent: no model step of its own) are never agents), else the span's own service
+//!   name; tools are agents of kind `tool` named after the tool. System prompts:
+//!   `gen_ai.system_instructions`, else the first `system`-role input message.
 //! - **Task**: the first user message of the earliest model call, else the root span's input.
 //! - **Outcome**: `failure` when the root span or an agent span has status ERROR, else
 //!   `unknown`. The error of any other span that is not a step (ERROR status or `exception`
@@ -159,6 +160,7 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
     let roles = step_roles(&tree, &kinds);
     let order = step_order(&tree, &roles);
     let errors = inherited_errors(&tree, &roles, &order);
+    let containers = agent_containers(&tree, &kinds, &own, &agent_at, &roles);
 
     let mut trace = Trace::new(key);
     let service = note_run(&mut trace, &tree, &kinds);
@@ -191,7 +193,7 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
                 trace.ensure_agent(&tool, AgentKind::Tool);
                 agent_of.insert(i, tool);
             }
-            None if kinds[i] == SpanKind::Agent => {
+            None if kinds[i] == SpanKind::Agent && !containers[i] => {
                 if let Some(name) = &own[i] {
                     trace.ensure_agent(name, AgentKind::Worker);
                     note_system_prompt(&mut trace, name, s);
@@ -226,6 +228,38 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
             .insert("otel_warnings".into(), Value::Array(warnings));
     }
     trace
+}
+
+/// Agent spans that only run other agents: a named agent span that encloses another agent's
+/// span and to whose name no model step is credited (Google ADK's `invoke_agent pipeline` of a
+/// SequentialAgent, ParallelAgent or LoopAgent; any orchestrator that calls no model itself).
+/// They are containers, not agents. An agent that makes a model call of its own (a coordinator
+/// that delegates) stays an agent.
+fn agent_containers(
+    tree: &Tree,
+    kinds: &[SpanKind],
+    own: &[Option<String>],
+    agent_at: &[Option<String>],
+    roles: &[Option<SpanKind>],
+) -> Vec<bool> {
+    let n = tree.len();
+    let named: Vec<Option<usize>> = (0..n)
+        .map(|i| (kinds[i] == SpanKind::Agent && own[i].is_some()).then_some(i))
+        .collect();
+    let enclosing = tree.nearest_above(&named);
+    let mut holds_other = vec![false; n];
+    for j in (0..n).filter(|&j| named[j].is_some()) {
+        if let Some(p) = enclosing[j].filter(|&p| p != j && own[p] != own[j]) {
+            holds_other[p] = true;
+        }
+    }
+    let acting: HashSet<&str> = (0..n)
+        .filter(|&i| roles[i] == Some(SpanKind::Llm))
+        .filter_map(|i| agent_at[i].as_deref())
+        .collect();
+    (0..n)
+        .map(|i| holds_other[i] && own[i].as_deref().is_some_and(|name| !acting.contains(name)))
+        .collect()
 }
 
 /// The run-level facts of a trace: its format, OpenTelemetry trace ids, service (also its
@@ -686,6 +720,52 @@ mod tests {
             ]
         );
         assert_eq!(t.task, "2+2?");
+    }
+
+    #[test]
+    fn an_agent_span_that_only_runs_other_agents_is_a_container() {
+        // Google ADK: invoke_workflow > invoke_agent pipeline (a SequentialAgent, named like any
+        // agent) > invoke_agent researcher / writer > their model calls. A coordinator that
+        // calls the model itself before delegating stays an agent.
+        let chat = |id: &str, parent: &str, start: u64, agent: &str| {
+            span(
+                id,
+                Some(parent),
+                start,
+                json!({"gen_ai.operation.name": "generate_content", "gen_ai.agent.name": agent,
+                "gen_ai.output.messages": format!("[{{\"role\":\"assistant\",\"parts\":[{{\"type\":\"text\",\"content\":\"{agent} says\"}}]}}]")}),
+            )
+        };
+        let agent = |id: &str, parent: &str, start: u64, name: &str| {
+            span(
+                id,
+                Some(parent),
+                start,
+                json!({"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}),
+            )
+        };
+        let mut spans = vec![
+            span(
+                "1",
+                None,
+                10,
+                json!({"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "pipeline"}),
+            ),
+            agent("2", "1", 11, "pipeline"),
+            agent("3", "2", 12, "researcher"),
+            chat("4", "3", 13, "researcher"),
+            agent("5", "2", 20, "writer"),
+            chat("6", "5", 21, "writer"),
+        ];
+        let t = &traces(&spans)[0];
+        let declared: Vec<&str> = t.agents.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(declared, ["researcher", "writer"]);
+        assert_eq!(t.acting_agents(), ["researcher", "writer"]);
+        // The same tree where `pipeline` first calls the model itself: a coordinator, an agent.
+        spans.push(chat("7", "2", 11, "pipeline"));
+        let t = &traces(&spans)[0];
+        let declared: Vec<&str> = t.agents.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(declared, ["pipeline", "researcher", "writer"]);
     }
 
     fn warning_codes(t: &Trace) -> Vec<&str> {
