@@ -18,6 +18,7 @@ from ._results import (
     Advantages,
     CreditResult,
     EvalReport,
+    FixProposal,
     ModesReport,
     ScanResult,
     TraceList,
@@ -492,6 +493,34 @@ def modes(
     return report
 
 
+def propose_fix(
+    traces: Traces,
+    mode: str,
+    verdicts: Iterable[Verdict] | None = None,
+    *,
+    outcome: Literal["failure", "unknown", "success", "any"] = "failure",
+    system: str | None = None,
+    similarity: float = 0.3,
+    model: ModelArg = None,
+    **llm: Unpack[LlmOptions],
+) -> FixProposal:
+    """A fix proposed for failure mode ``mode`` (its id in :func:`modes`' report, grouped with
+    the same ``traces``, ``verdicts``, ``outcome``, ``system`` and ``similarity``; ``maslens modes
+    --propose``): ``model`` rewrites the mode's agent's system prompt, as the traces record it,
+    from the decisive steps and reasons of up to 8 example runs (docs/modes.md). A proposal, not
+    a verified fix: :func:`maslens.improve` verifies a change on the user's system. An unknown
+    mode, a mode without an agent or traces without its prompt raise :class:`OptionsError`;
+    a rewrite the model could not give returns a proposal whose ``rejected`` says why."""
+    _check_llm("propose_fix", llm)
+    ts = _traces(traces)
+    vs = None
+    if verdicts is not None:
+        vs = json.dumps([v.raw for v in verdicts if v.error is None and v.raw])
+    opts = _clean({"outcome": outcome, "system": system, "similarity": similarity})
+    res = json.loads(_native.modes_propose(ts, mode, _model(model, llm), vs, opts))
+    return FixProposal(proposal=res["proposal"], markdown=res["markdown"])
+
+
 def _in_thread(f: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
     """The async variant of ``f``: the same call on a worker thread (``asyncio.to_thread``),
     so the event loop goes on while models answer (the native code releases the GIL)."""
@@ -510,3 +539,4 @@ credit_async = _in_thread(credit)
 eval_locate_async = _in_thread(eval_locate)
 advantages_async = _in_thread(advantages)
 modes_async = _in_thread(modes)
+propose_fix_async = _in_thread(propose_fix)

@@ -105,6 +105,13 @@ def modes(
     model: Model | None = None,
     options: dict[str, Any] | None = None,
 ) -> str: ...
+def modes_propose(
+    traces: Sequence[Trace],
+    mode: str,
+    model: Model,
+    verdicts: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> str: ...
 def eval_locate(
     dataset: str,
     model: Model | None = None,

@@ -439,3 +439,42 @@ class ModesReport:
         cols = ["system", "id", "agent", "failure_type", "words", "runs", "share", "members"]
         frame: pandas.DataFrame = _pandas().DataFrame([{k: m.get(k) for k in cols} for m in self.modes], columns=cols)
         return frame
+
+
+@dataclass(frozen=True)
+class FixProposal:
+    """A prompt change proposed for one failure mode (:func:`maslens.propose_fix`, ``maslens modes
+    --propose``, the UI's "Propose a fix"). ``proposal`` is its JSON (``maslens --json modes
+    --propose``); ``markdown`` the text the CLI prints. A proposal, not a verified fix."""
+
+    proposal: dict[str, Any] = field(repr=False)
+    markdown: str = field(repr=False)
+
+    @property
+    def agent(self) -> str:
+        return str(self.proposal["agent"])
+
+    @property
+    def before(self) -> str:
+        """The agent's system prompt as the traces recorded it."""
+        return str(self.proposal["before"])
+
+    @property
+    def after(self) -> str | None:
+        """The proposed prompt, or ``None`` when the model gave none (see :attr:`rejected`)."""
+        p = self.proposal.get("rewrite", {}).get("prompt")
+        return None if p is None else str(p)
+
+    @property
+    def rejected(self) -> str | None:
+        r = self.proposal.get("rewrite", {}).get("rejected")
+        return None if r is None else str(r)
+
+    @property
+    def examples(self) -> list[str]:
+        """The runs whose decisive steps the rewrite was shown."""
+        return [str(e) for e in self.proposal.get("examples", [])]
+
+    def __repr__(self) -> str:
+        state = "proposed" if self.after is not None else f"rejected: {self.rejected}"
+        return f"FixProposal(agent={self.agent!r}, mode={self.proposal.get('mode')!r}, {state})"

@@ -127,16 +127,11 @@ class _Loop:
         return out
 
     def calls(self) -> int:
-        return int(self.usage()["calls"])
+        return int(self.usage().get("calls", 0))
 
     def usage(self) -> dict[str, Any]:
-        total = self.model.usage().get("total", {})
-        return {
-            "calls": int(total.get("calls", 0)),
-            "tokens": int(total.get("prompt_tokens", 0)) + int(total.get("completion_tokens", 0)),
-            "cost": float(total.get("cost_usd") or 0.0),
-            "system_runs": self.state.new_runs,
-        }
+        """The model's totals so far (the one usage type: calls, cache hits, tokens, cost)."""
+        return dict(self.model.usage().get("total", {}))
 
     def blame(self, failed: Sequence[tuple[Mapping[str, Any], Run]], agents: list[str], k: int, exclude: set[str]) -> dict[str, Any]:
         """Credit from the located failures, and ``chosen``: the ``k`` weakest agents not in ``exclude``."""
@@ -355,7 +350,7 @@ def improve(
     loop = _Loop(system, metric or exact_match, m, _State(outdir / "state.json" if outdir else None), seed, max_runs, locate_method, rewrite_max_tokens, level, resamples)
     initial = dict(system.prompts)
     report: dict[str, Any] = {
-        "format_version": 1, "system": name or type(system).__name__, "model": m.id, "seed": seed,
+        "format_version": 2, "system": name or type(system).__name__, "model": m.id, "seed": seed,
         "train_tasks": len(train), "held_out_tasks": len(held), "k": k, "level": level, "resamples": resamples,
         "initial_prompts": initial, "iterations": [], "notes": [],
     }
@@ -371,7 +366,7 @@ def improve(
             if record["failures"] == 0 or not record["chosen"]:
                 break
         report["final_score"] = _mean(loop.scores(prompts, held))
-        report["usage"] = loop.usage()
+        report["usage"], report["system_runs"] = loop.usage(), loop.state.new_runs
         if baseline:
             report["baseline"] = _baseline(loop, initial, train, held, loop.calls() - calls_before)
         proposal = prompts if prompts != initial else loop.last_candidate
@@ -383,6 +378,7 @@ def improve(
         report["stopped"] = str(e)
     report["final_prompts"] = prompts
     report.setdefault("usage", loop.usage())
+    report.setdefault("system_runs", loop.state.new_runs)
     rendered = json.loads(_native.improve_render(json.dumps(report)))
     if outdir is not None:
         _write(outdir, report, rendered, loop.state.runs)

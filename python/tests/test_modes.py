@@ -62,3 +62,37 @@ def test_modes_summaries_from_the_real_model(data: Path, serve_model: ServeModel
     first = report.systems[0]["modes"][0]
     assert first.get("summary"), report.to_dict()
     assert "summary" not in report.systems[0]["modes"][1]
+
+
+def test_propose_fix_from_the_real_model_matches_the_cli(data: Path, maslens_bin: Path, serve_model: ServeModel, tmp_path: Path) -> None:
+    ag = data / "whowhen" / "Algorithm-Generated"
+    traces = maslens.read(ag)
+    verdicts = maslens.locate(traces, method="prior", progress=False)
+    report = maslens.modes(traces, verdicts)
+    cache = str(tmp_path / "cache.sqlite")
+    fix, mode = None, {}
+    for mode in (m for m in report.modes if m["agent"]):
+        try:
+            fix = maslens.propose_fix(traces, mode["id"], verdicts, model=serve_model.spec, cache_path=cache)
+            break
+        except maslens.OptionsError as e:  # Who&When records some agents' prompts, not all
+            assert "do not record" in str(e), e
+    assert fix is not None, "a mode whose agent's prompt the traces record"
+    assert fix.agent == mode["agent"] and fix.before.strip()
+    assert fix.proposal["mode"] == mode["id"] and set(fix.examples) <= set(mode["members"])
+    assert (fix.after is None) != (fix.rejected is None), fix.proposal
+    assert f"# A fix proposed for {fix.agent}" in fix.markdown
+
+    # The CLI on the same traces, model and cache gives the same proposal (the calls are cache hits).
+    located = tmp_path / "located.jsonl"
+    cli = run_cli(maslens_bin, "locate", str(ag), "--method", "prior", "-q", "--json", "-o", str(located))
+    assert cli.returncode == 0, cli.stderr
+    cli = run_cli(
+        maslens_bin, "--json", "-q", "modes", str(located), "--propose", mode["id"],
+        "--model", serve_model.spec, "--cache", cache,
+    )
+    assert cli.returncode == (0 if fix.after is not None else 1), cli.stderr
+    assert json.loads(cli.stdout)["proposal"]["rewrite"] == fix.proposal["rewrite"]
+
+    with pytest.raises(maslens.OptionsError, match='no failure mode "m999"'):
+        maslens.propose_fix(traces, "m999", verdicts, model=serve_model.spec, cache_path=cache)

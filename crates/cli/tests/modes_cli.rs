@@ -344,6 +344,62 @@ fn a_failure_mode_gets_a_proposed_fix_stored_on_its_examples() {
     assert_eq!(status, 400, "{text}");
     assert!(curl(&[&format!("{}/ui/proposals/nope", serve.url)]).contains("no proposal"));
 
+    // The CLI: the same proposal from the store (stored again) and from `locate -o` files.
+    let o = run_ok(
+        home.path(),
+        &[
+            "--json",
+            "-q",
+            "modes",
+            "--db",
+            &db,
+            "--propose",
+            mode,
+            "--model",
+            &model,
+        ],
+    );
+    let cli = stdout_json(&o);
+    assert_eq!(cli["proposal"]["rewrite"], p["rewrite"]);
+    assert_eq!(cli["proposal"]["examples"], p["examples"]);
+    assert_eq!(cli["diagnoses"].as_array().map(Vec::len), Some(ids.len()));
+    let file = home.path().join("ag.jsonl").display().to_string();
+    let ag = data("whowhen/Algorithm-Generated");
+    run_ok(
+        home.path(),
+        &[
+            "locate",
+            ag.to_str().unwrap(),
+            "--method",
+            "prior",
+            "-q",
+            "--json",
+            "-o",
+            &file,
+        ],
+    );
+    let o = run_ok(
+        home.path(),
+        &["-q", "modes", &file, "--propose", mode, "--model", &model],
+    );
+    let md = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        md.contains(&format!("# A fix proposed for {agent}")) && md.contains(ANSWER),
+        "{md}"
+    );
+    let o = maslens(
+        home.path(),
+        &["modes", &file, "--propose", "m999", "--model", &model],
+    )
+    .output()
+    .unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        stderr(&o).contains("no failure mode \"m999\""),
+        "{}",
+        stderr(&o)
+    );
+
     // A model that fails: 502 with its error (another home: no cached answer).
     let (bad, _) = common::stub_model_server();
     let fresh = tempfile::tempdir().unwrap();

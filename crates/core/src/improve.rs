@@ -23,7 +23,7 @@ pub mod rewrite;
 pub use accept::{accept, Acceptance};
 pub use blackbox::blackbox;
 pub use blame::{blame, AgentCredit, Blame, Evidence, TurnBlame};
-pub use propose::{propose, FixProposal};
+pub use propose::{mode_of_traces, propose, FixProposal, ModeToFix};
 pub use replay::Replay;
 pub use report::ImproveReport;
 pub use rewrite::{rewrite, Rewritten};

@@ -60,4 +60,7 @@ pub enum CoreError {
     /// Options that do not fit together, or an input with nothing to work on.
     #[error("{0}")]
     Invalid(String),
+    /// What the call names (a failure mode, a run) does not exist.
+    #[error("{0}")]
+    NotFound(String),
 }

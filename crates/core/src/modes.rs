@@ -165,6 +165,32 @@ pub struct ModesReport {
     pub notes: Vec<String>,
 }
 
+impl ModesReport {
+    /// The mode `id` and its system (of `system` only, when given). An unknown id, or one that
+    /// two systems share without `system` to choose, is an error naming the ids there are.
+    pub fn find(&self, system: Option<&str>, id: &str) -> Result<(&str, &Mode), crate::CoreError> {
+        let found: Vec<(&str, &Mode)> = self
+            .systems
+            .iter()
+            .filter(|s| system.is_none_or(|want| s.system == want))
+            .flat_map(|s| s.modes.iter().map(move |m| (s.system.as_str(), m)))
+            .filter(|(_, m)| m.id == id)
+            .collect();
+        match found.as_slice() {
+            [one] => Ok(*one),
+            [] => Err(crate::CoreError::NotFound(format!(
+                "no failure mode {id:?}{} (the modes report lists them)",
+                system
+                    .map(|s| format!(" of system {s:?}"))
+                    .unwrap_or_default()
+            ))),
+            _ => Err(crate::CoreError::Invalid(format!(
+                "failure mode {id:?} is in several systems: name one"
+            ))),
+        }
+    }
+}
+
 /// The grouping rule, as reports state it.
 pub const METHOD: &str = "per system: same responsible agent and most severe implicit-failure \
     type, then reasons split by TF-IDF cosine (leader clustering, one reassignment pass)";

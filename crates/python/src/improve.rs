@@ -2,14 +2,16 @@
 //! the user's system lives): credit from located failures, a prompt rewrite, the black-box
 //! baseline's proposal, the held-out acceptance and the report. JSON in, JSON out.
 
-use crate::methods::verdict_of;
+use crate::methods::{attach_verdicts, verdict_of};
 use crate::model::{model_error, Model};
+use crate::options::{from_dict, ModesOpts};
 use crate::trace::Trace;
 use crate::{guarded, InternalError, Interrupt, OptionsError};
 use maslens_core::improve::{self, blackbox::FailedTask, Evidence, ImproveReport};
 use maslens_core::CoreError;
 use maslens_trace::Verdict;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -26,7 +28,7 @@ fn text(v: &Value) -> PyResult<String> {
 fn core_error(e: CoreError) -> PyErr {
     match e {
         CoreError::Llm(e) => model_error(&e),
-        CoreError::Invalid(m) => OptionsError::new_err(m),
+        CoreError::Invalid(m) | CoreError::NotFound(m) => OptionsError::new_err(m),
         e => InternalError::new_err(e.to_string()),
     }
 }
@@ -158,5 +160,53 @@ pub fn improve_render(report: &str) -> PyResult<String> {
     guarded(|| {
         let r: ImproveReport = parse("report", report)?;
         text(&json!({"markdown": r.to_markdown(), "html": r.to_html(), "changed": r.changed()}))
+    })
+}
+
+/// A fix proposed for failure mode `mode` of `traces` (`maslens modes --propose`): the modes
+/// grouped as `modes` groups them (`verdicts` and `options` as there), the mode's agent's
+/// recorded prompt rewritten by `model` from up to 8 example runs. Returns `{"proposal": ...,
+/// "markdown": ...}` as JSON.
+#[pyfunction]
+#[pyo3(signature = (traces, mode, model, verdicts = None, options = None))]
+pub fn modes_propose(
+    py: Python<'_>,
+    traces: Vec<Bound<'_, Trace>>,
+    mode: &str,
+    model: Bound<'_, Model>,
+    verdicts: Option<&str>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    use maslens_core::modes::Selection;
+    guarded(|| {
+        let o: ModesOpts = from_dict("propose_fix", options)?;
+        let grouping = o.grouping().map_err(OptionsError::new_err)?;
+        let mut owned: Vec<maslens_trace::Trace> =
+            traces.iter().map(|t| (*t.get().inner).clone()).collect();
+        if let Some(text) = verdicts {
+            attach_verdicts(&mut owned, text)?;
+        }
+        let selection = Selection {
+            outcome: o.outcome.clone(),
+            system: o.system.clone(),
+            gold: false,
+        };
+        let found =
+            improve::mode_of_traces(owned, &selection, grouping, mode).map_err(core_error)?;
+        let m = model.get().stack().model;
+        let proposal = crate::run(py, &Interrupt::default(), async {
+            improve::propose(
+                m.as_ref(),
+                &found.system,
+                &found.mode,
+                &found.traces,
+                400,
+                0,
+            )
+            .await
+        })?
+        .map_err(core_error)?;
+        let out = json!({"markdown": proposal.to_markdown(), "proposal": proposal});
+        text(&out)
     })
 }

@@ -379,7 +379,7 @@ pub(crate) fn verdict_of(
 }
 
 /// Each verdict (`{"trace": ID, ...verdict}`) becomes the latest of its trace's verdicts.
-fn attach_verdicts(traces: &mut [RsTrace], text: &str) -> PyResult<()> {
+pub(crate) fn attach_verdicts(traces: &mut [RsTrace], text: &str) -> PyResult<()> {
     let list: Vec<Value> =
         serde_json::from_str(text).map_err(|e| OptionsError::new_err(format!("verdicts: {e}")))?;
     for (i, v) in list.into_iter().enumerate() {

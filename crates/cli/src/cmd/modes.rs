@@ -12,6 +12,9 @@ use maslens_server::serve::modes::{from_store, ModesError, ModesQuery};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[path = "modes_propose.rs"]
+mod propose;
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
@@ -49,6 +52,12 @@ pub struct Args {
     /// With --summarize: summaries for at most this many modes per system, largest first.
     #[arg(long, default_value_t = 10)]
     pub summarize_top: usize,
+    /// Propose a fix for this failure mode (its id in the report; `--system` when two systems
+    /// share it): the model rewrites the mode's agent's prompt, as its traces record it, from
+    /// up to 8 example runs (docs/modes.md). With --db it is stored on those runs, as `serve`
+    /// stores it. Prints the proposal instead of the report.
+    #[arg(long, value_name = "MODE")]
+    pub propose: Option<String>,
     #[command(flatten)]
     pub llm: LlmArgs,
 }
@@ -62,25 +71,21 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         examples: Some(args.examples),
         limit: Some(args.limit),
     };
-    let (mut report, mut problems) = match (&args.input.db, args.input.inputs.is_empty()) {
+    let (mut report, mut problems, traces) = match (&args.input.db, args.input.inputs.is_empty()) {
         (Some(_), false) => anyhow::bail!("give trace files or --db, not both"),
-        (Some(db), true) => (of_store(db, &query)?, 0),
+        (Some(db), true) => (of_store(db, &query)?, 0, Vec::new()),
         (None, _) => {
             let (traces, errors) = read_all(&args.input, global, "reading traces", None)?;
             if traces.is_empty() {
                 anyhow::bail!("{}", args.input.nothing_read(errors.len()));
             }
-            let selection = Selection {
-                outcome: args.outcome.clone(),
-                system: args.system.clone(),
-                gold: args.gold,
-            };
-            (
-                modes::of_traces(&traces, &selection, query.options()?)?,
-                errors.len(),
-            )
+            let report = modes::of_traces(&traces, &selection(&args), query.options()?)?;
+            (report, errors.len(), traces)
         }
     };
+    if let Some(mode) = &args.propose {
+        return propose::run(&args, global, &query, &report, mode, traces);
+    }
     if args.summarize {
         let top = Some(args.summarize_top);
         let done = block_on(async {
@@ -115,6 +120,14 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     } else {
         EXIT_PROBLEMS
     }))
+}
+
+fn selection(args: &Args) -> Selection {
+    Selection {
+        outcome: args.outcome.clone(),
+        system: args.system.clone(),
+        gold: args.gold,
+    }
 }
 
 fn of_store(db: &str, query: &ModesQuery) -> anyhow::Result<ModesReport> {

@@ -17,6 +17,9 @@ use crate::CoreError;
 /// The version of [`FixProposal`]'s JSON.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// Example runs of a mode the rewrite is shown at most (group the modes with this many examples).
+pub const EXAMPLES: usize = 8;
+
 /// A prompt change proposed for one failure mode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FixProposal {
@@ -50,6 +53,30 @@ impl FixProposal {
             })
             .collect::<serde_json::Map<_, _>>()
             .into()
+    }
+
+    /// The proposal for a person: what it is for, the old and the new prompt.
+    pub fn to_markdown(&self) -> String {
+        let new = match (&self.rewrite.prompt, &self.rewrite.rejected) {
+            (Some(p), _) => format!("Proposed:\n\n```text\n{p}\n```\n"),
+            (None, why) => format!("No proposal: {}.\n", why.as_deref().unwrap_or("no answer")),
+        };
+        format!(
+            "# A fix proposed for {agent}\n\nSystem {system}, failure mode {mode} ({words}; {runs} \
+             runs). Model `{model}`, prompt `{template}`, shown {n} example runs: {examples}.\n\n\
+             Now:\n\n```text\n{before}\n```\n\n{new}\nA proposal, not a verified fix: the \
+             improvement loop (`maslens improve`, docs/improve.md) verifies a change on your system.\n",
+            agent = self.agent,
+            system = self.system,
+            mode = self.mode,
+            words = self.words.join(", "),
+            runs = self.runs,
+            model = self.model,
+            template = self.template,
+            n = self.examples.len(),
+            examples = self.examples.join(", "),
+            before = self.before,
+        )
     }
 
     /// One paragraph for a person or a span annotation.
@@ -97,12 +124,42 @@ pub fn evidence_of_mode(mode: &Mode, traces: &BTreeMap<String, Trace>) -> Vec<Ev
         .collect()
 }
 
+/// A failure mode and the traces its proposal reads: what [`propose`] takes.
+#[derive(Debug, Clone)]
+pub struct ModeToFix {
+    pub system: String,
+    pub mode: Mode,
+    /// The traces by run id (every trace given, so any example's is there).
+    pub traces: BTreeMap<String, Trace>,
+}
+
+/// Mode `id` (of `system`, when given) among the failure modes of `traces`, grouped as
+/// [`crate::modes::of_traces`] groups them but with [`EXAMPLES`] examples per mode (the
+/// examples the rewrite is shown). An unknown id is [`CoreError::NotFound`].
+pub fn mode_of_traces(
+    traces: Vec<Trace>,
+    selection: &crate::modes::Selection,
+    options: crate::modes::ModesOptions,
+    id: &str,
+) -> Result<ModeToFix, CoreError> {
+    let options = crate::modes::ModesOptions {
+        examples: EXAMPLES,
+        ..options
+    };
+    let report = crate::modes::of_traces(&traces, selection, options)?;
+    let (system, mode) = report.find(selection.system.as_deref(), id)?;
+    Ok(ModeToFix {
+        system: system.to_string(),
+        mode: mode.clone(),
+        traces: traces.into_iter().map(|t| (t.id.clone(), t)).collect(),
+    })
+}
+
 /// Propose a new prompt for `mode`'s agent of `system` from its examples (`traces`: their
 /// traces by run id). An error when the mode names no agent, no trace records the agent's
 /// prompt, or no example has a located step; a failed call or a budget stop is an error too.
 pub async fn propose(
     model: &dyn ChatModel,
-    model_id: &str,
     system: &str,
     mode: &Mode,
     traces: &BTreeMap<String, Trace>,
@@ -141,7 +198,7 @@ pub async fn propose(
         before,
         rewrite,
         examples: evidence.iter().map(|e| e.trace.clone()).collect(),
-        model: model_id.to_string(),
+        model: model.id().to_string(),
         template: REWRITE_INPUT.name.to_string(),
     })
 }
@@ -203,17 +260,9 @@ mod tests {
         ]);
         let model =
             ScriptedModel::new("fixture").on("improve/rewrite_input", "You multiply carefully.");
-        let p = propose(
-            &model,
-            "fixture",
-            "calc",
-            &mode(Some("Solver")),
-            &traces,
-            200,
-            0,
-        )
-        .await
-        .unwrap();
+        let p = propose(&model, "calc", &mode(Some("Solver")), &traces, 200, 0)
+            .await
+            .unwrap();
         assert_eq!(p.before, "You multiply. Be quick.");
         assert_eq!(p.rewrite.prompt.as_deref(), Some("You multiply carefully."));
         assert_eq!(
@@ -239,11 +288,11 @@ mod tests {
         let model = ScriptedModel::new("fixture").on("improve/rewrite_input", "x");
         let with_prompt = BTreeMap::from([("r1".to_string(), trace("r1", Some("p")))]);
         let none = BTreeMap::from([("r1".to_string(), trace("r1", None))]);
-        let e = propose(&model, "f", "s", &mode(None), &with_prompt, 10, 0)
+        let e = propose(&model, "s", &mode(None), &with_prompt, 10, 0)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("has no located agent"), "{e}");
-        let e = propose(&model, "f", "s", &mode(Some("Solver")), &none, 10, 0)
+        let e = propose(&model, "s", &mode(Some("Solver")), &none, 10, 0)
             .await
             .unwrap_err();
         assert!(
@@ -251,17 +300,9 @@ mod tests {
                 .contains("do not record Solver's system prompt"),
             "{e}"
         );
-        let e = propose(
-            &model,
-            "f",
-            "s",
-            &mode(Some("Solver")),
-            &BTreeMap::new(),
-            10,
-            0,
-        )
-        .await
-        .unwrap_err();
+        let e = propose(&model, "s", &mode(Some("Solver")), &BTreeMap::new(), 10, 0)
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("do not record"), "{e}");
         assert!(
             model.calls.lock().unwrap().is_empty(),

@@ -3,12 +3,14 @@
 
 use std::collections::BTreeMap;
 
+use maslens_llm::Totals;
 use serde::{Deserialize, Serialize};
 
 use super::{Acceptance, AgentCredit, Replay, Rewritten};
 
-/// The version of [`ImproveReport`]'s JSON.
-pub const FORMAT_VERSION: u32 = 1;
+/// The version of [`ImproveReport`]'s JSON (2: `usage` is the one usage type, [`Totals`], and
+/// `system_runs` its own field).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// One run of the loop (the credit-targeted one, or the black-box baseline).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -35,8 +37,11 @@ pub struct ImproveReport {
     /// Replay from the decisive step with the proposal, when it ran ([`Replay`]).
     pub replay: Option<Replay>,
     /// Model calls (cache hits included), tokens and cost of the loop (locate, rewrite; the
-    /// baseline's are in [`Baseline::calls`]), and the system runs made by this call.
-    pub usage: Usage,
+    /// baseline's calls are in [`Baseline::calls`]): the model's totals, the one usage type.
+    pub usage: Totals,
+    /// System runs this call made for the loop (runs taken from the resume state not counted;
+    /// the baseline's and the replay's are in theirs).
+    pub system_runs: u64,
     /// Why the loop stopped before its iterations were done (a budget), when it did.
     pub stopped: Option<String>,
     pub notes: Vec<String>,
@@ -84,15 +89,6 @@ pub struct Proposal {
     pub changed: Vec<String>,
     pub rejected: Option<String>,
     pub acceptance: Option<Acceptance>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Usage {
-    pub calls: u64,
-    pub tokens: u64,
-    pub cost: f64,
-    pub system_runs: u64,
 }
 
 const TEMPLATES: [(&str, &str); 2] = [

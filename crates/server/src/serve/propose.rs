@@ -12,10 +12,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use maslens_core::improve::{self, FixProposal};
-use maslens_core::modes::Mode;
-use maslens_store::{FollowUp, NewDiagnosis, StoreError};
-use maslens_trace::Trace;
+use maslens_core::improve::{self, FixProposal, ModeToFix};
+use maslens_store::{FollowUp, NewDiagnosis, Store, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -66,84 +64,83 @@ impl From<ModesError> for ProposeError {
     }
 }
 
-/// Examples of a mode the rewrite is shown at most.
-const EXAMPLES: usize = 8;
-
-/// Propose a fix for the mode `req` names and store it on the mode's example runs.
-pub async fn propose(state: &AppState, req: &ProposeRequest) -> Result<Proposed, ProposeError> {
-    let started = Instant::now();
+/// The mode `req` names, grouped from the store with [`improve::propose::EXAMPLES`] examples,
+/// and the traces of its examples.
+pub async fn prepare(store: &Store, req: &ProposeRequest) -> Result<ModeToFix, ProposeError> {
     let query = ModesQuery {
         system: Some(req.system.clone()),
         outcome: req.outcome.clone(),
         similarity: req.similarity,
-        examples: Some(EXAMPLES),
+        examples: Some(improve::propose::EXAMPLES),
         ..ModesQuery::default()
     };
-    let report = from_store(&state.store, &query).await?;
-    let mode = report
-        .systems
-        .iter()
-        .filter(|s| s.system == req.system)
-        .flat_map(|s| &s.modes)
-        .find(|m| m.id == req.mode)
-        .ok_or_else(|| {
-            ProposeError::NotFound(format!(
-                "no failure mode {:?} of system {:?} (GET /api/modes lists them)",
-                req.mode, req.system
-            ))
-        })?;
-    let traces = example_traces(state, mode).await?;
+    let report = from_store(store, &query).await?;
+    let (system, mode) = report
+        .find(Some(&req.system), &req.mode)
+        .map_err(|e| ProposeError::NotFound(e.to_string()))?;
+    let mut traces = BTreeMap::new();
+    for ex in &mode.examples {
+        if let Some(trace) = store.run(&ex.run).await?.and_then(|r| r.trace) {
+            traces.insert(ex.run.clone(), trace);
+        }
+    }
+    Ok(ModeToFix {
+        system: system.to_string(),
+        mode: mode.clone(),
+        traces,
+    })
+}
+
+/// Propose a fix for the mode `req` names with the server's model, and store it on the mode's
+/// example runs with the server's write-back targets.
+pub async fn propose(state: &AppState, req: &ProposeRequest) -> Result<Proposed, ProposeError> {
+    let started = Instant::now();
+    let prepared = prepare(&state.store, req).await?;
     let m = models(state).await.map_err(ProposeError::Model)?;
     let proposal = improve::propose(
         m.judge.model.as_ref(),
-        &state.config.model,
-        &req.system,
-        mode,
-        &traces,
+        &prepared.system,
+        &prepared.mode,
+        &prepared.traces,
         400,
         0,
     )
     .await
-    .map_err(|e| match e {
-        maslens_core::CoreError::Invalid(m) => ProposeError::Invalid(m),
-        e => ProposeError::Model(e.to_string()),
-    })?;
-    let diagnoses = store(state, &proposal, mode, &traces, started).await?;
+    .map_err(ProposeError::of)?;
+    let targets = writeback_targets(state);
+    let diagnoses = store_proposal(&state.store, &proposal, &prepared, &targets, started).await?;
     Ok(Proposed {
         proposal,
         diagnoses,
     })
 }
 
-async fn example_traces(
-    state: &AppState,
-    mode: &Mode,
-) -> Result<BTreeMap<String, Trace>, StoreError> {
-    let mut traces = BTreeMap::new();
-    for ex in &mode.examples {
-        if let Some(trace) = state.store.run(&ex.run).await?.and_then(|r| r.trace) {
-            traces.insert(ex.run.clone(), trace);
+impl ProposeError {
+    /// A failed proposal: the mode cannot have one (invalid), or the model failed.
+    pub fn of(e: maslens_core::CoreError) -> ProposeError {
+        match e {
+            maslens_core::CoreError::Invalid(m) => ProposeError::Invalid(m),
+            e => ProposeError::Model(e.to_string()),
         }
     }
-    Ok(traces)
 }
 
 /// One `propose` diagnosis per example run, each on the example's decisive-step span (when the
-/// run came over OTLP) with the write-back targets queued.
-async fn store(
-    state: &AppState,
+/// run came over OTLP) with `targets` queued for write-back; the diagnoses' ids.
+pub async fn store_proposal(
+    store: &Store,
     proposal: &FixProposal,
-    mode: &Mode,
-    traces: &BTreeMap<String, Trace>,
+    prepared: &ModeToFix,
+    targets: &[&str],
     started: Instant,
 ) -> Result<Vec<String>, StoreError> {
-    let targets = writeback_targets(state);
     let mut ids = Vec::new();
     for run in &proposal.examples {
-        let Some(trace) = traces.get(run) else {
+        let Some(trace) = prepared.traces.get(run) else {
             continue;
         };
-        let step = mode
+        let step = prepared
+            .mode
             .examples
             .iter()
             .find(|e| &e.run == run)
@@ -170,10 +167,10 @@ async fn store(
             events: Vec::new(),
         };
         let follow = FollowUp {
-            outbox: &targets,
+            outbox: targets,
             ..Default::default()
         };
-        ids.push(state.store.add_diagnosis_with(&d, follow).await?);
+        ids.push(store.add_diagnosis_with(&d, follow).await?);
     }
     Ok(ids)
 }
