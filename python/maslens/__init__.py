@@ -35,6 +35,7 @@ from ._api import (
     scan,
     scan_async,
 )
+from ._compare import eval_compare, eval_compare_async
 from ._native import (
     BudgetExceeded,
     InternalError,
@@ -49,6 +50,7 @@ from ._native import version as _native_version
 from ._results import (
     Advantage,
     Advantages,
+    CompareReport,
     CreditResult,
     EvalReport,
     ImplicitFailure,
@@ -75,6 +77,7 @@ __all__ = [
     "CreditResult",
     "CrewAISystem",
     "DebateSystem",
+    "CompareReport",
     "EvalReport",
     "FunctionSystem",
     "ImplicitFailure",
@@ -106,6 +109,8 @@ __all__ = [
     "advantages_async",
     "credit",
     "credit_async",
+    "eval_compare",
+    "eval_compare_async",
     "eval_locate",
     "eval_locate_async",
     "exact_match",

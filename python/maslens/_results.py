@@ -405,6 +405,35 @@ class EvalReport:
 
 
 @dataclass(frozen=True)
+class CompareReport:
+    """``maslens eval compare``'s report (``compare.json``): per method its accuracy, usage and
+    by-length rows (``report["methods"]``), the trivial baselines, and paired tests between every
+    two methods (``report["paired"]``). ``problems``: records skipped or cases failed;
+    ``markdown``: the report as Markdown."""
+
+    report: dict[str, Any]
+    problems: list[str]
+    markdown: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.report)
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """One row per method: name, cases, agent and step accuracy, calls, cost."""
+        rows = []
+        for m in self.report.get("methods", []):
+            agent, step = m.get("agent_accuracy") or {}, m.get("step_accuracy") or {}
+            usage = m.get("usage") or {}
+            rows.append({
+                "method": m["name"], "cases": m["cases"],
+                "agent": agent.get("value"), "step": step.get("value"),
+                "calls": usage.get("calls"), "cost_usd": usage.get("cost_usd"),
+            })
+        frame: pandas.DataFrame = _pandas().DataFrame(rows)
+        return frame
+
+
+@dataclass(frozen=True)
 class ModesReport:
     """Failure modes across runs (``maslens modes``): per system, failed runs grouped by the
     responsible agent, the most severe implicit-failure type and the reason's words. ``report`` is

@@ -228,3 +228,36 @@ def test_the_default_wheel_says_how_to_get_a_model_without_the_embedded_one(monk
     assert "wheel was built without the embedded model" in text, text
     assert "serve-model" in text and "openai:NAME@http://HOST:PORT/v1" in text, text
     assert "cargo build" not in text, text
+
+
+def test_eval_compare_on_a_real_model_matches_the_cli(data: Path, maslens_bin: Path, serve_model: ServeModel, tmp_path: Path) -> None:
+    spec = f"aegis:{data / 'aegis' / 'sample.jsonl'}"
+    cache = str(tmp_path / "cache.sqlite")
+    methods = ("prior", "all-at-once")
+    report = maslens.eval_compare(
+        spec, methods=methods, model=serve_model.spec, cache_path=cache, limit=1,
+        out=tmp_path / "cmp", progress=False,
+    )
+    assert [m["name"] for m in report.report["methods"]] == list(methods)
+    assert report.report["methods"][1]["usage"]["calls"] >= 1, "the Judge ran"
+    # Aegis labels the faulty agents, not a step: only agent accuracy is paired.
+    assert [t["metric"] for t in report.report["paired"]] == ["agent"]
+    assert report.report["methods"][0]["step_accuracy"] is None
+    assert (tmp_path / "cmp" / "compare.json").exists() and (tmp_path / "cmp" / "all-at-once" / "report.json").exists()
+    assert list(report.to_pandas()["method"]) == list(methods)
+    assert "## Paired tests" in report.markdown
+
+    # The CLI with the same model and cache gives the same table (every call a cache hit).
+    cli = run_cli(
+        maslens_bin, "--json", "-q", "eval", "compare", spec, "--methods", ",".join(methods),
+        "--limit", "1", "--model", serve_model.spec, "--cache", cache,
+    )
+    assert cli.returncode in (0, 1), cli.stderr
+    expected = json.loads(cli.stdout)
+    assert expected["paired"] == report.report["paired"]
+    for ours, theirs in zip(report.report["methods"], expected["methods"]):
+        assert ours["agent_accuracy"] == theirs["agent_accuracy"]
+        assert ours["step_accuracy"] == theirs["step_accuracy"]
+
+    with pytest.raises(maslens.OptionsError, match='unknown method "echo"'):
+        maslens.eval_compare(spec, methods=("echo",), progress=False)  # type: ignore[arg-type]

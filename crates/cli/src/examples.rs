@@ -37,6 +37,10 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
         "maslens eval stack whowhen:runs/ --model openai/gpt-4o-mini -o stack.json",
         "maslens eval stack whowhen:runs/ --verdicts report/verdicts.jsonl   # no LLM calls: an earlier run's verdicts",
     ]),
+    ("eval compare", &[
+        "maslens eval compare whowhen:runs/ --model openai/gpt-4o-mini -o cmp/   # all six localizers, paired tests",
+        "maslens eval compare whowhen:runs/ --methods prior,all-at-once,binary-search --limit 20",
+    ]),
     ("prior train", &["maslens prior train labelled/ -o prior.json --report report.json   # nested grouped CV, then select and train"]),
     ("prior eval", &["maslens prior eval labelled/ --model prior.json"]),
     ("prior rank", &["maslens prior rank examples/whowhen-style.json --top 3"]),

@@ -19,6 +19,7 @@
 //! This crate joins method crates (locate and prior) and nothing joins it but front ends
 //! (cli, server, python). It never prints: progress goes through [`maslens_eval::run::Progress`].
 
+pub mod eval_compare;
 pub mod eval_locate;
 pub mod improve;
 pub mod in_sample;

@@ -433,6 +433,7 @@ impl Localizer for PriorLocalizer {
 }
 
 /// The model stacks of a run: the Judge's, and those of distinct Evaluator models.
+#[derive(Clone)]
 pub struct Models {
     pub judge: Stack,
     pub evaluators: Vec<Stack>,

@@ -177,6 +177,29 @@ pub fn paired_cluster_bootstrap(
     percentile_interval(stats, estimate, level)
 }
 
+/// Exact two-sided McNemar test of paired binary outcomes: `only_a` units right under A only,
+/// `only_b` under B only (the discordant pairs; the concordant ones do not enter). Under the
+/// null each discordant pair goes either way with probability 1/2, so the p-value is twice the
+/// smaller binomial tail, capped at 1; 1 when there is no discordant pair.
+pub fn mcnemar_exact(only_a: usize, only_b: usize) -> f64 {
+    let n = only_a + only_b;
+    if n == 0 {
+        return 1.0;
+    }
+    let k = only_a.min(only_b);
+    // ln C(n, i) built up term by term: C(n, i) = C(n, i-1) * (n-i+1) / i.
+    let ln_half_n = n as f64 * 0.5f64.ln();
+    let mut ln_c = 0.0f64;
+    let mut tail = 0.0f64;
+    for i in 0..=k {
+        if i > 0 {
+            ln_c += ((n - i + 1) as f64).ln() - (i as f64).ln();
+        }
+        tail += (ln_c + ln_half_n).exp();
+    }
+    (2.0 * tail).min(1.0)
+}
+
 /// Ranks with ties given the average of the positions they span (1-based), as
 /// `scipy.stats.rankdata(method="average")`.
 pub fn average_ranks(xs: &[f64]) -> Vec<f64> {
@@ -230,6 +253,20 @@ pub fn spearman(xs: &[f64], ys: &[f64]) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mcnemar_exact_matches_the_binomial_tail() {
+        assert_eq!(super::mcnemar_exact(0, 0), 1.0);
+        assert_eq!(super::mcnemar_exact(3, 3), 1.0);
+        // 0 of 5 discordant pairs one way: 2 * 0.5^5.
+        assert!((super::mcnemar_exact(0, 5) - 0.0625).abs() < 1e-12);
+        // 1 vs 9: 2 * (1 + 10) / 1024.
+        assert!((super::mcnemar_exact(9, 1) - 22.0 / 1024.0).abs() < 1e-12);
+        assert_eq!(super::mcnemar_exact(1, 9), super::mcnemar_exact(9, 1));
+        // Large counts stay finite and small.
+        let p = super::mcnemar_exact(100, 300);
+        assert!(p > 0.0 && p < 1e-20, "{p}");
+    }
+
     use super::*;
 
     fn close(a: f64, b: f64, tol: f64) -> bool {

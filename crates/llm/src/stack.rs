@@ -109,7 +109,8 @@ impl Default for OpenOptions {
     }
 }
 
-/// A ready model stack.
+/// A ready model stack (a clone shares the model, usage, cache and exporter).
+#[derive(Clone)]
 pub struct Stack {
     /// What methods call.
     pub model: Arc<dyn ChatModel>,

@@ -20,6 +20,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+mod compare;
 mod debate;
 mod improve;
 mod methods;
@@ -203,6 +204,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(methods::credit, m)?)?;
     m.add_function(wrap_pyfunction!(methods::advantages, m)?)?;
     m.add_function(wrap_pyfunction!(methods::eval_locate, m)?)?;
+    m.add_function(wrap_pyfunction!(compare::eval_compare, m)?)?;
     m.add_function(wrap_pyfunction!(methods::modes, m)?)?;
     m.add_function(wrap_pyfunction!(improve::modes_propose, m)?)?;
     m.add_function(wrap_pyfunction!(debate::debate_prompts, m)?)?;

@@ -198,13 +198,90 @@ pub fn advantages(jsonl: &str, name: &str) -> PyResult<String> {
     })
 }
 
-/// Progress of `eval_locate` to a Python callback.
-struct PyProgress<'a> {
+/// The `eval locate` options of the Python call, with its models opened when `needs_model`
+/// says the run needs them (an error when it does and there is none).
+pub(crate) fn eval_setup(
+    dataset: String,
+    model: Option<Bound<'_, Model>>,
+    evaluator_models: &[Bound<'_, Model>],
+    options: Option<&Bound<'_, PyDict>>,
+    eval_options: Option<&Bound<'_, PyDict>>,
+    needs_model: impl Fn(&maslens_core::locate::LocateOptions, &EvalOpts) -> bool,
+) -> PyResult<(EvalLocateOptions, Option<Models>, EvalOpts)> {
+    let lopts: LocateOpts = from_dict("locate", options)?;
+    let e: EvalOpts = from_dict("eval", eval_options)?;
+    let locate = lopts.options(
+        evaluator_models
+            .iter()
+            .map(|m| m.get().stack().model.id().to_string())
+            .collect(),
+    );
+    let opened = match (&model, needs_model(&locate, &e)) {
+        (Some(m), true) => Some(Models {
+            judge: m.get().stack(),
+            evaluators: evaluator_models.iter().map(|m| m.get().stack()).collect(),
+        }),
+        (None, true) => return Err(OptionsError::new_err(
+            "this evaluation runs the LLM pipeline (or exports refinement data): it needs a model",
+        )),
+        (_, false) => None,
+    };
+    let opts = EvalLocateOptions {
+        dataset,
+        locate,
+        model: opened
+            .as_ref()
+            .map(|m| m.judge.model.id().to_string())
+            .unwrap_or_default(),
+        llm: Default::default(),
+        scorer: if e.compat_substring {
+            Scorer::CompatSubstring
+        } else {
+            Scorer::Exact
+        },
+        split: e.split,
+        seed: e.seed,
+        predictions: e.predictions.clone().map(PathBuf::from),
+        limit: e.limit,
+        subset: e.subset.clone(),
+        tolerances: e.tolerances.clone(),
+        export_refinement: e.export_refinement.clone().map(|dir| RefineExport {
+            dir: PathBuf::from(dir),
+            targets: e.refine_targets,
+            round: e.round,
+            base_model: e.base_model.clone(),
+        }),
+    };
+    Ok((opts, opened, e))
+}
+
+/// A failed evaluation as the Python exception: the model's error, else bad options.
+pub(crate) fn eval_error(err: maslens_core::CoreError) -> PyErr {
+    match err {
+        maslens_core::CoreError::Llm(l) => model_error(&l),
+        other => OptionsError::new_err(other.to_string()),
+    }
+}
+
+/// Progress of `eval_locate` and `eval_compare` to a Python callback.
+pub(crate) struct PyProgress<'a> {
     callback: &'a Option<Py<PyAny>>,
     interrupt: &'a Interrupt,
     total: std::sync::atomic::AtomicUsize,
     done: std::sync::atomic::AtomicUsize,
     current: std::sync::Mutex<String>,
+}
+
+impl<'a> PyProgress<'a> {
+    pub(crate) fn new(callback: &'a Option<Py<PyAny>>, interrupt: &'a Interrupt) -> Self {
+        PyProgress {
+            callback,
+            interrupt,
+            total: Default::default(),
+            done: Default::default(),
+            current: Default::default(),
+        }
+    }
 }
 
 impl Progress for PyProgress<'_> {
@@ -247,69 +324,20 @@ pub fn eval_locate(
     progress: Option<Py<PyAny>>,
 ) -> PyResult<String> {
     guarded(|| {
-        let lopts: LocateOpts = from_dict("locate", options)?;
-        let e: EvalOpts = from_dict("eval", eval_options)?;
-        let locate = lopts.options(
-            evaluator_models
-                .iter()
-                .map(|m| m.get().stack().model.id().to_string())
-                .collect(),
-        );
-        let needs_model =
-            (e.predictions.is_none() && locate.method.needs_llm()) || e.export_refinement.is_some();
-        let opened = match (&model, needs_model) {
-            (Some(m), true) => Some(Models {
-                judge: m.get().stack(),
-                evaluators: evaluator_models.iter().map(|m| m.get().stack()).collect(),
-            }),
-            (None, true) => {
-                return Err(OptionsError::new_err(
-                    "eval_locate with the LLM pipeline (or export_refinement) needs a model",
-                ))
-            }
-            (_, false) => None,
-        };
-        let opts = EvalLocateOptions {
+        let (opts, opened, e) = eval_setup(
             dataset,
-            locate,
-            model: opened
-                .as_ref()
-                .map(|m| m.judge.model.id().to_string())
-                .unwrap_or_default(),
-            llm: Default::default(),
-            scorer: if e.compat_substring {
-                Scorer::CompatSubstring
-            } else {
-                Scorer::Exact
+            model,
+            &evaluator_models,
+            options,
+            eval_options,
+            |l, e| {
+                (e.predictions.is_none() && l.method.needs_llm()) || e.export_refinement.is_some()
             },
-            split: e.split,
-            seed: e.seed,
-            predictions: e.predictions.map(PathBuf::from),
-            limit: e.limit,
-            subset: e.subset,
-            tolerances: e.tolerances,
-            export_refinement: e.export_refinement.map(|dir| RefineExport {
-                dir: PathBuf::from(dir),
-                targets: e.refine_targets,
-                round: e.round,
-                base_model: e.base_model,
-            }),
-        };
+        )?;
         let interrupt = Interrupt::default();
-        let p = PyProgress {
-            callback: &progress,
-            interrupt: &interrupt,
-            total: Default::default(),
-            done: Default::default(),
-            current: Default::default(),
-        };
+        let p = PyProgress::new(&progress, &interrupt);
         let out =
-            crate::run(py, &interrupt, eval_locate_with(&opts, opened, &p))?.map_err(|err| {
-                match err {
-                    maslens_core::CoreError::Llm(l) => model_error(&l),
-                    other => OptionsError::new_err(other.to_string()),
-                }
-            })?;
+            crate::run(py, &interrupt, eval_locate_with(&opts, opened, &p))?.map_err(eval_error)?;
         if let Some(dir) = &e.out {
             maslens_eval::run::write_run(&out.run, std::path::Path::new(dir)).map_err(|err| {
                 pyo3::exceptions::PyOSError::new_err(format!("writing reports to {dir}: {err}"))

@@ -13,6 +13,9 @@ use maslens_store::diagnosis::ReportKind;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[path = "eval_compare.rs"]
+mod compare;
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(subcommand)]
@@ -27,6 +30,10 @@ pub enum EvalCommand {
     /// pipeline alone, by nested cross-validation grouped by task question; fits and writes the
     /// stack weights for the model (`-o`, then `maslens locate --stack FILE`).
     Stack(StackArgs),
+    /// Several localizers (the prior, the stack, AgentLocate, Who&When's all-at-once,
+    /// step-by-step and binary search) on the same cases with the same model and cache: one
+    /// table, paired McNemar tests and bootstrap intervals (docs/locate.md).
+    Compare(compare::CompareArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -130,6 +137,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let a = match args.command {
         EvalCommand::Locate(a) => a,
         EvalCommand::Stack(s) => return stack(s, global),
+        EvalCommand::Compare(c) => return compare::run(c, global),
     };
     let note = check_finetuned_on(a.method.variant, a.finetuned_on.as_deref())?;
     if let (Some(note), false) = (note, global.quiet) {
@@ -194,11 +202,16 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
 
 /// The warnings of a finished run, then the Judge's usage summary.
 fn finish(problems: &[String], judge: Option<&maslens_llm::Stack>, global: &Global) {
-    for p in problems {
-        eprintln!("warning: {p}");
-    }
+    finish_problems(problems);
     if let Some(judge) = judge {
         crate::llm_args::finish(judge, global.quiet);
+    }
+}
+
+/// The skipped records and failed cases of a finished run, as warnings.
+fn finish_problems(problems: &[String]) {
+    for p in problems {
+        eprintln!("warning: {p}");
     }
 }
 

@@ -1,0 +1,60 @@
+//! `eval_compare`: several localizers on the same cases, as `maslens eval compare` runs them.
+
+use crate::methods::{eval_error, eval_setup, PyProgress};
+use crate::model::Model;
+use crate::{guarded, InternalError, Interrupt, OptionsError};
+use maslens_core::eval_compare::{eval_compare_with, CompareMethod, CompareOptions};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// `maslens eval compare` over a dataset spec: `methods` by name (`prior`, `stacked`,
+/// `agentlocate`, `all-at-once`, `step-by-step`, `binary-search`), the other options as
+/// `eval_locate` takes them (their method, protocol and variant are set per method). Returns
+/// `{"report", "problems", "markdown"}` as JSON; with `out` in the eval options, compare.json,
+/// compare.md and each method's report directory are written there.
+#[pyfunction]
+#[pyo3(signature = (dataset, methods, model = None, evaluator_models = Vec::new(), options = None, eval_options = None, progress = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn eval_compare(
+    py: Python<'_>,
+    dataset: String,
+    methods: Vec<String>,
+    model: Option<Bound<'_, Model>>,
+    evaluator_models: Vec<Bound<'_, Model>>,
+    options: Option<&Bound<'_, PyDict>>,
+    eval_options: Option<&Bound<'_, PyDict>>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<String> {
+    guarded(|| {
+        let methods = methods
+            .iter()
+            .map(|m| CompareMethod::parse(m))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| OptionsError::new_err(e.to_string()))?;
+        let needs_llm = methods.iter().any(|m| *m != CompareMethod::Prior);
+        let (base, opened, e) = eval_setup(
+            dataset,
+            model,
+            &evaluator_models,
+            options,
+            eval_options,
+            |_, _| needs_llm,
+        )?;
+        let opts = CompareOptions { base, methods };
+        let interrupt = Interrupt::default();
+        let p = PyProgress::new(&progress, &interrupt);
+        let out = crate::run(py, &interrupt, eval_compare_with(&opts, opened, &p))?
+            .map_err(eval_error)?;
+        if let Some(dir) = &e.out {
+            out.write(std::path::Path::new(dir)).map_err(|err| {
+                pyo3::exceptions::PyOSError::new_err(format!("writing reports to {dir}: {err}"))
+            })?;
+        }
+        let report =
+            serde_json::to_value(&out.report).map_err(|e| InternalError::new_err(e.to_string()))?;
+        let text = serde_json::json!({
+            "report": report, "problems": out.problems, "markdown": out.report.to_markdown()
+        });
+        serde_json::to_string(&text).map_err(|e| InternalError::new_err(e.to_string()))
+    })
+}
