@@ -52,7 +52,7 @@ rm -rf "$readme_venv"
 export MASLENS_README_PYTHON="$readme_venv/bin/python"
 echo "python-test: README venv ($extras) took $((SECONDS - start)) s" >&2
 start=$SECONDS
-"$venv/bin/python" -m pytest -q python/tests --ignore=python/tests/test_frameworks_openai2.py \
+"$venv/bin/python" -m pytest -q --durations=12 python/tests --ignore=python/tests/test_frameworks_openai2.py \
   --ignore=python/tests/test_local_model.py "$@"
 "$venv2/bin/python" -m pytest -q python/tests/test_frameworks_openai2.py "$@"
 echo "python-test: pytest took $((SECONDS - start)) s" >&2
