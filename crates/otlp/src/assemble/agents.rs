@@ -1,9 +1,12 @@
 //! Agent naming: the agent a span names itself (attributes, LangGraph nodes, LlamaIndex
-//! workflow steps, an AGENT span's name) and whether two spans may be one agent's call.
+//! workflow steps, an AGENT span's name), whether two spans may be one agent's call, and which
+//! agent spans only run other agents (containers).
 
 use super::{kind, str_attr, SpanKind};
 use crate::span::SpanRecord;
+use crate::tree::Tree;
 use serde_json::Value;
+use std::collections::HashSet;
 
 /// The LangGraph node a span ran in: OpenInference's LangChain instrumentor puts
 /// `{"langgraph_node": ...}` in the `metadata` attribute (a JSON string) of every span of a node,
@@ -129,4 +132,36 @@ pub(super) fn same_agent(a: &SpanRecord, b: &SpanRecord) -> bool {
         (Some(x), Some(y)) => x == y,
         _ => true,
     }
+}
+
+/// Agent spans that only run other agents: a named agent span that encloses another agent's
+/// span and to whose name no model step is credited (Google ADK's `invoke_agent pipeline` of a
+/// SequentialAgent, ParallelAgent or LoopAgent; any orchestrator that calls no model itself).
+/// They are containers, not agents. An agent that makes a model call of its own (a coordinator
+/// that delegates) stays an agent.
+pub(super) fn agent_containers(
+    tree: &Tree,
+    kinds: &[SpanKind],
+    own: &[Option<String>],
+    agent_at: &[Option<String>],
+    roles: &[Option<SpanKind>],
+) -> Vec<bool> {
+    let n = tree.len();
+    let named: Vec<Option<usize>> = (0..n)
+        .map(|i| (kinds[i] == SpanKind::Agent && own[i].is_some()).then_some(i))
+        .collect();
+    let enclosing = tree.nearest_above(&named);
+    let mut holds_other = vec![false; n];
+    for j in (0..n).filter(|&j| named[j].is_some()) {
+        if let Some(p) = enclosing[j].filter(|&p| p != j && own[p] != own[j]) {
+            holds_other[p] = true;
+        }
+    }
+    let acting: HashSet<&str> = (0..n)
+        .filter(|&i| roles[i] == Some(SpanKind::Llm))
+        .filter_map(|i| agent_at[i].as_deref())
+        .collect();
+    (0..n)
+        .map(|i| holds_other[i] && own[i].as_deref().is_some_and(|name| !acting.contains(name)))
+        .collect()
 }
