@@ -4,7 +4,8 @@
 #   2. the wheel built with maturin (dev profile: shares target/ with the test build; the release
 #      wheel users install is `maturin build --release`, docs/python.md) and installed in both;
 #   3. pytest in the main venv, then the AG2 / CrewAI tests in the openai2 venv;
-#   4. the optional --features local wheel (the embedded model), installed in the main venv, and
+#   4. the optional --features local wheel (the embedded model), built at low priority while pytest
+#      runs (pytest leaves a core idle much of the time), then installed in the main venv, and
 #      python/tests/test_local_model.py.
 # The tests start `target/debug/maslens serve-model` (the embedded model) and `maslens serve`;
 # build the binary first (cargo build -p maslens, or the workspace test build).
@@ -24,7 +25,7 @@ build_wheel() {
   local name=$1 start=$SECONDS
   shift
   rm -rf "$tdir/wheels/$name"
-  PATH="$venv/bin:$PATH" "$venv/bin/maturin" build --profile dev "$@" --out "$tdir/wheels/$name" >&2
+  PATH="$venv/bin:$PATH" ${NICE:-} "$venv/bin/maturin" build --profile dev "$@" --out "$tdir/wheels/$name" >&2
   local whl
   whl=$(ls "$tdir"/wheels/"$name"/maslens-*.whl)
   echo "python-test: $name wheel took $((SECONDS - start)) s, $(du -h "$whl" | cut -f1) ($whl)" >&2
@@ -51,6 +52,12 @@ rm -rf "$readme_venv"
 "$readme_venv/bin/pip" install --disable-pip-version-check -q "$wheel[$extras]" >&2
 export MASLENS_README_PYTHON="$readme_venv/bin/python"
 echo "python-test: README venv ($extras) took $((SECONDS - start)) s" >&2
+# The embedded-model wheel, built beside pytest at the lowest priority; its log is printed when it fails.
+local_log="$tdir/wheels/local-build.log"
+mkdir -p "$tdir/wheels"
+NICE="nice -n 19" build_wheel local --features local >"$tdir/wheels/local-path" 2>"$local_log" &
+local_pid=$!
+trap 'pkill -TERM -P "$local_pid" 2>/dev/null; kill "$local_pid" 2>/dev/null || true' EXIT
 start=$SECONDS
 "$venv/bin/python" -m pytest -q --durations=12 python/tests --ignore=python/tests/test_frameworks_openai2.py \
   --ignore=python/tests/test_local_model.py "$@"
@@ -58,5 +65,13 @@ start=$SECONDS
 echo "python-test: pytest took $((SECONDS - start)) s" >&2
 # The optional embedded-model wheel (docs/python.md), built the documented way, installed over the
 # default one, and run.
-install_wheel "$venv" "$(build_wheel local --features local)"
+start=$SECONDS
+if ! wait "$local_pid"; then
+  cat "$local_log" >&2
+  echo "python-test: the --features local wheel did not build (log above)" >&2
+  exit 1
+fi
+tail -n 1 "$local_log" >&2
+echo "python-test: waited $((SECONDS - start)) s for the local wheel" >&2
+install_wheel "$venv" "$(cat "$tdir/wheels/local-path")"
 "$venv/bin/python" -m pytest -q python/tests/test_local_model.py "$@"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -36,35 +37,57 @@ maslens.Model("x", max_calls="ten")
 '''
 
 
-def _mypy(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mypy", *args], capture_output=True, text=True, cwd=ROOT)
-
-
-def test_package_and_usage_type_check_strictly(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def stubtest() -> Iterator[subprocess.Popen[str]]:
+    """`mypy.stubtest` of the native module, started at once beside the strict runs below (it
+    cannot share their cache: it needs every stub's full syntax tree)."""
     pytest.importorskip("mypy")
-    (tmp_path / "usage.py").write_text(USAGE)
-    # The installed package (as users get it: the wheel's .py files, _native.pyi, py.typed) ...
-    r = _mypy("--strict", "--no-incremental", "-p", "maslens")
-    assert r.returncode == 0, r.stdout + r.stderr
-    # ... and a script using it.
-    r = _mypy("--strict", "--no-incremental", str(tmp_path / "usage.py"))
-    assert r.returncode == 0, r.stdout + r.stderr
-
-
-def test_wrong_arguments_are_type_errors(tmp_path: Path) -> None:
-    pytest.importorskip("mypy")
-    (tmp_path / "bad.py").write_text(BAD)
-    r = _mypy("--strict", "--no-incremental", str(tmp_path / "bad.py"))
-    assert r.returncode == 1
-    assert "'oracle'" in r.stdout and '"max_calls"' in r.stdout, r.stdout
-
-
-def test_native_stubs_match_the_built_module() -> None:
-    pytest.importorskip("mypy")
-    r = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "mypy.stubtest", "maslens._native", "--ignore-missing-stub"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory, stubtest: subprocess.Popen[str]) -> Path:
+    """One incremental cache for the strict runs: the package and the standard library are
+    checked once, the scripts against them in a second or so each."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def _mypy(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache), *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
+
+
+def test_package_and_usage_type_check_strictly(tmp_path: Path, mypy_cache: Path) -> None:
+    (tmp_path / "usage.py").write_text(USAGE)
+    # The installed package (as users get it: the wheel's .py files, _native.pyi, py.typed) ...
+    r = _mypy(mypy_cache, "-p", "maslens")
     assert r.returncode == 0, r.stdout + r.stderr
+    # ... and a script using it.
+    r = _mypy(mypy_cache, str(tmp_path / "usage.py"))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_wrong_arguments_are_type_errors(tmp_path: Path, mypy_cache: Path) -> None:
+    (tmp_path / "bad.py").write_text(BAD)
+    r = _mypy(mypy_cache, str(tmp_path / "bad.py"))
+    assert r.returncode == 1
+    assert "'oracle'" in r.stdout and '"max_calls"' in r.stdout, r.stdout
+
+
+def test_native_stubs_match_the_built_module(stubtest: subprocess.Popen[str]) -> None:
+    out, _ = stubtest.communicate(timeout=900)
+    assert stubtest.returncode == 0, out
