@@ -70,14 +70,15 @@ def test_propose_fix_from_the_real_model_matches_the_cli(data: Path, maslens_bin
     verdicts = maslens.locate(traces, method="prior", progress=False)
     report = maslens.modes(traces, verdicts)
     cache = str(tmp_path / "cache.sqlite")
-    fix, mode = None, {}
-    for mode in (m for m in report.modes if m["agent"]):
-        try:
-            fix = maslens.propose_fix(traces, mode["id"], verdicts, model=serve_model.spec, cache_path=cache)
-            break
-        except maslens.OptionsError as e:  # Who&When records some agents' prompts, not all
-            assert "do not record" in str(e), e
-    assert fix is not None, "a mode whose agent's prompt the traces record"
+    # Who&When records some agents' prompts, not all: the report marks the modes a fix cannot be
+    # proposed for, and proposing one anyway raises with the same reason.
+    blocked = [m for m in report.modes if "do not record" in m.get("no_proposal", "")]
+    open_ = [m for m in report.modes if "no_proposal" not in m]
+    assert blocked and open_, report.modes
+    with pytest.raises(maslens.OptionsError, match="do not record"):
+        maslens.propose_fix(traces, blocked[0]["id"], verdicts, model=serve_model.spec, cache_path=cache)
+    mode = open_[0]
+    fix = maslens.propose_fix(traces, mode["id"], verdicts, model=serve_model.spec, cache_path=cache)
     assert fix.agent == mode["agent"] and fix.before.strip()
     assert fix.proposal["mode"] == mode["id"] and set(fix.examples) <= set(mode["members"])
     assert (fix.after is None) != (fix.rejected is None), fix.proposal

@@ -261,16 +261,28 @@ fn a_failure_mode_gets_a_proposed_fix_stored_on_its_examples() {
     let system = modes["systems"][0]["system"].as_str().unwrap().to_string();
     let propose = format!("{}/api/modes/propose", serve.url);
     let mut done = None;
-    for m in modes["systems"][0]["modes"].as_array().unwrap() {
-        let Some(agent) = m["agent"].as_str() else {
-            continue;
-        };
+    let listed = modes["systems"][0]["modes"].as_array().unwrap();
+    let blocked = listed
+        .iter()
+        .filter(|m| m["no_proposal"].is_string())
+        .count();
+    assert!(
+        blocked > 0 && blocked < listed.len(),
+        "some modes can get a proposal, some cannot: {modes}"
+    );
+    for m in listed {
+        // The report says beforehand which modes the proposal refuses, and why.
         let body = serde_json::json!({"system": system, "mode": m["id"]}).to_string();
-        let (status, text) = common::serve::post(&propose, &body);
-        if status == 422 {
-            assert!(text.contains("system prompt"), "{text}");
+        if let Some(why) = m["no_proposal"].as_str() {
+            let (status, text) = common::serve::post(&propose, &body);
+            assert_eq!(status, 422, "{text}");
+            assert!(text.contains(&why[..40]), "{text} / {why}");
             continue;
         }
+        let agent = m["agent"]
+            .as_str()
+            .expect("a mode open to a proposal has an agent");
+        let (status, text) = common::serve::post(&propose, &body);
         assert_eq!(status, 200, "{text}");
         done = Some((
             agent.to_string(),
@@ -315,7 +327,13 @@ fn a_failure_mode_gets_a_proposed_fix_stored_on_its_examples() {
         page.contains(ANSWER) && page.contains("no write-back target is configured"),
         "{page}"
     );
-    assert!(curl(&[&format!("{}/ui/modes", serve.url)]).contains("Propose a fix"));
+    let page = curl(&[&format!("{}/ui/modes", serve.url)]);
+    assert_eq!(
+        page.matches(">Propose a fix</button>").count(),
+        listed.len() - blocked,
+        "a button on each mode that can get a proposal"
+    );
+    assert_eq!(page.matches("No proposal: ").count(), blocked, "{page}");
     // The UI's button: a form post answered with the proposal's page.
     let mode = p["mode"].as_str().unwrap();
     let form = format!(
@@ -378,6 +396,17 @@ fn a_failure_mode_gets_a_proposed_fix_stored_on_its_examples() {
             &file,
         ],
     );
+    // The files' modes are marked as the store's are.
+    let o = run_ok(home.path(), &["--json", "-q", "modes", &file]);
+    let marks = |r: &Value| -> Vec<(String, bool)> {
+        r["systems"][0]["modes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["id"].to_string(), m["no_proposal"].is_null()))
+            .collect()
+    };
+    assert_eq!(marks(&stdout_json(&o)), marks(&modes));
     let o = run_ok(
         home.path(),
         &["-q", "modes", &file, "--propose", mode, "--model", &model],

@@ -118,6 +118,10 @@ pub struct Mode {
     /// A model's one-sentence summary ([`summarize`]); none without a model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// Why no fix can be proposed for this mode ([`crate::improve::propose::obstacle`]: no
+    /// located agent, its prompt not recorded, no located step); none when one can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_proposal: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -322,6 +326,7 @@ fn mode(
         last_ns: times.iter().max().copied(),
         members: cases.iter().map(|c| c.run.clone()).collect(),
         summary: None,
+        no_proposal: None,
     }
 }
 

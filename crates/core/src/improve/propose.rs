@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::rewrite::{rewrite, Rewritten, REWRITE, REWRITE_INPUT};
 use super::Evidence;
-use crate::modes::Mode;
+use crate::modes::{Mode, ModesReport};
 use crate::CoreError;
 
 /// The version of [`FixProposal`]'s JSON.
@@ -110,18 +110,59 @@ pub fn prompt_of<'a>(agent: &str, traces: impl IntoIterator<Item = &'a Trace>) -
     })
 }
 
-/// The evidence of `mode`'s examples whose run is in `traces` (by run id) and has a step.
-pub fn evidence_of_mode(mode: &Mode, traces: &BTreeMap<String, Trace>) -> Vec<Evidence> {
+/// The traces of `mode`'s example runs that `trace_of` finds (by run id), in example order.
+fn example_traces<'a>(mode: &Mode, trace_of: impl Fn(&str) -> Option<&'a Trace>) -> Vec<&'a Trace> {
+    mode.examples
+        .iter()
+        .filter_map(|ex| trace_of(&ex.run))
+        .collect()
+}
+
+/// The evidence of `mode`'s examples whose run `trace_of` finds and that has a step.
+pub fn evidence_of_mode<'a>(
+    mode: &Mode,
+    trace_of: impl Fn(&str) -> Option<&'a Trace>,
+) -> Vec<Evidence> {
     let Some(agent) = &mode.agent else {
         return Vec::new();
     };
     mode.examples
         .iter()
         .filter_map(|ex| {
-            let trace = traces.get(&ex.run)?;
+            let trace = trace_of(&ex.run)?;
             Some(Evidence::at(trace, agent, ex.step?, ex.reason.clone()))
         })
         .collect()
+}
+
+/// Why [`propose`] cannot propose a fix for `mode` from its example runs' traces (`trace_of`:
+/// a run id's trace, when there is one), or `None` when it can: the mode names no agent, no
+/// example records the agent's system prompt, or no example has a located step. The modes
+/// reports mark each mode with it ([`mark`]), so a front end offers "propose a fix" only where
+/// one can be made.
+pub fn obstacle<'a>(mode: &Mode, trace_of: impl Fn(&str) -> Option<&'a Trace>) -> Option<String> {
+    let Some(agent) = &mode.agent else {
+        return Some("the mode has no located agent: there is no prompt to change".into());
+    };
+    let traces = example_traces(mode, &trace_of);
+    if prompt_of(agent, traces.iter().copied()).is_none() {
+        return Some(format!(
+            "its runs do not record {agent}'s system prompt (over OpenTelemetry: \
+             gen_ai.system_instructions or a system message); run the improvement loop on the \
+             system instead (docs/improve.md)"
+        ));
+    }
+    if evidence_of_mode(mode, &trace_of).is_empty() {
+        return Some("no example run has a located step in a stored trace".into());
+    }
+    None
+}
+
+/// Mark every mode of `report` with its [`obstacle`] (`Mode::no_proposal`).
+pub fn mark<'a>(report: &mut ModesReport, trace_of: impl Fn(&str) -> Option<&'a Trace>) {
+    for mode in report.systems.iter_mut().flat_map(|s| s.modes.iter_mut()) {
+        mode.no_proposal = obstacle(mode, &trace_of);
+    }
 }
 
 /// A failure mode and the traces its proposal reads: what [`propose`] takes.
@@ -166,27 +207,25 @@ pub async fn propose(
     max_tokens: u32,
     seed: u64,
 ) -> Result<FixProposal, CoreError> {
-    let Some(agent) = mode.agent.clone() else {
+    let trace_of = |run: &str| traces.get(run);
+    if let Some(why) = obstacle(mode, trace_of) {
         return Err(CoreError::Invalid(format!(
-            "failure mode {} has no located agent: there is no prompt to change",
-            mode.id
-        )));
-    };
-    let Some(before) = prompt_of(&agent, traces.values()) else {
-        return Err(CoreError::Invalid(format!(
-            "the traces of failure mode {} do not record {agent}'s system prompt (over \
-             OpenTelemetry: gen_ai.system_instructions or a system message); run the \
-             improvement loop on the system instead (docs/improve.md)",
-            mode.id
-        )));
-    };
-    let evidence = evidence_of_mode(mode, traces);
-    if evidence.is_empty() {
-        return Err(CoreError::Invalid(format!(
-            "no example of failure mode {} has a located step in a stored trace",
+            "no fix can be proposed for failure mode {}: {why}",
             mode.id
         )));
     }
+    let (Some(agent), Some(before)) = (
+        mode.agent.clone(),
+        mode.agent
+            .as_deref()
+            .and_then(|a| prompt_of(a, example_traces(mode, trace_of))),
+    ) else {
+        return Err(CoreError::Invalid(format!(
+            "failure mode {} has no agent prompt",
+            mode.id
+        )));
+    };
+    let evidence = evidence_of_mode(mode, trace_of);
     let rewrite = rewrite(model, &agent, &before, &evidence, max_tokens, seed).await?;
     Ok(FixProposal {
         format_version: FORMAT_VERSION,
@@ -280,6 +319,42 @@ mod tests {
                 .contains("for Solver (failure mode m1: product; 2 runs)"),
             "{}",
             p.note()
+        );
+    }
+
+    #[test]
+    fn the_modes_report_marks_the_modes_no_fix_can_be_proposed_for() {
+        let traces = BTreeMap::from([
+            ("r1".to_string(), trace("r1", Some("You multiply."))),
+            ("r2".to_string(), trace("r2", None)),
+        ]);
+        let mut unlocated = mode(None);
+        unlocated.id = "m2".into();
+        let mut unrecorded = mode(Some("Solver"));
+        unrecorded.id = "m3".into();
+        unrecorded.examples.retain(|e| e.run != "r1");
+        let mut report = crate::modes::group(&[], crate::modes::ModesOptions::default());
+        report.systems.push(crate::modes::SystemModes {
+            system: "calc".into(),
+            failed_runs: 4,
+            located_runs: 4,
+            scanned_runs: 0,
+            modes: vec![mode(Some("Solver")), unlocated, unrecorded],
+        });
+        mark(&mut report, |run| traces.get(run));
+        let marks: Vec<Option<&str>> = report.systems[0]
+            .modes
+            .iter()
+            .map(|m| m.no_proposal.as_deref())
+            .collect();
+        assert_eq!(marks[0], None, "r1 records Solver's prompt");
+        assert!(marks[1].is_some_and(|w| w.contains("no located agent")));
+        assert!(marks[2].is_some_and(|w| w.contains("do not record Solver's system prompt")));
+        let md = report.to_markdown();
+        assert!(md.contains("| `--propose` |"), "{md}");
+        assert!(
+            md.contains("- No fix can be proposed for `m2`: the mode has no located agent"),
+            "{md}"
         );
     }
 

@@ -85,6 +85,9 @@ pub fn of_traces(
         .collect();
     let cases = cases_of_traces(&picked, &selection.outcome, selection.gold)?;
     let mut report = super::group(&cases, options);
+    let by_run: std::collections::HashMap<&str, &Trace> =
+        picked.iter().map(|t| (t.id.as_str(), t)).collect();
+    crate::improve::propose::mark(&mut report, |run| by_run.get(run).copied());
     let unlocated = cases.iter().filter(|c| c.agent.is_none()).count();
     if unlocated > 0 {
         report.notes.push(format!(

@@ -26,9 +26,9 @@ impl ModesReport {
                 count(s.modes.len(), "mode")
             );
             out.push_str(
-                "| mode | agent | implicit failure | words | runs | share | days | examples |\n",
+                "| mode | agent | implicit failure | words | runs | share | days | examples | fix |\n",
             );
-            out.push_str("|---|---|---|---|---:|---:|---|---|\n");
+            out.push_str("|---|---|---|---|---:|---:|---|---|---|\n");
             for m in &s.modes {
                 let examples: Vec<String> = m
                     .examples
@@ -43,9 +43,14 @@ impl ModesReport {
                     (Some(a), _) => a.day.clone(),
                     _ => "-".into(),
                 };
+                let fix = if m.no_proposal.is_some() {
+                    "-"
+                } else {
+                    "`--propose`"
+                };
                 let _ = writeln!(
                     out,
-                    "| `{}` | {} | {} | {} | {} | {:.0}% | {} | {} |",
+                    "| `{}` | {} | {} | {} | {} | {:.0}% | {} | {} | {fix} |",
                     &m.id[..8.min(m.id.len())],
                     cell(m.agent.as_deref().unwrap_or("(not located)")),
                     cell(m.failure_type.as_deref().unwrap_or("-")),
@@ -56,6 +61,7 @@ impl ModesReport {
                     cell(&examples.join(", ")),
                 );
             }
+            out.push_str(&obstacles(&s.modes));
             for m in s.modes.iter().filter(|m| m.summary.is_some()) {
                 let summary = m.summary.as_deref().unwrap_or_default();
                 let _ = writeln!(
@@ -100,6 +106,37 @@ impl ModesReport {
         }
         out
     }
+}
+
+/// Why modes get no proposed fix, one line per reason with the modes it holds for.
+fn obstacles(modes: &[super::Mode]) -> String {
+    let mut by_reason: Vec<(&str, Vec<&str>)> = Vec::new();
+    for m in modes {
+        let Some(why) = m.no_proposal.as_deref() else {
+            continue;
+        };
+        let id = &m.id[..8.min(m.id.len())];
+        match by_reason.iter_mut().find(|(r, _)| *r == why) {
+            Some((_, ids)) => ids.push(id),
+            None => by_reason.push((why, vec![id])),
+        }
+    }
+    let mut out = String::new();
+    for (why, ids) in by_reason {
+        let _ = write!(
+            out,
+            "\n- No fix can be proposed for {}: {}",
+            ids.iter()
+                .map(|id| format!("`{id}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            cell(why)
+        );
+    }
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out
 }
 
 fn score_row(name: &str, s: &Score) -> String {

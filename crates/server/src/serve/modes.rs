@@ -2,6 +2,7 @@
 //! the store's failed runs ([`maslens_store::Store::failed_runs`]) grouped by
 //! [`maslens_core::modes::group`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::api::{error, store_error};
@@ -10,8 +11,10 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use maslens_core::improve;
 use maslens_core::modes::{self, FailureCase, ModesOptions, ModesReport};
 use maslens_store::{FailedRun, FailedRunFilter, Store, StoreError};
+use maslens_trace::Trace;
 
 /// Which runs and how to group them (query parameters of `GET /api/modes` and `/ui/modes`).
 #[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
@@ -74,6 +77,8 @@ pub async fn from_store(store: &Store, query: &ModesQuery) -> Result<ModesReport
     })?;
     let cases: Vec<FailureCase> = runs.into_iter().map(case).collect();
     let mut report = modes::group(&cases, options);
+    let traces = example_traces(store, &report).await?;
+    improve::propose::mark(&mut report, |run| traces.get(run));
     if more {
         report.notes.push(format!(
             "only the oldest {} runs were read (limit); raise it to read more",
@@ -81,6 +86,29 @@ pub async fn from_store(store: &Store, query: &ModesQuery) -> Result<ModesReport
         ));
     }
     Ok(report)
+}
+
+/// The stored traces of the example runs of `report`'s located modes, by run id (what
+/// [`improve::propose::mark`] reads to say which modes can get a proposed fix).
+async fn example_traces(
+    store: &Store,
+    report: &ModesReport,
+) -> Result<HashMap<String, Trace>, StoreError> {
+    let mut traces = HashMap::new();
+    let located = report
+        .systems
+        .iter()
+        .flat_map(|s| &s.modes)
+        .filter(|m| m.agent.is_some());
+    for example in located.flat_map(|m| &m.examples) {
+        if traces.contains_key(&example.run) {
+            continue;
+        }
+        if let Some(trace) = store.run(&example.run).await?.and_then(|r| r.trace) {
+            traces.insert(example.run.clone(), trace);
+        }
+    }
+    Ok(traces)
 }
 
 fn case(run: FailedRun) -> FailureCase {
