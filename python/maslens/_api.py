@@ -440,14 +440,31 @@ def eval_locate(
         }
     )
     needs_model = (predictions is None and method != "prior") or export_refinement is not None
+    res = _run_eval(
+        "eval locate", needs_model, model, evaluator_models, llm, progress,
+        lambda m, evs, cb: _native.eval_locate(dataset, m, evs, opts, eopts, cb),
+    )
+    return EvalReport(report=res["report"], problems=res["problems"], markdown=res["markdown"])
+
+
+def _run_eval(
+    name: str,
+    needs_model: bool,
+    model: ModelArg,
+    evaluator_models: Sequence[Model | str],
+    llm: Mapping[str, Any],
+    progress: ProgressArg,
+    native: Callable[[_native.Model | None, list[_native.Model], Any], str],
+) -> dict[str, Any]:
+    """An evaluation (``eval_locate``, ``eval_compare``): its models when it needs them, its
+    progress, the native call's JSON; each problem is also a warning at the caller's line."""
     m = _model(model, llm) if needs_model else None
     evs = _evaluator_models(evaluator_models, llm) if needs_model else []
-    with progress_callback(progress, "eval locate") as cb:
-        res = json.loads(_native.eval_locate(dataset, m, evs, opts, eopts, cb))
-    report = EvalReport(report=res["report"], problems=res["problems"], markdown=res["markdown"])
-    for p in report.problems:
-        warnings.warn(p, stacklevel=2)
-    return report
+    with progress_callback(progress, name) as cb:
+        res: dict[str, Any] = json.loads(native(m, evs, cb))
+    for p in res["problems"]:
+        warnings.warn(p, stacklevel=3)
+    return res
 
 
 def modes(

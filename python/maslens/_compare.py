@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import warnings
 from collections.abc import Sequence
 from typing import Literal, Unpack
 
@@ -18,13 +16,12 @@ from ._api import (
     Style,
     _check_llm,
     _clean,
-    _evaluator_models,
     _in_thread,
     _locate_options,
-    _model,
+    _run_eval,
 )
 from ._native import OptionsError
-from ._progress import ProgressArg, progress_callback
+from ._progress import ProgressArg
 from ._results import CompareReport
 
 #: The methods ``eval_compare`` runs, as ``maslens eval compare --methods`` names them.
@@ -85,15 +82,11 @@ def eval_compare(
             "out": out,
         }
     )
-    needs_model = any(m != "prior" for m in methods)
-    m = _model(model, llm) if needs_model else None
-    evs = _evaluator_models(evaluator_models, llm) if needs_model else []
-    with progress_callback(progress, "eval compare") as cb:
-        res = json.loads(_native.eval_compare(dataset, list(methods), m, evs, opts, eopts, cb))
-    report = CompareReport(report=res["report"], problems=res["problems"], markdown=res["markdown"])
-    for p in report.problems:
-        warnings.warn(p, stacklevel=2)
-    return report
+    res = _run_eval(
+        "eval compare", any(m != "prior" for m in methods), model, evaluator_models, llm, progress,
+        lambda m, evs, cb: _native.eval_compare(dataset, list(methods), m, evs, opts, eopts, cb),
+    )
+    return CompareReport(report=res["report"], problems=res["problems"], markdown=res["markdown"])
 
 
 eval_compare_async = _in_thread(eval_compare)

@@ -1,8 +1,8 @@
 //! `eval_compare`: several localizers on the same cases, as `maslens eval compare` runs them.
 
-use crate::methods::{eval_error, eval_setup, PyProgress};
+use crate::methods::{eval_error, eval_setup, report_text, write_reports, PyProgress};
 use crate::model::Model;
-use crate::{guarded, InternalError, Interrupt, OptionsError};
+use crate::{guarded, Interrupt, OptionsError};
 use maslens_core::eval_compare::{eval_compare_with, CompareMethod, CompareOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -45,16 +45,7 @@ pub fn eval_compare(
         let p = PyProgress::new(&progress, &interrupt);
         let out = crate::run(py, &interrupt, eval_compare_with(&opts, opened, &p))?
             .map_err(eval_error)?;
-        if let Some(dir) = &e.out {
-            out.write(std::path::Path::new(dir)).map_err(|err| {
-                pyo3::exceptions::PyOSError::new_err(format!("writing reports to {dir}: {err}"))
-            })?;
-        }
-        let report =
-            serde_json::to_value(&out.report).map_err(|e| InternalError::new_err(e.to_string()))?;
-        let text = serde_json::json!({
-            "report": report, "problems": out.problems, "markdown": out.report.to_markdown()
-        });
-        serde_json::to_string(&text).map_err(|e| InternalError::new_err(e.to_string()))
+        write_reports(e.out.as_deref(), |dir| out.write(dir))?;
+        report_text(&out.report, &out.problems, &out.report.to_markdown())
     })
 }

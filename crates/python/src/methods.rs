@@ -24,7 +24,7 @@ fn owned(traces: &[Bound<'_, Trace>]) -> Vec<Arc<RsTrace>> {
     traces.iter().map(|t| t.get().inner.clone()).collect()
 }
 
-fn to_text(v: &Value) -> PyResult<String> {
+pub(crate) fn to_text(v: &Value) -> PyResult<String> {
     serde_json::to_string(v).map_err(|e| InternalError::new_err(e.to_string()))
 }
 
@@ -338,16 +338,34 @@ pub fn eval_locate(
         let p = PyProgress::new(&progress, &interrupt);
         let out =
             crate::run(py, &interrupt, eval_locate_with(&opts, opened, &p))?.map_err(eval_error)?;
-        if let Some(dir) = &e.out {
-            maslens_eval::run::write_run(&out.run, std::path::Path::new(dir)).map_err(|err| {
-                pyo3::exceptions::PyOSError::new_err(format!("writing reports to {dir}: {err}"))
-            })?;
-        }
-        let report = serde_json::to_value(&out.run.report)
-            .map_err(|e| InternalError::new_err(e.to_string()))?;
+        write_reports(e.out.as_deref(), |dir| {
+            maslens_eval::run::write_run(&out.run, dir)
+        })?;
         let markdown = maslens_eval::markdown::render(&out.run.report);
-        to_text(&json!({"report": report, "problems": out.problems, "markdown": markdown}))
+        report_text(&out.run.report, &out.problems, &markdown)
     })
+}
+
+/// An evaluation's report files written into `out` by `write`, when `out` was given; an
+/// `OSError` naming the directory when they could not be.
+pub(crate) fn write_reports(
+    out: Option<&str>,
+    write: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
+) -> PyResult<()> {
+    let Some(dir) = out else { return Ok(()) };
+    write(std::path::Path::new(dir)).map_err(|err| {
+        pyo3::exceptions::PyOSError::new_err(format!("writing reports to {dir}: {err}"))
+    })
+}
+
+/// `{"report", "problems", "markdown"}` as JSON: what the evaluations return to Python.
+pub(crate) fn report_text(
+    report: &impl serde::Serialize,
+    problems: &[String],
+    markdown: &str,
+) -> PyResult<String> {
+    let report = serde_json::to_value(report).map_err(|e| InternalError::new_err(e.to_string()))?;
+    to_text(&json!({"report": report, "problems": problems, "markdown": markdown}))
 }
 
 /// Failure modes across `traces` (`maslens modes`): `verdicts` (JSON array of verdicts as

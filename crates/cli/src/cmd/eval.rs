@@ -76,8 +76,10 @@ pub struct StackArgs {
     pub subset: Option<String>,
 }
 
+/// The cases an evaluation runs on, its localizer and model, and how it scores (`eval locate`,
+/// `eval compare`).
 #[derive(clap::Args, Debug)]
-pub struct LocateArgs {
+pub struct CaseArgs {
     /// `whowhen:DIR`, `aegis:FILE`, or a path (format auto-detected).
     pub dataset: String,
     #[command(flatten)]
@@ -87,6 +89,39 @@ pub struct LocateArgs {
     /// Score with the Who&When reference scorer (substring matching; unparsed = wrong) instead of exact.
     #[arg(long)]
     pub compat_substring: bool,
+    /// Evaluate only the first N cases (by id) of the evaluated side.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Only cases whose id starts with this (e.g. `Hand-Crafted/`).
+    #[arg(long)]
+    pub subset: Option<String>,
+}
+
+impl CaseArgs {
+    /// The options of an evaluation of these cases with `seed` and `tolerances` (no split,
+    /// predictions or refinement export: `eval locate` sets its own).
+    pub fn options(&self, seed: u64, tolerances: &[usize]) -> anyhow::Result<EvalLocateOptions> {
+        Ok(EvalLocateOptions {
+            dataset: self.dataset.clone(),
+            locate: self.method.options(),
+            model: self.llm.model()?,
+            llm: self.llm.options()?,
+            scorer: Scorer::from_compat(self.compat_substring),
+            split: None,
+            seed,
+            predictions: None,
+            limit: self.limit,
+            subset: self.subset.clone(),
+            tolerances: tolerances.to_vec(),
+            export_refinement: None,
+        })
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct LocateArgs {
+    #[command(flatten)]
+    pub cases: CaseArgs,
     /// Deterministic split: this fraction of each subset is the refinement (train) side, the rest is evaluated.
     #[arg(long)]
     pub split: Option<f64>,
@@ -103,12 +138,6 @@ pub struct LocateArgs {
     /// file; the one `maslens serve` uses), named after the dataset.
     #[arg(long, value_name = "URL|FILE")]
     pub db: Option<String>,
-    /// Evaluate only the first N cases (by id) of the evaluated side.
-    #[arg(long)]
-    pub limit: Option<usize>,
-    /// Only cases whose id starts with this (e.g. `Hand-Crafted/`).
-    #[arg(long)]
-    pub subset: Option<String>,
     /// Step tolerances for the tolerance curve.
     #[arg(long, value_delimiter = ',', default_value = "0,1,2,3,5,10,20")]
     pub tolerances: Vec<usize>,
@@ -139,28 +168,20 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         EvalCommand::Stack(s) => return stack(s, global),
         EvalCommand::Compare(c) => return compare::run(c, global),
     };
-    let note = check_finetuned_on(a.method.variant, a.finetuned_on.as_deref())?;
+    let note = check_finetuned_on(a.cases.method.variant, a.finetuned_on.as_deref())?;
     if let (Some(note), false) = (note, global.quiet) {
         eprintln!("note: {note}");
     }
     let opts = EvalLocateOptions {
-        dataset: a.dataset.clone(),
-        locate: a.method.options(),
-        model: a.llm.model()?,
-        llm: a.llm.options()?,
-        scorer: Scorer::from_compat(a.compat_substring),
         split: a.split,
-        seed: a.seed,
         predictions: a.predictions.clone(),
-        limit: a.limit,
-        subset: a.subset.clone(),
-        tolerances: a.tolerances.clone(),
         export_refinement: a.export_refinement.as_ref().map(|dir| RefineExport {
             dir: dir.clone(),
             targets: a.refine_targets.parse().unwrap_or_default(),
             round: a.round,
             base_model: a.base_model.clone(),
         }),
+        ..a.cases.options(a.seed, &a.tolerances)?
     };
     let bar = crate::progress::Bar::new("eval", global.quiet);
     let mut out = super::block_on(eval_locate(&opts, &bar))??;
@@ -183,7 +204,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing reports to {}", dir.display()))?;
     }
     if let Some(db) = &a.db {
-        let id = crate::db::add_report(db, ReportKind::Eval, &a.dataset, None, report)?;
+        let id = crate::db::add_report(db, ReportKind::Eval, &a.cases.dataset, None, report)?;
         eprintln!("report stored in {db} as {id}");
     }
     if global.json {

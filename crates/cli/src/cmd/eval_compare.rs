@@ -1,22 +1,18 @@
 //! `maslens eval compare DATASET --methods ...`: several localizers on the same cases with the
 //! same model and cache, in one report with paired tests (`maslens_core::eval_compare`).
 
-use super::{exit_code, finish_problems};
-use crate::llm_args::LlmArgs;
-use crate::locate_args::MethodArgs;
+use super::{exit_code, finish_problems, CaseArgs};
 use crate::Global;
 use anyhow::Context;
 use maslens_core::eval_compare::{eval_compare, CompareMethod, CompareOptions};
-use maslens_core::eval_locate::EvalLocateOptions;
-use maslens_eval::metrics::Scorer;
 use maslens_locate::{Protocol, Variant};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
-    /// Labelled traces: `whowhen:DIR`, `aegis:FILE`, or a path.
-    pub dataset: String,
+    #[command(flatten)]
+    pub cases: CaseArgs,
     /// The methods, in the report's order: prior, stacked, agentlocate (alias llm), all-at-once,
     /// step-by-step, binary-search. Each sets its own --method, --protocol and --variant.
     #[arg(
@@ -25,22 +21,9 @@ pub struct CompareArgs {
         default_value = "prior,stacked,agentlocate,all-at-once,step-by-step,binary-search"
     )]
     pub methods: Vec<String>,
-    #[command(flatten)]
-    pub method: MethodArgs,
-    #[command(flatten)]
-    pub llm: LlmArgs,
-    /// Score with the Who&When reference scorer (substring matching; unparsed = wrong).
-    #[arg(long)]
-    pub compat_substring: bool,
     /// Seed of the random baseline, the bootstrap intervals and the paired bootstrap.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Compare on the first N cases (by id) only.
-    #[arg(long)]
-    pub limit: Option<usize>,
-    /// Only cases whose id starts with this (e.g. `Hand-Crafted/`).
-    #[arg(long)]
-    pub subset: Option<String>,
     /// Step tolerances for the tolerance columns.
     #[arg(long, value_delimiter = ',', default_value = "0,1,3")]
     pub tolerances: Vec<usize>,
@@ -50,9 +33,9 @@ pub struct CompareArgs {
 }
 
 pub fn run(a: CompareArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    if a.method.method.is_some()
-        || a.method.protocol != Protocol::AllAtOnce
-        || a.method.variant != Variant::Verified
+    if a.cases.method.method.is_some()
+        || a.cases.method.protocol != Protocol::AllAtOnce
+        || a.cases.method.variant != Variant::Verified
     {
         anyhow::bail!(
             "eval compare sets --method, --protocol and --variant per method: choose methods \
@@ -65,20 +48,7 @@ pub fn run(a: CompareArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .map(|m| CompareMethod::parse(m))
         .collect::<Result<Vec<_>, _>>()?;
     let opts = CompareOptions {
-        base: EvalLocateOptions {
-            dataset: a.dataset.clone(),
-            locate: a.method.options(),
-            model: a.llm.model()?,
-            llm: a.llm.options()?,
-            scorer: Scorer::from_compat(a.compat_substring),
-            split: None,
-            seed: a.seed,
-            predictions: None,
-            limit: a.limit,
-            subset: a.subset.clone(),
-            tolerances: a.tolerances.clone(),
-            export_refinement: None,
-        },
+        base: a.cases.options(a.seed, &a.tolerances)?,
         methods,
     };
     let bar = crate::progress::Bar::new("compare", global.quiet);

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::list::{some, ListParams, ACTION_MAX_RUNS};
 use super::render::{error_page, page, plain, store_error};
-use super::session::same_origin;
+use super::session::posted_form;
 use crate::serve::pipeline::enqueue;
 use crate::serve::{AppState, JobMethod};
 
@@ -34,12 +34,9 @@ pub(super) async fn actions(
     headers: HeaderMap,
     form: Result<Form<ActionForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    if !same_origin(&headers) {
-        return error_page(&state, StatusCode::FORBIDDEN, "cross-site request refused");
-    }
-    let Form(form) = match form {
+    let form = match posted_form(&state, &headers, form) {
         Ok(f) => f,
-        Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e.body_text()),
+        Err(page) => return *page,
     };
     let Some(method) = JobMethod::parse(&form.method) else {
         return error_page(

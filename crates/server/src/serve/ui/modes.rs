@@ -10,7 +10,7 @@ use maslens_core::improve::FixProposal;
 use minijinja::context;
 
 use super::render::{error_page, page, store_error, QueryOf};
-use super::session::same_origin;
+use super::session::posted_form;
 use crate::serve::modes::{from_store, ModesError, ModesQuery};
 use crate::serve::pipeline::writeback_targets;
 use crate::serve::propose::{ProposeError, ProposeRequest};
@@ -63,12 +63,9 @@ pub(super) async fn propose(
     headers: HeaderMap,
     form: Result<Form<ProposeForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    if !same_origin(&headers) {
-        return error_page(&state, StatusCode::FORBIDDEN, "cross-site request refused");
-    }
-    let Form(form) = match form {
+    let form = match posted_form(&state, &headers, form) {
         Ok(f) => f,
-        Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e.body_text()),
+        Err(page) => return *page,
     };
     let similarity = match form.similarity.trim() {
         "" => None,

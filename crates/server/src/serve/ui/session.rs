@@ -13,6 +13,24 @@ use serde::Deserialize;
 use super::render::{error_page, page, urlencode, QueryOf};
 use crate::serve::AppState;
 
+/// The fields of a state-changing form post from our own pages: another origin's post is
+/// refused (403), a form that does not parse is a 400 naming what is wrong.
+pub(super) fn posted_form<T>(
+    state: &AppState,
+    headers: &HeaderMap,
+    form: Result<Form<T>, axum::extract::rejection::FormRejection>,
+) -> Result<T, Box<Response>> {
+    if !same_origin(headers) {
+        return Err(Box::new(error_page(
+            state,
+            StatusCode::FORBIDDEN,
+            "cross-site request refused",
+        )));
+    }
+    form.map(|Form(f)| f)
+        .map_err(|e| Box::new(error_page(state, StatusCode::BAD_REQUEST, e.body_text())))
+}
+
 /// State-changing requests must come from our own pages (the session cookie is SameSite=Strict;
 /// this also stops a cross-site form when no token is configured).
 pub(super) fn same_origin(headers: &HeaderMap) -> bool {
