@@ -412,3 +412,73 @@ fn serve_queues_the_prior_on_imported_runs_and_names_the_ui() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Issue 36 item 5: SIGTERM while a job runs on the embedded model. `serve` exits 0 within 5 s
+/// (the inference stops at its next token instead of holding the runtime until it ends), the
+/// job goes back to the queue, and the next `serve` on the store runs it to its diagnosis.
+#[test]
+fn e2e_sigterm_stops_a_running_local_job_which_runs_after_a_restart() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let db = home.path().join("m.db").display().to_string();
+    let imported = Command::new(env!("CARGO_BIN_EXE_maslens"))
+        .args(["import", "examples/whowhen-style.json", "--db", &db, "-q"])
+        .current_dir(repo())
+        .output()
+        .expect("import");
+    assert!(imported.status.success(), "{imported:?}");
+    // The user's MASLENS_HOME (the embedded model is there); no cache, so the job really runs.
+    let args = [
+        "serve",
+        "--port",
+        "0",
+        "--db",
+        &db,
+        "--settle",
+        "0.2",
+        "--diagnose",
+        "off",
+        "--model",
+        "local:smollm2-135m",
+        "--cache-mode",
+        "off",
+        "--threads",
+        "2",
+    ];
+    let mut server = common::serve::start(&args, None);
+    let runs = get(&format!("{}/api/runs", server.url));
+    let run = runs["runs"][0]["id"]
+        .as_str()
+        .expect("the imported run")
+        .to_string();
+    let body = serde_json::json!({"method": "llm", "run": run}).to_string();
+    let (code, text) = post(&format!("{}/api/jobs", server.url), &body);
+    assert_eq!(code, 202, "{text}");
+    let job: Value = serde_json::from_str(&text).expect("JSON");
+    let job_url = format!(
+        "{}/api/jobs/{}",
+        server.url,
+        job["jobs"][0]["id"].as_str().expect("id")
+    );
+    poll(&job_url, |j| j["state"] == "running", 120);
+    std::thread::sleep(Duration::from_millis(1500)); // inside the model's first call
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = server.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "still running 5 s after SIGTERM, with a local job running"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+
+    let again = common::serve::start(&args, None);
+    let job_url = job_url.replace(&server.url, &again.url);
+    let done = poll(&job_url, |j| j["state"] == "done", 600);
+    assert!(done["diagnosis_id"].is_string(), "{done}");
+}

@@ -528,3 +528,34 @@ async fn e2e_many_messages_tokenize_in_linear_time_into_the_same_tokens() {
     );
     eprintln!("40,000 messages refused in {took:?}");
 }
+
+/// A dropped call stops its inference at the next token. This is what lets `serve` stop within
+/// seconds on SIGTERM while a job runs on the embedded model: the runtime, dropped a second into
+/// an answer that would go on for thousands of tokens, shuts down at once instead of waiting on
+/// the blocking pool for the rest of it.
+#[test]
+fn e2e_a_dropped_call_stops_its_inference() {
+    let model = fresh_context();
+    // A grammar with no end: only `max_tokens` ends the answer.
+    let mut request = ChatRequest::new(vec![Message::user("Say one, forever.")]).max_tokens(4000);
+    request.grammar = Some("root ::= \"one \" root".into());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let limit = std::time::Duration::from_secs(1);
+    let timed_out = rt.block_on(async {
+        tokio::time::timeout(limit, model.complete(&request))
+            .await
+            .is_err()
+    });
+    assert!(timed_out, "4,000 tokens take longer than a second");
+    let started = std::time::Instant::now();
+    drop(rt);
+    let waited = started.elapsed();
+    assert!(
+        waited < std::time::Duration::from_secs(2),
+        "the runtime waited {waited:?} for a dropped call's inference"
+    );
+}

@@ -251,9 +251,29 @@ impl ChatModel for LocalModel {
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let inner = self.inner.clone();
         let request = request.clone();
-        match tokio::task::spawn_blocking(move || inner.generate(&request)).await {
+        // A dropped call (a job stopped when `serve` shuts down, a caller's timeout) stops its
+        // inference at the next token: left running on the blocking pool, it would hold the
+        // model from the next request and keep the runtime from shutting down until it ended.
+        let dropped = CancelOnDrop::default();
+        let cancelled = dropped.0.clone();
+        let generate = move || {
+            inner.generate_with(&request, &mut |_| {}, &|| {
+                cancelled.load(std::sync::atomic::Ordering::Relaxed)
+            })
+        };
+        match tokio::task::spawn_blocking(generate).await {
             Ok(result) => result,
             Err(e) => Err(LlmError::Local(format!("the inference thread failed: {e}"))),
         }
+    }
+}
+
+/// Sets its flag when dropped: with the call's future, so the inference thread sees it.
+#[derive(Default)]
+struct CancelOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
