@@ -304,13 +304,17 @@ class TraceCredit:
 class CreditResult:
     """Structural (role) and temporal (segment) credit over traces. ``table``: the corpus table
     (``roles``, ``rounds``, ``cell``, ``role_credit``, ``round_credit``); ``errors``: traces the
-    critics could not score. ``raw`` is the credit file (``maslens credit -o``)."""
+    critics could not score. ``raw`` is the credit file (``maslens credit -o``). ``systems``: when
+    the traces come from several multi-agent systems (traces sharing no agent name), one
+    ``{"traces", "agents", "table"}`` per system (``table``, ``role_credit`` and ``weakest_role``
+    then mix the systems' roles); empty for one system."""
 
     model: str
     table: dict[str, Any]
     traces: list[TraceCredit]
     errors: list[str]
     raw: dict[str, Any] = field(repr=False)
+    systems: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.raw)
@@ -354,6 +358,7 @@ class CreditResult:
             traces=traces,
             errors=list(run.get("errors", [])),
             raw=run,
+            systems=list(run.get("systems", [])),
         )
 
 

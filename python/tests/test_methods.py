@@ -261,3 +261,16 @@ def test_eval_compare_on_a_real_model_matches_the_cli(data: Path, maslens_bin: P
 
     with pytest.raises(maslens.OptionsError, match='unknown method "echo"'):
         maslens.eval_compare(spec, methods=("echo",), progress=False)  # type: ignore[arg-type]
+
+
+def test_credit_result_carries_a_table_per_system() -> None:
+    """The credit file's `systems` (one table per multi-agent system, crates/cli/tests/credit_cli.rs
+    makes one) reach `CreditResult.systems`; a one-system file has none."""
+    from maslens._results import CreditResult
+
+    table = {"roles": ["a"], "rounds": ["round 1"], "cell": [[0.5]], "role_credit": [0.5], "round_credit": [0.5]}
+    systems = [{"traces": ["t1"], "agents": ["a"], "table": table}, {"traces": ["t2"], "agents": ["b"], "table": table}]
+    run = {"model": "m", "table": table, "traces": [], "errors": [], "systems": systems}
+    assert CreditResult._from(run).systems == systems
+    assert CreditResult._from({**run, "systems": []}).systems == []
+    assert CreditResult._from({k: v for k, v in run.items() if k != "systems"}).systems == []

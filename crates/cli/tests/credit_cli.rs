@@ -249,6 +249,53 @@ async fn credit_on_debate_and_whowhen_traces() {
         "{cs:?}"
     );
     assert!((v["table"]["round_credit"][0].as_f64().unwrap() - 0.4).abs() < 1e-9);
+    assert!(
+        v.get("systems").is_none(),
+        "one system: its table is the run's"
+    );
+    // Two systems (a debate and a Who&When run share no agent): a table each, never one table
+    // whose roles mix both.
+    let (out3, html3) = (dir.path().join("two.json"), dir.path().join("two.html"));
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "credit",
+            ww.to_str().unwrap(),
+            traces.to_str().unwrap(),
+            "--limit",
+            "2",
+            "--window",
+            "4",
+            "--model",
+            &spec,
+            "--cache-mode",
+            "off",
+            "--out",
+            out3.to_str().unwrap(),
+            "--html",
+            html3.to_str().unwrap(),
+            "-q",
+        ],
+    ))
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out3).unwrap()).unwrap();
+    let systems = v["systems"].as_array().expect("a table per system");
+    assert_eq!(systems.len(), 2, "{v}");
+    assert_eq!(
+        systems[1]["table"]["roles"],
+        json!(["analyst", "skeptic", "synthesizer"])
+    );
+    let ww_roles = systems[0]["table"]["roles"].as_array().unwrap();
+    assert!(!ww_roles.iter().any(|r| r == "analyst"), "{ww_roles:?}");
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(md.contains("come from 2 multi-agent systems"), "{md}");
+    assert!(
+        md.contains("System 1 of 2") && md.contains("System 2 of 2"),
+        "{md}"
+    );
+    let page = std::fs::read_to_string(&html3).unwrap();
+    assert_eq!(page.matches("<svg").count(), 2, "a heat map per system");
     // Unreadable input: a clear error, the run goes on with the readable files.
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{not json").unwrap();

@@ -5,8 +5,8 @@
 use crate::credit::CreditTable;
 use crate::critic::{AGENT_TURN_EVAL, AGGREGATOR_EVAL, PEER_VIEW_JUDGE};
 use crate::trace_credit::{
-    corpus_table, trace_credit, TraceCredit, TraceCreditOptions, GENERIC_TURN_EVAL,
-    GENERIC_TURN_EVAL_INPUT, GENERIC_WINDOW_JUDGE, GENERIC_WINDOW_JUDGE_INPUT,
+    corpus_table, system_tables, trace_credit, SystemCredit, TraceCredit, TraceCreditOptions,
+    GENERIC_TURN_EVAL, GENERIC_TURN_EVAL_INPUT, GENERIC_WINDOW_JUDGE, GENERIC_WINDOW_JUDGE_INPUT,
 };
 use crate::CreditError;
 use maslens_llm::{ChatModel, LlmError};
@@ -40,6 +40,11 @@ pub struct CreditRun {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deferred: Vec<String>,
     pub prompt_versions: Vec<String>,
+    /// When the traces come from several multi-agent systems (traces sharing no agent name),
+    /// one table per system: the corpus table then mixes roles of different systems, and the
+    /// reports show these instead. Empty for one system.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub systems: Vec<SystemCredit>,
 }
 
 fn v1() -> u32 {
@@ -122,6 +127,7 @@ pub async fn credit_traces_with_progress(
         model: model.id().to_string(),
         lambda: opts.lambda,
         table: corpus_table(&ok),
+        systems: system_tables(&ok),
         traces: ok,
         errors,
         deferred,
@@ -137,6 +143,50 @@ impl CreditRun {
             self.traces.len(),
             self.model
         )
+    }
+
+    /// The tables a report shows, each with its title: the corpus table, or one per system
+    /// when the traces come from several.
+    pub fn sections(&self) -> Vec<(String, &CreditTable)> {
+        if self.systems.is_empty() {
+            return vec![(self.title(), &self.table)];
+        }
+        let n = self.systems.len();
+        self.systems
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let title = format!(
+                    "System {} of {n} (agents {}): credit over {} trace(s), model {} (cells: \
+                     fused c; last row: temporal credit)",
+                    k + 1,
+                    s.agents.join(", "),
+                    s.traces.len(),
+                    self.model
+                );
+                (title, &s.table)
+            })
+            .collect()
+    }
+
+    /// The run as Markdown: its table, or one per system.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        if !self.systems.is_empty() {
+            out.push_str(&systems_note(self.systems.len()));
+            out.push_str("\n\n");
+        }
+        for (title, table) in self.sections() {
+            out.push_str(&crate::report::credit_markdown(table, &title));
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The run as a self-contained HTML page: a heat map and a table per section.
+    pub fn html(&self) -> String {
+        let note = (!self.systems.is_empty()).then(|| systems_note(self.systems.len()));
+        crate::report::credit_html_sections(&self.sections(), note.as_deref())
     }
 
     /// The verdict written back onto the trace a credit result belongs to.
@@ -165,6 +215,14 @@ impl CreditRun {
         }
         Ok(out)
     }
+}
+
+/// What a report over several systems says first.
+fn systems_note(n: usize) -> String {
+    format!(
+        "These traces come from {n} multi-agent systems (traces that share no agent name): one \
+         table per system, since credit is relative to the roles of one system."
+    )
 }
 
 #[cfg(test)]

@@ -108,28 +108,36 @@ pub fn credit_markdown(t: &CreditTable, title: &str) -> String {
 /// The self-contained HTML page of `maslens credit` (`templates/credit_report.html.j2`): the
 /// role x segment heatmap (last row: temporal credit) and the credit table.
 pub fn credit_html(t: &CreditTable, title: &str) -> String {
-    let rows: Vec<String> = t
-        .roles
+    credit_html_sections(&[(title.to_string(), t)], None)
+}
+
+/// [`credit_html`] with a heat map and a table per section (one per system of a corpus that
+/// holds several), after `note`.
+pub fn credit_html_sections(sections: &[(String, &CreditTable)], note: Option<&str>) -> String {
+    let sections: Vec<serde_json::Value> = sections
         .iter()
-        .cloned()
-        .chain(["temporal credit".to_string()])
+        .map(|(title, t)| {
+            let rows: Vec<String> = t
+                .roles
+                .iter()
+                .cloned()
+                .chain(["temporal credit".to_string()])
+                .collect();
+            let mut vals = t.cell.clone();
+            vals.push(t.round_credit.clone());
+            let heatmap = Figure::from(heatmap_svg(
+                "Role x segment credit",
+                &rows,
+                &t.rounds,
+                &vals,
+                (0.0, 1.0),
+            ));
+            serde_json::json!({"heatmap": heatmap, "t": credit_table_view(t, title)})
+        })
         .collect();
-    let mut vals = t.cell.clone();
-    vals.push(t.round_credit.clone());
-    let heatmap = Figure::from(heatmap_svg(
-        "Role x segment credit",
-        &rows,
-        &t.rounds,
-        &vals,
-        (0.0, 1.0),
-    ));
     render(
         "credit_report.html.j2",
-        serde_json::json!({
-            "title": "maslens credit",
-            "heatmap": heatmap,
-            "t": credit_table_view(t, title),
-        }),
+        serde_json::json!({"title": "maslens credit", "note": note, "sections": sections}),
     )
 }
 

@@ -575,6 +575,43 @@ pub fn systems(results: &[TraceCredit]) -> Vec<Vec<usize>> {
     groups.into_iter().map(|(_, members)| members).collect()
 }
 
+/// One multi-agent system of a corpus that holds several ([`systems`]): its traces and its own
+/// table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SystemCredit {
+    /// The system's traces (ids), in input order.
+    pub traces: Vec<String>,
+    /// Its agents, in order of first appearance.
+    pub agents: Vec<String>,
+    pub table: CreditTable,
+}
+
+/// One [`SystemCredit`] per system of `results` when they hold more than one; empty when they
+/// are one system, whose table is the corpus table.
+pub fn system_tables(results: &[TraceCredit]) -> Vec<SystemCredit> {
+    let groups = systems(results);
+    if groups.len() < 2 {
+        return Vec::new();
+    }
+    groups
+        .iter()
+        .map(|members| {
+            let of: Vec<TraceCredit> = members.iter().map(|&i| results[i].clone()).collect();
+            let mut agents: Vec<String> = Vec::new();
+            for a in of.iter().flat_map(|r| &r.agents) {
+                if !agents.contains(a) {
+                    agents.push(a.clone());
+                }
+            }
+            SystemCredit {
+                traces: of.iter().map(|r| r.trace_id.clone()).collect(),
+                agents,
+                table: corpus_table(&of),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,6 @@ use crate::llm_args::LlmArgs;
 use crate::Global;
 use maslens_credit::config::Decoding;
 use maslens_credit::credit_run::credit_traces_with_progress;
-use maslens_credit::report::{credit_html, credit_markdown};
 use maslens_credit::trace_credit::{Segmenting, TraceCreditOptions};
 use maslens_llm::ChatModel;
 use std::io::Write;
@@ -123,7 +122,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         eprintln!("credit table stored in {db} as {id}");
     }
     if let Some(p) = &args.html {
-        crate::ui::write_atomic(p, credit_html(table, &title).as_bytes())?;
+        crate::ui::write_atomic(p, run.html().as_bytes())?;
     }
     if let Some(p) = &args.write_verdicts {
         // Written beside the path and renamed once complete (crate::ui::sink).
@@ -138,12 +137,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"model": model_id, "table": table, "errors": errors})
-            )?
+            serde_json::to_string_pretty(&serde_json::json!({
+                "model": model_id, "table": table, "systems": run.systems, "errors": errors
+            }))?
         )?;
     } else {
-        writeln!(out, "{}", credit_markdown(table, &title))?;
+        write!(out, "{}", run.markdown())?;
         for e in errors {
             writeln!(out, "problem: {e}")?;
         }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use maslens_credit::trace_credit::{corpus_table, systems, TraceCredit};
+use maslens_credit::trace_credit::{corpus_table, system_tables, TraceCredit};
 use maslens_store::{Diagnosis, RunSummary};
 use maslens_trace::Trace;
 use serde::Serialize;
@@ -548,18 +548,12 @@ pub struct SystemHeat {
 /// One table per system when the run's traces come from more than one (traces sharing no agent
 /// name); empty when they are one system, whose table is the run's own.
 pub fn system_heatmaps(credits: &[TraceCredit]) -> Vec<SystemHeat> {
-    let groups = systems(credits);
-    if groups.len() < 2 {
-        return Vec::new();
-    }
-    groups
+    system_tables(credits)
         .iter()
-        .filter_map(|members| {
-            let of: Vec<TraceCredit> = members.iter().map(|&i| credits[i].clone()).collect();
-            let heat = heatmap(&serde_json::to_value(corpus_table(&of)).ok()?)?;
+        .filter_map(|s| {
             Some(SystemHeat {
-                traces: of.len(),
-                heat,
+                traces: s.traces.len(),
+                heat: heatmap(&serde_json::to_value(&s.table).ok()?)?,
             })
         })
         .collect()
