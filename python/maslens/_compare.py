@@ -26,10 +26,10 @@ from ._results import CompareReport
 
 #: The methods ``eval_compare`` runs, as ``maslens eval compare --methods`` names them.
 CompareMethod = Literal[
-    "prior", "stacked", "agentlocate", "llm", "all-at-once", "step-by-step", "binary-search"
+    "prior", "stacked", "agentlocate", "llm", "all-at-once", "step-by-step", "binary-search", "a2p"
 ]
 ALL_METHODS: tuple[CompareMethod, ...] = (
-    "prior", "stacked", "agentlocate", "all-at-once", "step-by-step", "binary-search"
+    "prior", "stacked", "agentlocate", "all-at-once", "step-by-step", "binary-search", "a2p"
 )
 
 
@@ -60,7 +60,7 @@ def eval_compare(
     compare``): per method agent and step accuracy with intervals, calls, tokens, cost; paired
     McNemar tests and bootstrap intervals between every two methods. ``methods``: ``prior``,
     ``stacked``, ``agentlocate`` (alias ``llm``), ``all-at-once``, ``step-by-step``,
-    ``binary-search``; each sets its own method, protocol and variant. ``out`` writes
+    ``binary-search``, ``a2p``; each sets its own method, protocol and variant. ``out`` writes
     compare.json, compare.md and each method's ``eval_locate`` report directory there."""
     _check_llm("eval_compare", llm)
     unknown = [m for m in methods if m not in ALL_METHODS and m != "llm"]

@@ -244,7 +244,13 @@ fn quoting(u: &str, n: usize) -> String {
 fn fixture_handler() -> Handler {
     Arc::new(|body: &Value, _| {
         let u = last_user(body);
-        let text = if u.contains("Your task: read the whole trace") {
+        let text = if u.contains("2. Action:") {
+            // A2P: the three stages, then the location.
+            format!(
+                r#"{{"abduction":"a cause","action":"a fix","prediction":"solved","resolves":true,"reason":"{}","agent":"x","step":2,"confidence":0.6}}"#,
+                quoting(&u, 2)
+            )
+        } else if u.contains("Your task: read the whole trace") {
             format!(
                 r#"{{"reason":"{}","agent":"WrongName","step":1,"confidence":0.7}}"#,
                 quoting(&u, 1)
@@ -361,6 +367,7 @@ async fn eval_locate_runs_every_protocol_and_exports_refinement() {
         ("all-at-once", "judge-only", 1),
         ("step-by-step", "judge-only", 2),
         ("binary-search", "judge-only", 0),
+        ("a2p", "judge-only", 2),
         ("all-at-once", "full", 2),
     ] {
         let o = run(maslens(
@@ -497,6 +504,29 @@ async fn eval_locate_runs_every_protocol_and_exports_refinement() {
         sh.contains("--lora_r 64")
             && sh.contains("--lora_alpha 128")
             && sh.contains("--num_train_epochs 3")
+    );
+    // A2P trains no Judge: an export in it is refused before any call.
+    let o = run(maslens(
+        dir.path(),
+        &[
+            "eval",
+            "locate",
+            &ds,
+            "--limit",
+            "1",
+            "--model",
+            &spec,
+            "--protocol",
+            "a2p",
+            "--export-refinement",
+            rdir.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("A2P trains no Judge"),
+        "{o:?}"
     );
 }
 

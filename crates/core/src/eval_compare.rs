@@ -35,16 +35,19 @@ pub enum CompareMethod {
     StepByStep,
     /// Who&When's binary search: the Judge halves the log until one step is left.
     BinarySearch,
+    /// A2P: one Judge call that reasons abduction, action, prediction, then locates.
+    A2p,
 }
 
 impl CompareMethod {
-    pub const ALL: [CompareMethod; 6] = [
+    pub const ALL: [CompareMethod; 7] = [
         CompareMethod::Prior,
         CompareMethod::Stacked,
         CompareMethod::Agentlocate,
         CompareMethod::AllAtOnce,
         CompareMethod::StepByStep,
         CompareMethod::BinarySearch,
+        CompareMethod::A2p,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +58,7 @@ impl CompareMethod {
             CompareMethod::AllAtOnce => "all-at-once",
             CompareMethod::StepByStep => "step-by-step",
             CompareMethod::BinarySearch => "binary-search",
+            CompareMethod::A2p => "a2p",
         }
     }
 
@@ -67,6 +71,7 @@ impl CompareMethod {
             CompareMethod::AllAtOnce | CompareMethod::StepByStep | CompareMethod::BinarySearch => {
                 "Who&When (Zhang et al., 2025)"
             }
+            CompareMethod::A2p => "A2P, Abduct-Act-Predict (West et al., 2025)",
         }
     }
 
@@ -112,6 +117,7 @@ impl CompareMethod {
             CompareMethod::AllAtOnce => judge_alone(Protocol::AllAtOnce),
             CompareMethod::StepByStep => judge_alone(Protocol::StepByStep),
             CompareMethod::BinarySearch => judge_alone(Protocol::BinarySearch),
+            CompareMethod::A2p => judge_alone(Protocol::A2p),
         }
     }
 }

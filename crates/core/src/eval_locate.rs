@@ -11,7 +11,7 @@ use maslens_eval::run::{
     evaluate, split, EvalRun, EvalSpec, LabelledCase, Localizer, Progress, Table,
 };
 use maslens_llm::OpenOptions;
-use maslens_locate::Variant;
+use maslens_locate::{Protocol, Variant};
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -242,6 +242,13 @@ pub async fn eval_locate_with(
     opened: Option<Models>,
     progress: &dyn Progress,
 ) -> Result<EvalLocateOutput, CoreError> {
+    if opts.export_refinement.is_some() && opts.locate.protocol == Protocol::A2p {
+        return Err(CoreError::Invalid(
+            "--export-refinement teaches the Judge in all-at-once, step-by-step or binary-search; \
+             A2P trains no Judge (choose another --protocol)"
+                .into(),
+        ));
+    }
     let (path, format) = parse_dataset(&opts.dataset);
     let ds = load_dataset(&path, format, opts.subset.as_deref());
     let mut problems = ds.problems();

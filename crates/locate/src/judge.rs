@@ -18,7 +18,14 @@
 //!   unparsable answer deterministically goes to the **first** half (the decisive step is the
 //!   earliest one). Confidence is the minimum over the answered rounds.
 //!
+//! - **a2p** (Abduct-Act-Predict, West et al. 2025, arXiv 2509.10401; [`a2p`]): one call over
+//!   the whole trace that reasons in the paper's three stages (the hidden cause, the smallest
+//!   correction, the run predicted forward with it) before it names the step and agent. Too
+//!   long for one call: all-at-once's windows.
+//!
 //! By default no protocol sees the reference answer; `Settings::with_ground_truth` adds it.
+
+mod a2p;
 
 use crate::render::{self, Strategy, MIN_STEP_CHARS};
 use crate::{finding_from_answer, prompts, Finding, LocateError, LocationAnswer};
@@ -38,6 +45,8 @@ pub enum Protocol {
     AllAtOnce,
     StepByStep,
     BinarySearch,
+    /// Abduct-Act-Predict ([`a2p`]).
+    A2p,
 }
 
 impl Protocol {
@@ -46,13 +55,15 @@ impl Protocol {
             Protocol::AllAtOnce => "all-at-once",
             Protocol::StepByStep => "step-by-step",
             Protocol::BinarySearch => "binary-search",
+            Protocol::A2p => "a2p",
         }
     }
-    pub fn all() -> [Protocol; 3] {
+    pub fn all() -> [Protocol; 4] {
         [
             Protocol::AllAtOnce,
             Protocol::StepByStep,
             Protocol::BinarySearch,
+            Protocol::A2p,
         ]
     }
 }
@@ -64,8 +75,9 @@ impl std::str::FromStr for Protocol {
             "all-at-once" | "all_at_once" => Ok(Protocol::AllAtOnce),
             "step-by-step" | "step_by_step" => Ok(Protocol::StepByStep),
             "binary-search" | "binary_search" | "binary" => Ok(Protocol::BinarySearch),
+            "a2p" | "abduct-act-predict" => Ok(Protocol::A2p),
             other => Err(format!(
-                "unknown protocol {other:?} (all-at-once, step-by-step, binary-search)"
+                "unknown protocol {other:?} (all-at-once, step-by-step, binary-search, a2p)"
             )),
         }
     }
@@ -267,6 +279,7 @@ pub async fn judge_guided(
         Protocol::AllAtOnce => all_at_once(model, trace, settings, prior).await,
         Protocol::StepByStep => step_by_step(model, trace, settings, prior).await,
         Protocol::BinarySearch => binary_search(model, trace, settings, prior).await,
+        Protocol::A2p => a2p::a2p(model, trace, settings, prior).await,
     }
 }
 
@@ -283,7 +296,7 @@ pub(crate) fn budget(model: &dyn ChatModel, trace: &Trace, settings: &Settings) 
     render::trace_budget(model, overhead, settings.max_answer_tokens as usize)
 }
 
-async fn all_at_once(
+pub(crate) async fn all_at_once(
     model: &dyn ChatModel,
     trace: &Trace,
     settings: &Settings,

@@ -363,6 +363,7 @@ impl<'a> Locator<'a> {
             Protocol::AllAtOnce => prompts::JUDGE_ALL_AT_ONCE,
             Protocol::StepByStep => prompts::JUDGE_STEP,
             Protocol::BinarySearch => prompts::JUDGE_BINARY,
+            Protocol::A2p => prompts::JUDGE_A2P,
         });
         let settings = &self.config.settings;
         let r = judge_guided(self.judge, trace, protocol, settings, guide).await?;

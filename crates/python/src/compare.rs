@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 /// `maslens eval compare` over a dataset spec: `methods` by name (`prior`, `stacked`,
-/// `agentlocate`, `all-at-once`, `step-by-step`, `binary-search`), the other options as
+/// `agentlocate`, `all-at-once`, `step-by-step`, `binary-search`, `a2p`), the other options as
 /// `eval_locate` takes them (their method, protocol and variant are set per method). Returns
 /// `{"report", "problems", "markdown"}` as JSON; with `out` in the eval options, compare.json,
 /// compare.md and each method's report directory are written there.
