@@ -63,9 +63,10 @@ def eval_compare(
     ``binary-search``, ``a2p``; each sets its own method, protocol and variant. ``out`` writes
     compare.json, compare.md and each method's ``eval_locate`` report directory there."""
     _check_llm("eval_compare", llm)
-    unknown = [m for m in methods if m not in ALL_METHODS and m != "llm"]
+    known = _native.compare_methods()
+    unknown = [m for m in methods if m not in known and m != "llm"]
     if unknown:
-        raise OptionsError(f'unknown method "{unknown[0]}" in methods (methods: {", ".join(ALL_METHODS)})')
+        raise OptionsError(f'unknown method "{unknown[0]}" in methods (methods: {", ".join(known)})')
     if not methods:
         raise OptionsError("methods names no method")
     opts = _locate_options(

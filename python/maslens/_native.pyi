@@ -120,6 +120,7 @@ def eval_locate(
     eval_options: dict[str, Any] | None = None,
     progress: _ProgressCallback | None = None,
 ) -> str: ...
+def compare_methods() -> list[str]: ...
 def eval_compare(
     dataset: str,
     methods: list[str],

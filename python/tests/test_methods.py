@@ -263,6 +263,17 @@ def test_eval_compare_on_a_real_model_matches_the_cli(data: Path, maslens_bin: P
         maslens.eval_compare(spec, methods=("echo",), progress=False)  # type: ignore[arg-type]
 
 
+def test_compare_method_names_are_the_native_ones() -> None:
+    """The typed names (`CompareMethod`, the default `ALL_METHODS`) are the Rust ones, in order."""
+    from typing import get_args
+
+    from maslens import _native
+    from maslens._compare import ALL_METHODS, CompareMethod
+
+    assert list(ALL_METHODS) == _native.compare_methods()
+    assert set(get_args(CompareMethod)) == set(ALL_METHODS) | {"llm"}
+
+
 def test_credit_result_carries_a_table_per_system() -> None:
     """The credit file's `systems` (one table per multi-agent system, crates/cli/tests/credit_cli.rs
     makes one) reach `CreditResult.systems`; a one-system file has none."""

@@ -7,6 +7,13 @@ use maslens_core::eval_compare::{eval_compare_with, CompareMethod, CompareOption
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+/// The method names `eval_compare` takes, in the report's default order (`maslens eval compare
+/// --methods`; `llm` is also accepted for `agentlocate`).
+#[pyfunction]
+pub fn compare_methods() -> Vec<&'static str> {
+    CompareMethod::ALL.iter().map(|m| m.name()).collect()
+}
+
 /// `maslens eval compare` over a dataset spec: `methods` by name (`prior`, `stacked`,
 /// `agentlocate`, `all-at-once`, `step-by-step`, `binary-search`, `a2p`), the other options as
 /// `eval_locate` takes them (their method, protocol and variant are set per method). Returns

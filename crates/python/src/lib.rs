@@ -205,6 +205,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(methods::advantages, m)?)?;
     m.add_function(wrap_pyfunction!(methods::eval_locate, m)?)?;
     m.add_function(wrap_pyfunction!(compare::eval_compare, m)?)?;
+    m.add_function(wrap_pyfunction!(compare::compare_methods, m)?)?;
     m.add_function(wrap_pyfunction!(methods::modes, m)?)?;
     m.add_function(wrap_pyfunction!(improve::modes_propose, m)?)?;
     m.add_function(wrap_pyfunction!(debate::debate_prompts, m)?)?;
