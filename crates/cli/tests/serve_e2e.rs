@@ -1,5 +1,5 @@
-//! End to end with real components: agent frameworks (AutoGen AgentChat, LangGraph) instrumented
-//! by their OpenInference instrumentors, using `maslens serve-model` (the embedded SmolLM2-135M) as
+//! End to end with real components: agent frameworks (AutoGen AgentChat, LangGraph, the OpenAI
+//! Agents SDK) instrumented by their OpenInference instrumentors, using `maslens serve-model` (the embedded SmolLM2-135M) as
 //! their OpenAI-compatible model and exporting to `maslens serve`; Arize Phoenix (PyPI, its
 //! default SQLite) receiving the same spans and maslens' diagnoses as span annotations. The venv
 //! comes from `scripts/pyenv.sh --phoenix` (`.ci/run`). Slow: named `e2e_*`.
@@ -25,7 +25,7 @@ fn check(serve: &str, run_id: &str, agents: &[&str], summary: &Value) {
 }
 
 #[test]
-fn e2e_autogen_and_langgraph_runs_arrive_whole_and_get_diagnosed() {
+fn e2e_autogen_langgraph_and_openai_agents_live_runs_arrive_whole() {
     let Some(venv) = venv("bin/python") else {
         return;
     };
@@ -72,6 +72,21 @@ fn e2e_autogen_and_langgraph_runs_arrive_whole_and_get_diagnosed() {
         &["supervisor", "research_agent", "writer_agent"],
         &l,
     );
+    // The OpenAI Agents SDK: Triage hands off to Researcher when the model calls the handoff
+    // tool (the 135M model may not: then Triage alone acts, and answers).
+    let o = python(
+        &venv,
+        "openai_agents_run.py",
+        &["--base-url", &model.url, "--endpoint", &endpoint],
+    )
+    .remove(0);
+    let run = o["trace_ids"][0].as_str().expect("trace id");
+    let agents: &[&str] = if o["last_agent"] == "Researcher" {
+        &["Triage", "Researcher"]
+    } else {
+        &["Triage"]
+    };
+    check(&serve.url, run, agents, &o);
 }
 
 fn free_port() -> u16 {
