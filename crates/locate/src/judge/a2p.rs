@@ -155,7 +155,7 @@ mod tests {
             "reason": "\"2 + 3 = 6, so the product is 24\": two and three make five, so the product is wrong.",
             "agent": "Solver", "step": 1, "confidence": 0.8
         });
-        let model = ScriptedModel::new("fixture").on("locate/judge_a2p.v1", &answer.to_string());
+        let model = ScriptedModel::new("fixture").on("locate/judge_a2p.v1", answer.to_string());
         let r = judge(&model, &trace(), Protocol::A2p, &Settings::default())
             .await
             .unwrap();
