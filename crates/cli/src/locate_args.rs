@@ -2,7 +2,10 @@
 //! (flatten `MethodArgs`); they describe a `maslens_core::locate::LocateOptions`.
 
 use crate::inputs::enum_parser;
+use crate::llm_args::LlmArgs;
+use maslens_core::eval_locate::EvalLocateOptions;
 use maslens_core::locate::{ErrorModes, LocateOptions, Method};
+use maslens_eval::metrics::Scorer;
 use maslens_locate::{Protocol, Style, Variant};
 
 /// `--variant` values: each variant's names (`Variant::names`), its own first.
@@ -156,5 +159,47 @@ pub fn export_rounds_left(
             if evaluators { ", then at most 2 for the Evaluators" } else { "" }
         ))
         }
+    }
+}
+
+/// The cases an evaluation runs on, its localizer and model, and how it scores (`eval locate`,
+/// `eval compare`).
+#[derive(clap::Args, Debug)]
+pub struct CaseArgs {
+    /// `whowhen:DIR`, `aegis:FILE`, or a path (format auto-detected).
+    pub dataset: String,
+    #[command(flatten)]
+    pub method: MethodArgs,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+    /// Score with the Who&When reference scorer (substring matching; unparsed = wrong) instead of exact.
+    #[arg(long)]
+    pub compat_substring: bool,
+    /// Evaluate only the first N cases (by id) of the evaluated side.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Only cases whose id starts with this (e.g. `Hand-Crafted/`).
+    #[arg(long)]
+    pub subset: Option<String>,
+}
+
+impl CaseArgs {
+    /// The options of an evaluation of these cases with `seed` and `tolerances` (no split,
+    /// predictions or refinement export: `eval locate` sets its own).
+    pub fn options(&self, seed: u64, tolerances: &[usize]) -> anyhow::Result<EvalLocateOptions> {
+        Ok(EvalLocateOptions {
+            dataset: self.dataset.clone(),
+            locate: self.method.options(),
+            model: self.llm.model()?,
+            llm: self.llm.options()?,
+            scorer: Scorer::from_compat(self.compat_substring),
+            split: None,
+            seed,
+            predictions: None,
+            limit: self.limit,
+            subset: self.subset.clone(),
+            tolerances: tolerances.to_vec(),
+            export_refinement: None,
+        })
     }
 }

@@ -3,12 +3,11 @@
 //! (`maslens_core::eval_locate`).
 
 use crate::llm_args::LlmArgs;
-use crate::locate_args::MethodArgs;
+use crate::locate_args::{CaseArgs, MethodArgs};
 use crate::Global;
 use anyhow::Context;
 use maslens_core::eval_locate::{eval_locate, EvalLocateOptions, RefineExport};
 use maslens_core::refinement::{attach_finetune, check_finetuned_on};
-use maslens_eval::metrics::Scorer;
 use maslens_store::diagnosis::ReportKind;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,48 +73,6 @@ pub struct StackArgs {
     /// Only cases whose id starts with this (e.g. `Hand-Crafted/`).
     #[arg(long)]
     pub subset: Option<String>,
-}
-
-/// The cases an evaluation runs on, its localizer and model, and how it scores (`eval locate`,
-/// `eval compare`).
-#[derive(clap::Args, Debug)]
-pub struct CaseArgs {
-    /// `whowhen:DIR`, `aegis:FILE`, or a path (format auto-detected).
-    pub dataset: String,
-    #[command(flatten)]
-    pub method: MethodArgs,
-    #[command(flatten)]
-    pub llm: LlmArgs,
-    /// Score with the Who&When reference scorer (substring matching; unparsed = wrong) instead of exact.
-    #[arg(long)]
-    pub compat_substring: bool,
-    /// Evaluate only the first N cases (by id) of the evaluated side.
-    #[arg(long)]
-    pub limit: Option<usize>,
-    /// Only cases whose id starts with this (e.g. `Hand-Crafted/`).
-    #[arg(long)]
-    pub subset: Option<String>,
-}
-
-impl CaseArgs {
-    /// The options of an evaluation of these cases with `seed` and `tolerances` (no split,
-    /// predictions or refinement export: `eval locate` sets its own).
-    pub fn options(&self, seed: u64, tolerances: &[usize]) -> anyhow::Result<EvalLocateOptions> {
-        Ok(EvalLocateOptions {
-            dataset: self.dataset.clone(),
-            locate: self.method.options(),
-            model: self.llm.model()?,
-            llm: self.llm.options()?,
-            scorer: Scorer::from_compat(self.compat_substring),
-            split: None,
-            seed,
-            predictions: None,
-            limit: self.limit,
-            subset: self.subset.clone(),
-            tolerances: tolerances.to_vec(),
-            export_refinement: None,
-        })
-    }
 }
 
 #[derive(clap::Args, Debug)]

@@ -1,7 +1,8 @@
 //! `maslens eval compare DATASET --methods ...`: several localizers on the same cases with the
 //! same model and cache, in one report with paired tests (`maslens_core::eval_compare`).
 
-use super::{exit_code, finish_problems, CaseArgs};
+use super::{exit_code, finish_problems};
+use crate::locate_args::CaseArgs;
 use crate::Global;
 use anyhow::Context;
 use maslens_core::eval_compare::{eval_compare, CompareMethod, CompareOptions};
