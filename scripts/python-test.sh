@@ -57,7 +57,9 @@ local_log="$tdir/wheels/local-build.log"
 mkdir -p "$tdir/wheels"
 NICE="nice -n 19" build_wheel local --features local >"$tdir/wheels/local-path" 2>"$local_log" &
 local_pid=$!
-trap 'pkill -TERM -P "$local_pid" 2>/dev/null; kill "$local_pid" 2>/dev/null || true' EXIT
+# Stops the build when the script ends early; each part may find nothing to stop (`|| true`: under
+# `set -e` a failing command in the trap would turn a passing run's exit status into 1).
+trap '{ pkill -TERM -P "$local_pid" || true; kill "$local_pid" || true; } 2>/dev/null' EXIT
 start=$SECONDS
 "$venv/bin/python" -m pytest -q --durations=12 python/tests --ignore=python/tests/test_frameworks_openai2.py \
   --ignore=python/tests/test_local_model.py "$@"
