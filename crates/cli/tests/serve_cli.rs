@@ -314,6 +314,11 @@ fn sigterm_drains_and_exits_cleanly() {
         post(&format!("{}/v1/traces", server.url), line.trim()).0,
         200
     );
+    sigterm_exits_cleanly_within(&mut server, Duration::from_secs(20));
+}
+
+/// SIGTERM to `server`, then its exit code 0 within `limit` (a panic naming the limit otherwise).
+fn sigterm_exits_cleanly_within(server: &mut common::serve::Proc, limit: Duration) {
     let _ = Command::new("kill")
         .args(["-TERM", &server.child.id().to_string()])
         .status();
@@ -323,8 +328,8 @@ fn sigterm_drains_and_exits_cleanly() {
             break s;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "still running 20 s after SIGTERM"
+            start.elapsed() < limit,
+            "still running {limit:?} after SIGTERM"
         );
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -461,21 +466,7 @@ fn e2e_sigterm_stops_a_running_local_job_which_runs_after_a_restart() {
     );
     poll(&job_url, |j| j["state"] == "running", 120);
     std::thread::sleep(Duration::from_millis(1500)); // inside the model's first call
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = server.child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "still running 5 s after SIGTERM, with a local job running"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0), "{status:?}");
+    sigterm_exits_cleanly_within(&mut server, Duration::from_secs(5));
 
     let again = common::serve::start(&args, None);
     let job_url = job_url.replace(&server.url, &again.url);
