@@ -135,27 +135,44 @@ pub fn evidence_of_mode<'a>(
         .collect()
 }
 
-/// Why [`propose`] cannot propose a fix for `mode` from its example runs' traces (`trace_of`:
-/// a run id's trace, when there is one), or `None` when it can: the mode names no agent, no
-/// example records the agent's system prompt, or no example has a located step. The modes
-/// reports mark each mode with it ([`mark`]), so a front end offers "propose a fix" only where
-/// one can be made.
-pub fn obstacle<'a>(mode: &Mode, trace_of: impl Fn(&str) -> Option<&'a Trace>) -> Option<String> {
-    let Some(agent) = &mode.agent else {
-        return Some("the mode has no located agent: there is no prompt to change".into());
+/// What a proposal for a mode is made from: its agent, the agent's recorded prompt, and the
+/// evidence of its examples.
+struct Inputs {
+    agent: String,
+    before: String,
+    evidence: Vec<Evidence>,
+}
+
+/// The [`Inputs`] of `mode` from its example runs' traces (`trace_of`: a run id's trace, when
+/// there is one), or why there are none: the mode names no agent, no example records the
+/// agent's system prompt, or no example has a located step.
+fn inputs<'a>(mode: &Mode, trace_of: impl Fn(&str) -> Option<&'a Trace>) -> Result<Inputs, String> {
+    let Some(agent) = mode.agent.clone() else {
+        return Err("the mode has no located agent: there is no prompt to change".into());
     };
-    let traces = example_traces(mode, &trace_of);
-    if prompt_of(agent, traces.iter().copied()).is_none() {
-        return Some(format!(
+    let Some(before) = prompt_of(&agent, example_traces(mode, &trace_of)) else {
+        return Err(format!(
             "its runs do not record {agent}'s system prompt (over OpenTelemetry: \
              gen_ai.system_instructions or a system message); run the improvement loop on the \
              system instead (docs/improve.md)"
         ));
+    };
+    let evidence = evidence_of_mode(mode, &trace_of);
+    if evidence.is_empty() {
+        return Err("no example run has a located step in a stored trace".into());
     }
-    if evidence_of_mode(mode, &trace_of).is_empty() {
-        return Some("no example run has a located step in a stored trace".into());
-    }
-    None
+    Ok(Inputs {
+        agent,
+        before,
+        evidence,
+    })
+}
+
+/// Why [`propose`] cannot propose a fix for `mode` (see [`inputs`]), or `None` when it can. The
+/// modes reports mark each mode with it ([`mark`]), so a front end offers "propose a fix" only
+/// where one can be made.
+pub fn obstacle<'a>(mode: &Mode, trace_of: impl Fn(&str) -> Option<&'a Trace>) -> Option<String> {
+    inputs(mode, trace_of).err()
 }
 
 /// Mark every mode of `report` with its [`obstacle`] (`Mode::no_proposal`).
@@ -207,25 +224,16 @@ pub async fn propose(
     max_tokens: u32,
     seed: u64,
 ) -> Result<FixProposal, CoreError> {
-    let trace_of = |run: &str| traces.get(run);
-    if let Some(why) = obstacle(mode, trace_of) {
-        return Err(CoreError::Invalid(format!(
+    let Inputs {
+        agent,
+        before,
+        evidence,
+    } = inputs(mode, |run| traces.get(run)).map_err(|why| {
+        CoreError::Invalid(format!(
             "no fix can be proposed for failure mode {}: {why}",
             mode.id
-        )));
-    }
-    let (Some(agent), Some(before)) = (
-        mode.agent.clone(),
-        mode.agent
-            .as_deref()
-            .and_then(|a| prompt_of(a, example_traces(mode, trace_of))),
-    ) else {
-        return Err(CoreError::Invalid(format!(
-            "failure mode {} has no agent prompt",
-            mode.id
-        )));
-    };
-    let evidence = evidence_of_mode(mode, trace_of);
+        ))
+    })?;
     let rewrite = rewrite(model, &agent, &before, &evidence, max_tokens, seed).await?;
     Ok(FixProposal {
         format_version: FORMAT_VERSION,

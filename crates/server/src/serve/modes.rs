@@ -2,7 +2,7 @@
 //! the store's failed runs ([`maslens_store::Store::failed_runs`]) grouped by
 //! [`maslens_core::modes::group`].
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::api::{error, store_error};
@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use maslens_core::improve;
-use maslens_core::modes::{self, FailureCase, ModesOptions, ModesReport};
+use maslens_core::modes::{self, FailureCase, Mode, ModesOptions, ModesReport};
 use maslens_store::{FailedRun, FailedRunFilter, Store, StoreError};
 use maslens_trace::Trace;
 
@@ -67,8 +67,23 @@ impl ModesQuery {
     }
 }
 
-/// The modes of the runs `query` selects.
+/// The modes of the runs `query` selects, each marked with whether a fix can be proposed for it
+/// ([`improve::propose::mark`], from the stored traces of the located modes' examples).
 pub async fn from_store(store: &Store, query: &ModesQuery) -> Result<ModesReport, ModesError> {
+    let mut report = grouped(store, query).await?;
+    let located = report
+        .systems
+        .iter()
+        .flat_map(|s| &s.modes)
+        .filter(|m| m.agent.is_some());
+    let traces = example_traces(store, located).await?;
+    improve::propose::mark(&mut report, |run| traces.get(run));
+    Ok(report)
+}
+
+/// The modes of the runs `query` selects, not yet marked (what a proposal for one of them
+/// regroups: it checks its own mode).
+pub async fn grouped(store: &Store, query: &ModesQuery) -> Result<ModesReport, ModesError> {
     let options = query.options()?;
     let filter = query.filter();
     let (runs, more) = store.failed_runs(&filter).await.map_err(|e| match e {
@@ -77,8 +92,6 @@ pub async fn from_store(store: &Store, query: &ModesQuery) -> Result<ModesReport
     })?;
     let cases: Vec<FailureCase> = runs.into_iter().map(case).collect();
     let mut report = modes::group(&cases, options);
-    let traces = example_traces(store, &report).await?;
-    improve::propose::mark(&mut report, |run| traces.get(run));
     if more {
         report.notes.push(format!(
             "only the oldest {} runs were read (limit); raise it to read more",
@@ -88,19 +101,13 @@ pub async fn from_store(store: &Store, query: &ModesQuery) -> Result<ModesReport
     Ok(report)
 }
 
-/// The stored traces of the example runs of `report`'s located modes, by run id (what
-/// [`improve::propose::mark`] reads to say which modes can get a proposed fix).
-async fn example_traces(
+/// The stored traces of the example runs of `modes`, by run id.
+pub async fn example_traces<'a>(
     store: &Store,
-    report: &ModesReport,
-) -> Result<HashMap<String, Trace>, StoreError> {
-    let mut traces = HashMap::new();
-    let located = report
-        .systems
-        .iter()
-        .flat_map(|s| &s.modes)
-        .filter(|m| m.agent.is_some());
-    for example in located.flat_map(|m| &m.examples) {
+    modes: impl Iterator<Item = &'a Mode>,
+) -> Result<BTreeMap<String, Trace>, StoreError> {
+    let mut traces = BTreeMap::new();
+    for example in modes.flat_map(|m| &m.examples) {
         if traces.contains_key(&example.run) {
             continue;
         }

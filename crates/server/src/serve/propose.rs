@@ -4,7 +4,6 @@
 //! localization: it names no agent or step of its own), so the run pages list it and the outbox
 //! writes it back to Phoenix / OTLP as an annotation on the example's decisive-step span.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::api::{error, store_error};
-use super::modes::{from_store, ModesError, ModesQuery};
+use super::modes::{example_traces, grouped, ModesError, ModesQuery};
 use super::pipeline::{models, writeback_targets};
 use super::AppState;
 
@@ -74,20 +73,14 @@ pub async fn prepare(store: &Store, req: &ProposeRequest) -> Result<ModeToFix, P
         examples: Some(improve::propose::EXAMPLES),
         ..ModesQuery::default()
     };
-    let report = from_store(store, &query).await?;
+    let report = grouped(store, &query).await?;
     let (system, mode) = report
         .find(Some(&req.system), &req.mode)
         .map_err(|e| ProposeError::NotFound(e.to_string()))?;
-    let mut traces = BTreeMap::new();
-    for ex in &mode.examples {
-        if let Some(trace) = store.run(&ex.run).await?.and_then(|r| r.trace) {
-            traces.insert(ex.run.clone(), trace);
-        }
-    }
     Ok(ModeToFix {
         system: system.to_string(),
         mode: mode.clone(),
-        traces,
+        traces: example_traces(store, std::iter::once(mode)).await?,
     })
 }
 
