@@ -3,6 +3,7 @@
 //! left, so a long run is never silent. `--quiet` hides both.
 
 use maslens_eval::run::Progress;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -157,31 +158,78 @@ impl Meter {
     }
 }
 
-/// The library's progress callbacks on a [`Meter`]; case errors go to stderr above the bar.
-pub struct Bar(pub Meter);
+/// The library's [`Progress`] on a [`Meter`]: case errors and summaries go to stderr above the
+/// bar (summaries not with `--quiet`); it counts what a command's exit code and closing lines
+/// need (deferred cases, a budget stop).
+pub struct Bar {
+    meter: Meter,
+    quiet: bool,
+    deferred: AtomicUsize,
+    stopped: AtomicBool,
+}
 
 impl Bar {
     pub fn new(what: &str, quiet: bool) -> Bar {
-        Bar(Meter::new(what, 0, quiet))
+        Bar {
+            meter: Meter::new(what, 0, quiet),
+            quiet,
+            deferred: AtomicUsize::new(0),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// Cases whose calls went to a batch file (export mode).
+    pub fn deferred_cases(&self) -> usize {
+        self.deferred.load(Ordering::Relaxed)
+    }
+
+    /// Whether a budget stopped the run.
+    pub fn was_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
     }
 }
 
 impl Progress for Bar {
     fn start(&self, cases: usize) {
-        self.0.start(cases);
+        self.meter.start(cases);
     }
     fn case(&self, id: &str) {
-        self.0.set_message(id);
+        self.meter.set_message(id);
     }
     fn case_done(&self) {
-        self.0.inc(1);
+        self.meter.inc(1);
     }
-    fn error(&self, _id: &str, message: &str) {
-        self.0.suspend(|| eprintln!("error: {message}"));
+    fn summary(&self, _id: &str, line: &str) {
+        if !self.quiet {
+            self.meter
+                .suspend(|| eprintln!("{}", crate::term::inline(line)));
+        }
     }
-    // A deferred case (export mode) is no error: the export line at the end says what to do.
+    fn error(&self, id: &str, message: &str) {
+        let line = named(id, message);
+        self.meter
+            .suspend(|| eprintln!("error: {}", crate::term::inline(&line)));
+    }
+    // A deferred case is no error: the export line at the end says what to do.
+    fn deferred(&self, _id: &str) {
+        self.deferred.fetch_add(1, Ordering::Relaxed);
+    }
+    fn stopped(&self, id: &str, why: &str) {
+        self.stopped.store(true, Ordering::Relaxed);
+        let line = named(id, why);
+        self.meter
+            .suspend(|| eprintln!("error: {}", crate::term::inline(&line)));
+    }
     fn finish(&self) {
-        self.0.finish();
+        self.meter.finish();
+    }
+}
+
+/// `message` led by the case it is about (`t3: no steps`), once: some messages name it already.
+fn named(id: &str, message: &str) -> String {
+    match message.strip_prefix(id) {
+        Some(rest) if rest.starts_with(": ") => message.to_string(),
+        _ => format!("{id}: {message}"),
     }
 }
 
@@ -242,5 +290,12 @@ mod tests {
             log_line("scan", 0, 4, Duration::from_secs(7)),
             "scan: 0/4 done, 7s so far"
         );
+    }
+
+    #[test]
+    fn a_case_message_names_its_case_once() {
+        assert_eq!(named("t3", "no steps"), "t3: no steps");
+        assert_eq!(named("t3", "t3: not run (budget)"), "t3: not run (budget)");
+        assert_eq!(named("t3", "t30: other"), "t3: t30: other");
     }
 }

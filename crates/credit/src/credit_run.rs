@@ -9,6 +9,7 @@ use crate::trace_credit::{
     GENERIC_TURN_EVAL, GENERIC_TURN_EVAL_INPUT, GENERIC_WINDOW_JUDGE, GENERIC_WINDOW_JUDGE_INPUT,
 };
 use crate::CreditError;
+use maslens_eval::run::Progress;
 use maslens_llm::{ChatModel, LlmError};
 use maslens_trace::{Trace, Verdict};
 use serde::{Deserialize, Serialize};
@@ -68,24 +69,14 @@ pub fn prompt_versions() -> Vec<String> {
 }
 
 /// Score `traces` with at most `concurrency` traces in flight; a trace that fails is listed in
-/// `errors` and the run goes on.
+/// `errors` and the run goes on. `progress` hears each trace as it finishes (in completion
+/// order, which with concurrency is not input order).
 pub async fn credit_traces(
     model: Arc<dyn ChatModel>,
     traces: &[Trace],
     opts: &TraceCreditOptions,
     concurrency: usize,
-) -> CreditRun {
-    credit_traces_with_progress(model, traces, opts, concurrency, |_, _, _| {}).await
-}
-
-/// [`credit_traces`], calling `progress(done, total, trace id)` as each trace finishes (in
-/// completion order, which with concurrency is not input order).
-pub async fn credit_traces_with_progress(
-    model: Arc<dyn ChatModel>,
-    traces: &[Trace],
-    opts: &TraceCreditOptions,
-    concurrency: usize,
-    mut progress: impl FnMut(usize, usize, &str),
+    progress: &dyn Progress,
 ) -> CreditRun {
     let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let mut set = tokio::task::JoinSet::new();
@@ -96,22 +87,30 @@ pub async fn credit_traces_with_progress(
             (i, trace_credit(m.as_ref(), &t, &o).await)
         });
     }
+    progress.start(traces.len());
     // Err(None): deferred to the batch file; Err(Some(why)): failed.
     let mut out: Vec<Option<Result<TraceCredit, Option<String>>>> = vec![None; traces.len()];
-    let mut done = 0;
     while let Some(joined) = set.join_next().await {
-        done += 1;
         match joined {
             Ok((i, r)) => {
-                progress(done, traces.len(), &traces[i].id);
+                let id = &traces[i].id;
+                progress.case(id);
                 out[i] = Some(r.map_err(|e| match e {
-                    CreditError::Llm(LlmError::Deferred { .. }) => None,
-                    e => Some(e.to_string()),
+                    CreditError::Llm(LlmError::Deferred { .. }) => {
+                        progress.deferred(id);
+                        None
+                    }
+                    e => {
+                        progress.error(id, &e.to_string());
+                        Some(e.to_string())
+                    }
                 }));
+                progress.case_done();
             }
             Err(e) => tracing::error!("credit task failed: {e}"),
         }
     }
+    progress.finish();
     let mut ok = Vec::new();
     let (mut errors, mut deferred) = (Vec::new(), Vec::new());
     for (t, r) in traces.iter().zip(out) {
@@ -253,7 +252,14 @@ mod tests {
                 ),
         );
         let opts = TraceCreditOptions::default();
-        let run = credit_traces(m, &[first.clone(), second.clone()], &opts, 2).await;
+        let run = credit_traces(
+            m,
+            &[first.clone(), second.clone()],
+            &opts,
+            2,
+            &maslens_eval::run::Silent,
+        )
+        .await;
         assert_eq!(run.format_version, CREDIT_FILE_VERSION);
         assert!(run.errors.is_empty(), "{:?}", run.errors);
         let ids: Vec<&str> = run.traces.iter().map(|c| c.trace_id.as_str()).collect();

@@ -187,16 +187,25 @@ pub trait Localizer: Send + Sync {
     async fn localize(&self, trace: &Trace) -> Result<Localized, LocalizeError>;
 }
 
-/// Progress of a run (a terminal bar, server-sent events, a Jupyter widget, or nothing).
+/// Progress of a run over traces, the one progress interface of every method (eval, locate,
+/// scan, credit): a terminal bar, a Python callback, server-sent events, or nothing.
+///
+/// For each case, in the order the run finishes them: `case(id)`, then at most one of `error`,
+/// `deferred` or `stopped`, then `case_done()` (a stopped case is not done: the run ends after
+/// `stopped`), then optionally `summary`. `start` comes first and `finish` last.
 pub trait Progress: Send + Sync {
     fn start(&self, _cases: usize) {}
     fn case(&self, _id: &str) {}
     fn case_done(&self) {}
+    /// One line about a finished case for a person (a scan's counts, risk and time).
+    fn summary(&self, _id: &str, _line: &str) {}
     /// A case failed; the run goes on.
     fn error(&self, _id: &str, _message: &str) {}
     /// A case's calls were written to a batch file (export mode) instead of being sent: not a
     /// failure, the case is answered by a rerun after `maslens batch import`.
     fn deferred(&self, _id: &str) {}
+    /// A budget ran out at this case: the run stops here and keeps what it has.
+    fn stopped(&self, _id: &str, _why: &str) {}
     fn finish(&self) {}
 }
 
@@ -273,7 +282,7 @@ pub async fn evaluate(
             }
             Err(LocalizeError::Stop(e)) => {
                 let msg = e.to_string();
-                progress.error(&c.trace.id, &msg);
+                progress.stopped(&c.trace.id, &msg);
                 stopped_early = Some(msg);
                 break;
             }

@@ -2,7 +2,7 @@
 //! Python binding can call exactly the same: [`scan_traces`] (`scan`), [`select_from_scans`] with
 //! [`read_prm_scores`] (`select`), [`repair_scanned`] (`repair`), [`replay_stats_from_jsonl`]
 //! (`replay-stats`) and [`advantages_from_jsonl`] (`advantages`). They return values and
-//! warnings and never print; progress goes to a callback.
+//! warnings and never print; progress goes to a [`Progress`].
 
 use crate::grpo::{if_grpo_advantages, AdvantageInput, AdvantageOutput};
 use crate::jsonl::{read_jsonl, WithWarnings};
@@ -17,6 +17,7 @@ use crate::select::{
 };
 use crate::weights::Weights;
 use crate::ImplicitError;
+use maslens_eval::run::Progress;
 use maslens_llm::{ChatModel, LlmError, Usage};
 use maslens_trace::{Outcome, Trace};
 use serde::{Deserialize, Serialize};
@@ -150,49 +151,18 @@ pub struct ScanOptions {
     pub settings: ScanSettings,
 }
 
-/// Progress of [`scan_traces`], one call per trace.
-#[derive(Debug)]
-pub enum ScanProgress<'a> {
-    /// Trace `done` of `total` was scanned.
-    Scanned {
-        done: usize,
-        total: usize,
-        scan: &'a TraceScan,
-    },
-    /// A trace could not be scanned; it is recorded in `errors` and the scan goes on.
-    Failed {
-        trace: &'a str,
-        error: &'a ImplicitError,
-    },
-    /// A budget ran out at `trace`; the scan stops with the `scanned` traces done so far.
-    BudgetExhausted {
-        trace: &'a str,
-        message: &'a str,
-        scanned: usize,
-    },
-}
-
-impl std::fmt::Display for ScanProgress<'_> {
-    /// One line, as `maslens scan` prints it on stderr (`Failed` with a `warning: ` prefix).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ScanProgress::Scanned { done, total, scan: s } => write!(
-                f,
-                "[{done}/{total}] {}: {} IF(s), {} flagged, risk {:.4}, {} tokens, {:.1}s",
-                s.id,
-                s.events.len(),
-                s.flagged.len(),
-                s.risk,
-                s.usage.prompt_tokens + s.usage.completion_tokens,
-                s.seconds
-            ),
-            ScanProgress::Failed { trace, error } => write!(f, "trace {trace}: {error}"),
-            ScanProgress::BudgetExhausted { trace, message, scanned } => write!(
-                f,
-                "budget exhausted at trace {trace} ({message}); reporting the {scanned} traces scanned"
-            ),
-        }
-    }
+/// `[2/10] t7: 3 IF(s), 1 flagged, risk 0.4210, 5120 tokens, 12.3s`: a scanned trace as
+/// `maslens scan` prints it on stderr (the progress summary of [`scan_traces`]).
+pub fn scan_line(done: usize, total: usize, s: &TraceScan) -> String {
+    format!(
+        "[{done}/{total}] {}: {} IF(s), {} flagged, risk {:.4}, {} tokens, {:.1}s",
+        s.id,
+        s.events.len(),
+        s.flagged.len(),
+        s.risk,
+        s.usage.prompt_tokens + s.usage.completion_tokens,
+        s.seconds
+    )
 }
 
 /// Scan every trace (`models[0]` also classifies absorption; more models are a judge panel) and
@@ -202,7 +172,7 @@ pub async fn scan_traces(
     models: &[&dyn ChatModel],
     traces: &[Trace],
     opts: &ScanOptions,
-    mut progress: impl FnMut(ScanProgress<'_>),
+    progress: &dyn Progress,
 ) -> Result<ScanFile, ImplicitError> {
     let Some(first) = models.first() else {
         return Err(ImplicitError::Config("no model given".into()));
@@ -210,34 +180,37 @@ pub async fn scan_traces(
     let cfg = opts.settings.scan_config(&opts.weights, models.len());
     let mut scans = Vec::new();
     let mut errors = Vec::new();
+    progress.start(traces.len());
     for (i, t) in traces.iter().enumerate() {
+        progress.case(&t.id);
         match scan_trace(models, t, &cfg).await {
             Ok(s) => {
-                progress(ScanProgress::Scanned {
-                    done: i + 1,
-                    total: traces.len(),
-                    scan: &s,
-                });
+                progress.case_done();
+                progress.summary(&t.id, &scan_line(i + 1, traces.len(), &s));
                 scans.push(s);
             }
             Err(ImplicitError::Llm(LlmError::Budget(msg))) => {
-                progress(ScanProgress::BudgetExhausted {
-                    trace: &t.id,
-                    message: &msg,
-                    scanned: scans.len(),
-                });
+                progress.stopped(
+                    &t.id,
+                    &format!(
+                        "budget exhausted ({msg}); reporting the {} traces scanned",
+                        scans.len()
+                    ),
+                );
                 errors.push(format!("{}: budget exhausted: {msg}", t.id));
                 break;
             }
             Err(e) => {
-                progress(ScanProgress::Failed {
-                    trace: &t.id,
-                    error: &e,
-                });
+                match &e {
+                    ImplicitError::Llm(LlmError::Deferred { .. }) => progress.deferred(&t.id),
+                    e => progress.error(&t.id, &e.to_string()),
+                }
+                progress.case_done();
                 errors.push(format!("{}: {e}", t.id));
             }
         }
     }
+    progress.finish();
     let judges: Vec<String> = models.iter().map(|m| m.id().to_string()).collect();
     Ok(ScanFile {
         format_version: SCAN_FILE_VERSION,

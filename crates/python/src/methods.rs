@@ -135,16 +135,8 @@ pub fn scan(
         let interrupt = Interrupt::default();
         let file = crate::run(py, &interrupt, async {
             let models: Vec<&dyn ChatModel> = stacks.iter().map(|s| s.model.as_ref()).collect();
-            maslens_implicit::scan_traces(&models, &traces, &opts, |p| {
-                use maslens_implicit::commands::ScanProgress;
-                match p {
-                    ScanProgress::Scanned { done, total, scan } => {
-                        report_progress(&progress, &interrupt, done, total, &scan.id)
-                    }
-                    ScanProgress::Failed { .. } | ScanProgress::BudgetExhausted { .. } => {}
-                }
-            })
-            .await
+            let progress = PyProgress::new(&progress, &interrupt);
+            maslens_implicit::scan_traces(&models, &traces, &opts, &progress).await
         })?
         .map_err(|e| match e {
             maslens_implicit::ImplicitError::Llm(e) => model_error(&e),
@@ -173,14 +165,9 @@ pub fn credit(
         let traces: Vec<RsTrace> = owned(&traces).iter().map(|t| (**t).clone()).collect();
         let interrupt = Interrupt::default();
         let run = crate::run(py, &interrupt, async {
-            maslens_credit::credit_run::credit_traces_with_progress(
-                m,
-                &traces,
-                &opts,
-                concurrency,
-                |done, total, id| report_progress(&progress, &interrupt, done, total, id),
-            )
-            .await
+            let progress = PyProgress::new(&progress, &interrupt);
+            maslens_credit::credit_run::credit_traces(m, &traces, &opts, concurrency, &progress)
+                .await
         })?;
         serde_json::to_string(&run).map_err(|e| InternalError::new_err(e.to_string()))
     })
@@ -263,7 +250,8 @@ pub(crate) fn eval_error(err: maslens_core::CoreError) -> PyErr {
     }
 }
 
-/// Progress of `eval_locate` and `eval_compare` to a Python callback.
+/// Progress of a run (`eval_locate`, `eval_compare`, `scan`, `credit`) to a Python callback
+/// `progress(done, total, trace id)`.
 pub(crate) struct PyProgress<'a> {
     callback: &'a Option<Py<PyAny>>,
     interrupt: &'a Interrupt,

@@ -6,7 +6,7 @@ use crate::inputs::{read_all, Inputs};
 use crate::llm_args::LlmArgs;
 use crate::Global;
 use maslens_credit::config::Decoding;
-use maslens_credit::credit_run::credit_traces_with_progress;
+use maslens_credit::credit_run::credit_traces;
 use maslens_credit::trace_credit::{Segmenting, TraceCreditOptions};
 use maslens_llm::ChatModel;
 use std::io::Write;
@@ -86,13 +86,8 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let (mut run, stack) = block_on(async {
         let stack = args.llm.build().await?;
         let model: Arc<dyn ChatModel> = stack.model.clone();
-        let meter = crate::progress::Meter::new("credit", traces.len(), global.quiet);
-        let run = credit_traces_with_progress(model, &traces, &opts, concurrency, |_, _, id| {
-            meter.set_message(id);
-            meter.inc(1);
-        })
-        .await;
-        meter.finish();
+        let bar = crate::progress::Bar::new("credit", global.quiet);
+        let run = credit_traces(model, &traces, &opts, concurrency, &bar).await;
         anyhow::Ok((run, stack))
     })??;
     // Unreadable records first, then traces the critics could not score: all in the file.

@@ -8,9 +8,9 @@ use crate::llm_args::LlmArgs;
 use crate::ui::{exit_code, write_output};
 use crate::Global;
 use anyhow::Context;
-use maslens_implicit::commands::{weights_or_default, Counting, ScanProgress};
+use maslens_implicit::commands::{weights_or_default, Counting};
 use maslens_implicit::{report::markdown, scan_traces, ScanOptions, ScanSettings};
-use maslens_llm::{ChatModel, LlmError};
+use maslens_llm::ChatModel;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -103,9 +103,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         anyhow::bail!("{}", args.input.nothing_read(read_errors.len()));
     }
     let quiet = global.quiet;
-    let budget_stop = std::sync::atomic::AtomicBool::new(false);
-    // Export mode: traces whose calls went to the batch file (not failures; no report then).
-    let deferred = std::sync::atomic::AtomicUsize::new(0);
+    let bar = crate::progress::Bar::new("scan", quiet);
     let mut exporting = false;
     let mut file = block_on(async {
         let mut stacks = vec![args.llm.build().await?];
@@ -122,22 +120,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         }
         let models: Vec<&dyn ChatModel> = stacks.iter().map(|s| s.model.as_ref()).collect();
         let started = std::time::Instant::now();
-        let file = scan_traces(&models, &traces, &opts, |p| match p {
-            ScanProgress::Scanned { .. } if quiet => {}
-            ScanProgress::Failed {
-                error: maslens_implicit::ImplicitError::Llm(LlmError::Deferred { .. }),
-                ..
-            } => {
-                deferred.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            ScanProgress::Failed { .. } => eprintln!("warning: {p}"),
-            ScanProgress::BudgetExhausted { .. } => {
-                budget_stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                eprintln!("{p}")
-            }
-            ScanProgress::Scanned { .. } => eprintln!("{p}"),
-        })
-        .await?;
+        let file = scan_traces(&models, &traces, &opts, &bar).await?;
         // `--db`: each trace's scan is stored as a diagnosis with its events.
         if let Some(db) = &args.input.db {
             let model = stacks[0].model.id();
@@ -152,7 +135,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     file.errors.splice(0..0, read_errors);
     if exporting {
         // Every deferred trace waits for its answers: no report until the rerun.
-        return Ok(exit_code(file.errors.len() - deferred.into_inner()));
+        return Ok(exit_code(file.errors.len() - bar.deferred_cases()));
     }
     // Traces that tried to steer the detector: named on stderr, and the run exits 1.
     let steered = file
@@ -187,12 +170,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     }
     // Nothing scanned is "could not run" (2), unless a budget stopped it: a budget stop is 1,
     // like every other early stop, and a rerun resumes from the cache.
-    if file.traces.is_empty() && !budget_stop.load(std::sync::atomic::Ordering::Relaxed) {
+    if file.traces.is_empty() && !bar.was_stopped() {
         return Ok(ExitCode::from(EXIT_ERROR));
     }
     Ok(exit_code(
-        file.errors.len()
-            + steered
-            + usize::from(budget_stop.load(std::sync::atomic::Ordering::Relaxed)),
+        file.errors.len() + steered + usize::from(bar.was_stopped()),
     ))
 }

@@ -1,5 +1,6 @@
 use super::*;
 
+use maslens_eval::run::Silent;
 use maslens_llm::testing::ScriptedModel;
 use maslens_trace::AgentKind;
 use serde_json::json;
@@ -28,6 +29,40 @@ fn detection_with(extra: &[serde_json::Value]) -> String {
     json!({ "implicit_failures": events }).to_string()
 }
 
+/// What a run told its progress, one line per call.
+#[derive(Default)]
+struct Recorded(std::sync::Mutex<Vec<String>>);
+
+impl Recorded {
+    fn push(&self, line: String) {
+        self.0.lock().unwrap().push(line);
+    }
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Progress for Recorded {
+    fn start(&self, cases: usize) {
+        self.push(format!("start {cases}"));
+    }
+    fn case_done(&self) {
+        self.push("done".into());
+    }
+    fn summary(&self, _id: &str, line: &str) {
+        self.push(line.into());
+    }
+    fn error(&self, id: &str, message: &str) {
+        self.push(format!("error {id}: {message}"));
+    }
+    fn stopped(&self, id: &str, why: &str) {
+        self.push(format!("stopped {id}: {why}"));
+    }
+    fn finish(&self) {
+        self.push("finish".into());
+    }
+}
+
 #[tokio::test]
 async fn scan_traces_records_settings_scans_and_failures() {
     // Fixture: one detection answer (then the script runs out, so the second trace fails),
@@ -43,10 +78,8 @@ async fn scan_traces_records_settings_scans_and_failures() {
         trace("b", "t", Outcome::Success),
     ];
     let opts = ScanOptions::default();
-    let mut lines = Vec::new();
-    let file = scan_traces(&[&m], &traces, &opts, |p| lines.push(p.to_string()))
-        .await
-        .unwrap();
+    let progress = Recorded::default();
+    let file = scan_traces(&[&m], &traces, &opts, &progress).await.unwrap();
     assert_eq!(file.format_version, SCAN_FILE_VERSION);
     assert_eq!(file.model, "fixture");
     assert!(file.judges.is_empty());
@@ -58,13 +91,16 @@ async fn scan_traces_records_settings_scans_and_failures() {
     let cfg = file.config.as_ref().unwrap();
     assert_eq!(cfg.min_judges, Some(1));
     assert_eq!(cfg.overlap_steps, 2);
+    let lines = progress.lines();
+    assert_eq!(lines[..2], ["start 2", "done"], "{lines:?}");
     assert!(
-        lines[0].starts_with("[1/2] a: 1 IF(s), 0 flagged, risk "),
+        lines[2].starts_with("[1/2] a: 1 IF(s), 0 flagged, risk "),
         "{lines:?}"
     );
-    assert!(lines[1].starts_with("trace b: "), "{lines:?}");
+    assert!(lines[3].starts_with("error b: "), "{lines:?}");
+    assert_eq!(lines[4..], ["done", "finish"], "{lines:?}");
     assert!(matches!(
-        scan_traces(&[], &traces, &opts, |_| {}).await,
+        scan_traces(&[], &traces, &opts, &Silent).await,
         Err(ImplicitError::Config(_))
     ));
 }
@@ -97,7 +133,7 @@ async fn paper_counting_counts_what_the_check_would_drop_and_says_so() {
                 ..Default::default()
             },
         };
-        let file = scan_traces(&[&m], std::slice::from_ref(&t), &opts, |_| {})
+        let file = scan_traces(&[&m], std::slice::from_ref(&t), &opts, &Silent)
             .await
             .unwrap();
         let md = crate::report::markdown(&file.report, &file.traces);
@@ -287,4 +323,41 @@ fn replay_and_advantage_jsonl_warn_and_go_on() {
         "{:?}",
         a.warnings
     );
+}
+
+/// A spent budget stops the scan at that trace: the progress hears `stopped` (no error, no
+/// `done`), the file keeps the reason, and no later trace is scanned.
+#[tokio::test]
+async fn a_spent_budget_stops_the_scan_and_says_where() {
+    let m = std::sync::Arc::new(ScriptedModel::new("fixture").then(detection()));
+    let limits = maslens_llm::budget::Budget {
+        max_calls: Some(0),
+        ..Default::default()
+    };
+    let budgeted = maslens_llm::budget::BudgetModel::new(m.clone(), limits, None).unwrap();
+    let traces = [
+        trace("a", "t", Outcome::Failure),
+        trace("b", "t", Outcome::Failure),
+    ];
+    let progress = Recorded::default();
+    let file = scan_traces(&[&budgeted], &traces, &ScanOptions::default(), &progress)
+        .await
+        .unwrap();
+    let lines = progress.lines();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0], "start 2");
+    assert!(
+        lines[1].starts_with("stopped a: budget exhausted (")
+            && lines[1].ends_with("reporting the 0 traces scanned"),
+        "{lines:?}"
+    );
+    assert_eq!(lines[2], "finish");
+    assert!(file.traces.is_empty());
+    assert_eq!(file.errors.len(), 1, "{:?}", file.errors);
+    assert!(
+        file.errors[0].starts_with("a: budget exhausted: "),
+        "{:?}",
+        file.errors
+    );
+    assert_eq!(m.n_calls(), 0);
 }
