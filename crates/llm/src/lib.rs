@@ -17,6 +17,7 @@ pub mod config;
 /// Embedded llama.cpp backend (feature `local`) and the local model store.
 pub mod local;
 pub mod openai;
+pub mod openai_wire;
 pub mod preflight;
 pub mod prompt;
 pub mod schema_budget;

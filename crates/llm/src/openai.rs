@@ -8,8 +8,9 @@
 //! that rejects it is retried with `json_object` and then without, and the downgrade is
 //! remembered for the rest of the run.
 
-use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Usage};
+use crate::{ChatModel, ChatRequest, ChatResponse, LlmError};
 use rand::{Rng, SeedableRng};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
@@ -135,51 +136,11 @@ fn body_at_level(model: &str, request: &ChatRequest, level: u8) -> Value {
     body
 }
 
-/// Parse a chat-completions response body.
+/// Parse a chat-completions response body (the [`crate::openai_wire`] types `serve-model` writes).
 pub fn parse_chat_response(body: &Value) -> Result<ChatResponse, String> {
-    let choice = body
-        .get("choices")
-        .and_then(|c| c.get(0))
-        .ok_or_else(|| "no `choices[0]` in the response".to_string())?;
-    let message = choice
-        .get("message")
-        .ok_or_else(|| "no `choices[0].message`".to_string())?;
-    let text = match message.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Null) | None => {
-            if let Some(r) = message.get("refusal").and_then(Value::as_str) {
-                return Err(format!("the model refused: {r}"));
-            }
-            String::new()
-        }
-        Some(other) => {
-            return Err(format!(
-                "`choices[0].message.content` is not a string: {other}"
-            ))
-        }
-    };
-    let finish_reason = choice
-        .get("finish_reason")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let u = body.get("usage");
-    let num = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-    let usage = Usage {
-        prompt_tokens: num(u.and_then(|u| u.get("prompt_tokens"))),
-        completion_tokens: num(u.and_then(|u| u.get("completion_tokens"))),
-        cached_tokens: num(u
-            .and_then(|u| u.get("prompt_tokens_details"))
-            .and_then(|d| d.get("cached_tokens"))),
-    };
-    Ok(ChatResponse {
-        text,
-        finish_reason,
-        usage,
-        latency_ms: 0,
-        from_cache: false,
-        queue: Default::default(),
-    })
+    let completion = crate::openai_wire::Completion::deserialize(body)
+        .map_err(|e| format!("not a chat completion: {e}"))?;
+    completion.into_response()
 }
 
 /// The HTTP backend.
@@ -594,7 +555,7 @@ fn parse_http_date(v: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Message;
+    use crate::{Message, Usage};
 
     #[test]
     fn retry_after_forms() {

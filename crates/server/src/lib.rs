@@ -24,6 +24,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use maslens_llm::openai_wire::{Chunk, Completion, Delta, ErrorBody};
 use maslens_llm::{ChatModel, ChatRequest, ChatResponse, LlmError};
 use serde_json::{json, Value};
 use std::future::Future;
@@ -184,9 +185,7 @@ fn now_secs() -> u64 {
 
 /// An OpenAI-shaped error response.
 fn api_error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response {
-    let body =
-        json!({"error": {"message": message.into(), "type": kind, "param": null, "code": null}});
-    (status, Json(body)).into_response()
+    (status, Json(ErrorBody::new(kind, message))).into_response()
 }
 
 async fn list_models(State(state): State<Arc<AppState>>) -> Json<Value> {
@@ -310,15 +309,6 @@ fn model_error(err: LlmError) -> Response {
     }
 }
 
-fn usage_json(r: &ChatResponse) -> Value {
-    json!({
-        "prompt_tokens": r.usage.prompt_tokens,
-        "completion_tokens": r.usage.completion_tokens,
-        "total_tokens": r.usage.prompt_tokens + r.usage.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": r.usage.cached_tokens},
-    })
-}
-
 /// The non-streaming `chat.completion` object.
 pub fn completion_json(model: &str, id: &str, r: &ChatResponse) -> Value {
     completion_json_with(model, id, r, None)
@@ -332,51 +322,7 @@ pub fn completion_json_with(
     r: &ChatResponse,
     calls: Option<Vec<Value>>,
 ) -> Value {
-    if let Some(calls) = calls {
-        return json!({
-            "id": id,
-            "object": "chat.completion",
-            "created": now_secs(),
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": null, "tool_calls": calls},
-                "finish_reason": "tool_calls",
-            }],
-            "usage": usage_json(r),
-        });
-    }
-    json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": now_secs(),
-        "model": model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": r.text},
-            "finish_reason": r.finish_reason,
-        }],
-        "usage": usage_json(r),
-    })
-}
-
-/// One `chat.completion.chunk` server-sent event.
-fn sse_chunk(
-    model: &str,
-    id: &str,
-    created: u64,
-    delta: Value,
-    finish: Value,
-    usage: Option<Value>,
-) -> String {
-    let mut c = json!({
-        "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    });
-    if let Some(u) = usage {
-        c["usage"] = u;
-    }
-    format!("data: {c}\n\n")
+    serde_json::to_value(Completion::answer(model, id, now_secs(), r, calls)).unwrap_or_default()
 }
 
 /// Response header of a chat completion answered whole (not token-streamed): milliseconds the
@@ -407,25 +353,31 @@ fn sse_response(model: &str, id: &str, r: &ChatResponse, calls: Option<Vec<Value
                     c
                 })
                 .collect();
-            (
-                json!({"role": "assistant", "content": null, "tool_calls": indexed}),
-                json!("tool_calls"),
-            )
+            let delta = Delta {
+                role: Some("assistant".into()),
+                tool_calls: Some(indexed),
+                ..Delta::default()
+            };
+            (delta, "tool_calls")
         }
-        None => (
-            json!({"role": "assistant", "content": r.text}),
-            json!(r.finish_reason),
-        ),
+        None => {
+            let delta = Delta {
+                role: Some("assistant".into()),
+                content: Some(r.text.clone()),
+                ..Delta::default()
+            };
+            (delta, r.finish_reason.as_str())
+        }
     };
-    let mut body = sse_chunk(model, id, created, delta, Value::Null, None);
-    body.push_str(&sse_chunk(
+    let mut body = Chunk::new(model, id, created, delta, None).sse();
+    let last = Chunk::new(
         model,
         id,
         created,
-        json!({}),
-        finish,
-        Some(usage_json(r)),
-    ));
+        Delta::default(),
+        Some((finish, &r.usage)),
+    );
+    body.push_str(&last.sse());
     body.push_str("data: [DONE]\n\n");
     (SSE_HEADERS, body).into_response()
 }
@@ -441,39 +393,28 @@ fn token_stream(
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let created = now_secs();
     tokio::task::spawn_blocking(move || {
-        let _ = tx.send(sse_chunk(
-            &model,
-            &id,
-            created,
-            json!({"role": "assistant", "content": ""}),
-            Value::Null,
-            None,
-        ));
+        let role = Delta {
+            role: Some("assistant".into()),
+            content: Some(String::new()),
+            ..Delta::default()
+        };
+        let _ = tx.send(Chunk::new(&model, &id, created, role, None).sse());
         // The receiver is the response body: hyper drops it when the client goes away.
         let result = streamer.complete_streaming_blocking(
             &request,
             &mut |piece| {
-                let _ = tx.send(sse_chunk(
-                    &model,
-                    &id,
-                    created,
-                    json!({"content": piece}),
-                    Value::Null,
-                    None,
-                ));
+                let delta = Delta {
+                    content: Some(piece.to_string()),
+                    ..Delta::default()
+                };
+                let _ = tx.send(Chunk::new(&model, &id, created, delta, None).sse());
             },
             &|| tx.is_closed(),
         );
         match result {
             Ok(r) => {
-                let _ = tx.send(sse_chunk(
-                    &model,
-                    &id,
-                    created,
-                    json!({}),
-                    json!(r.finish_reason),
-                    Some(usage_json(&r)),
-                ));
+                let last = Some((r.finish_reason.as_str(), &r.usage));
+                let _ = tx.send(Chunk::new(&model, &id, created, Delta::default(), last).sse());
                 let _ = tx.send("data: [DONE]\n\n".to_string());
             }
             Err(LlmError::Cancelled(_)) => {
@@ -481,7 +422,8 @@ fn token_stream(
             }
             Err(e) => {
                 tracing::warn!("streamed chat completion failed: {e}");
-                let err = json!({"error": {"message": e.to_string(), "type": "server_error"}});
+                let err = serde_json::to_string(&ErrorBody::new("server_error", e.to_string()))
+                    .unwrap_or_default();
                 let _ = tx.send(format!("data: {err}\n\n"));
             }
         }
