@@ -41,6 +41,7 @@ def eval_compare(
     evaluators: Sequence[Style] = ("base", "concise", "evidence"),
     evaluator_models: Sequence[Model | str] = (),
     with_ground_truth: bool = False,
+    both_ground_truth: bool = False,
     error_modes: ErrorModes = "auto",
     max_answer_tokens: int = 384,
     prior: PathLike | None = None,
@@ -60,7 +61,9 @@ def eval_compare(
     compare``): per method agent and step accuracy with intervals, calls, tokens, cost; paired
     McNemar tests and bootstrap intervals between every two methods. ``methods``: ``prior``,
     ``stacked``, ``agentlocate`` (alias ``llm``), ``all-at-once``, ``step-by-step``,
-    ``binary-search``, ``a2p``; each sets its own method, protocol and variant. ``out`` writes
+    ``binary-search``, ``a2p``; each sets its own method, protocol and variant.
+    ``both_ground_truth`` runs each method that prompts a model twice, without and with the
+    reference answer in its prompts (rows ``NAME+gt``), in one table. ``out`` writes
     compare.json, compare.md and each method's ``eval_locate`` report directory there."""
     _check_llm("eval_compare", llm)
     known = _native.compare_methods()
@@ -69,6 +72,11 @@ def eval_compare(
         raise OptionsError(f'unknown method "{unknown[0]}" in methods (methods: {", ".join(known)})')
     if not methods:
         raise OptionsError("methods names no method")
+    if both_ground_truth and with_ground_truth:
+        raise OptionsError(
+            "both_ground_truth runs each method without and with the ground truth: leave out "
+            "with_ground_truth"
+        )
     opts = _locate_options(
         "stacked", "all-at-once", "verified", evaluators, with_ground_truth, error_modes,
         max_answer_tokens, prior, prior_weight, False, stack, False, pair_rule,
@@ -85,7 +93,9 @@ def eval_compare(
     )
     res = _run_eval(
         "eval compare", any(m != "prior" for m in methods), model, evaluator_models, llm, progress,
-        lambda m, evs, cb: _native.eval_compare(dataset, list(methods), m, evs, opts, eopts, cb),
+        lambda m, evs, cb: _native.eval_compare(
+            dataset, list(methods), m, evs, opts, eopts, cb, both_ground_truth
+        ),
     )
     return CompareReport(report=res["report"], problems=res["problems"], markdown=res["markdown"])
 

@@ -259,6 +259,17 @@ def test_eval_compare_on_a_real_model_matches_the_cli(data: Path, maslens_bin: P
         assert ours["agent_accuracy"] == theirs["agent_accuracy"]
         assert ours["step_accuracy"] == theirs["step_accuracy"]
 
+    # Both ground-truth settings in one table: the Judge's row twice, the prior's once.
+    both = maslens.eval_compare(
+        spec, methods=methods, model=serve_model.spec, cache_path=cache, limit=1,
+        both_ground_truth=True, progress=False,
+    )
+    assert [m["name"] for m in both.report["methods"]] == ["prior", "all-at-once", "all-at-once+gt"]
+    assert both.report["both_ground_truth"] is True
+    assert [m["with_ground_truth"] for m in both.report["methods"]] == [False, False, True]
+    with pytest.raises(maslens.OptionsError, match="leave out with_ground_truth"):
+        maslens.eval_compare(spec, methods=methods, both_ground_truth=True, with_ground_truth=True, progress=False)
+
     with pytest.raises(maslens.OptionsError, match='unknown method "echo"'):
         maslens.eval_compare(spec, methods=("echo",), progress=False)  # type: ignore[arg-type]
 

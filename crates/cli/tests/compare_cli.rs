@@ -118,3 +118,91 @@ fn eval_compare_rejects_an_unknown_method_and_a_per_method_option() {
     assert_ne!(out.status.code(), Some(0));
     assert!(stderr(&out).contains("per method"), "{}", stderr(&out));
 }
+
+/// Every method, without and with the ground truth in the prompts, in one report: the `+gt` rows
+/// prompt differently (their calls are new, not cache hits), the prior runs once, and the whole
+/// Markdown report is held by a snapshot (the seconds column, the one figure that varies, masked).
+#[test]
+fn eval_compare_every_method_in_both_ground_truth_settings_snapshot() {
+    let home = tempfile::tempdir().unwrap();
+    let (url, calls) = common::stub_model_server_with(std::time::Duration::ZERO, Some(ANSWER));
+    let model = format!("openai:x@{url}");
+    let dataset = format!("whowhen:{}", data("whowhen").display());
+    let out_dir = home.path().join("cmp");
+    let run = |both: bool| {
+        let mut args = vec![
+            "--json",
+            "eval",
+            "compare",
+            &dataset,
+            "--subset",
+            "Algorithm-Generated/",
+            "--limit",
+            "3",
+            "--model",
+            &model,
+            "-o",
+            out_dir.to_str().unwrap(),
+        ];
+        if both {
+            args.push("--both-ground-truth");
+        }
+        let out = maslens(home.path(), &args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        stdout_json(&out)
+    };
+    run(false);
+    let without = calls.load(Ordering::SeqCst);
+    let report = run(true);
+    let with = calls.load(Ordering::SeqCst) - without;
+    assert!(with > 0, "the +gt rows made calls of their own");
+    let names: Vec<&str> = report["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    let mut expected = vec!["prior"];
+    for m in [
+        "stacked",
+        "agentlocate",
+        "all-at-once",
+        "step-by-step",
+        "binary-search",
+        "a2p",
+    ] {
+        expected.push(m);
+        expected.push(Box::leak(format!("{m}+gt").into_boxed_str()));
+    }
+    assert_eq!(names, expected);
+    assert_eq!(report["both_ground_truth"], true);
+    assert!(out_dir.join("a2p+gt/report.json").is_file());
+    let md = std::fs::read_to_string(out_dir.join("compare.md")).unwrap();
+    // The dataset's path differs between checkouts.
+    let md = md.replace(&dataset, "whowhen:DATA");
+    insta::assert_snapshot!("compare_both_ground_truth_md", mask_seconds(&md));
+}
+
+/// The main table's last column (seconds) as `S`.
+fn mask_seconds(md: &str) -> String {
+    let mut in_table = false;
+    md.lines()
+        .map(|l| {
+            if l.starts_with("| method | source |") {
+                in_table = true;
+            } else if !l.starts_with('|') {
+                in_table = false;
+            }
+            match (in_table, l.trim_end().strip_suffix(" |")) {
+                (true, Some(row)) if !row.starts_with("| ---") && !row.starts_with("| method") => {
+                    match row.rsplit_once(" | ") {
+                        Some((head, _)) => format!("{head} | S |"),
+                        None => l.to_string(),
+                    }
+                }
+                _ => l.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -128,11 +128,57 @@ impl CompareMethod {
 pub struct CompareOptions {
     pub base: EvalLocateOptions,
     pub methods: Vec<CompareMethod>,
+    /// Run each method that prompts a model twice, without and with the reference answer in
+    /// its prompts (Who&When's two settings), as rows `NAME` and `NAME+gt` of one table.
+    pub both_ground_truth: bool,
+}
+
+/// One row of the comparison: a method, and whether its prompts carried the reference answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub method: CompareMethod,
+    pub with_ground_truth: bool,
+}
+
+impl Entry {
+    /// The row's name: the method's, with `+gt` when the prompts carried the reference answer
+    /// in a comparison of both settings.
+    pub fn name(&self, both: bool) -> String {
+        match both && self.with_ground_truth {
+            true => format!("{}+gt", self.method.name()),
+            false => self.method.name().to_string(),
+        }
+    }
+}
+
+impl CompareOptions {
+    /// The rows in report order: each method once, or with `both_ground_truth` each method that
+    /// prompts a model twice (without, then with the reference answer).
+    pub fn entries(&self) -> Vec<Entry> {
+        let base = self.base.locate.with_ground_truth;
+        let mut rows = Vec::new();
+        for &method in &self.methods {
+            rows.push(Entry {
+                method,
+                with_ground_truth: base,
+            });
+            let prompts = method.options(&self.base.locate).method.needs_llm();
+            if self.both_ground_truth && prompts {
+                rows.push(Entry {
+                    method,
+                    with_ground_truth: true,
+                });
+            }
+        }
+        rows
+    }
 }
 
 /// One method's results in the comparison.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MethodResult {
+    /// The method's name, `+gt` added in a comparison of both ground-truth settings for the
+    /// row whose prompts carried the reference answer.
     pub name: String,
     pub source: String,
     /// The method label of its `eval locate` report (e.g. `locate/all-at-once`).
@@ -152,6 +198,9 @@ pub struct MethodResult {
     pub stopped_early: Option<String>,
     #[serde(default)]
     pub in_sample: Option<String>,
+    /// Whether its prompts carried the reference answer.
+    #[serde(default)]
+    pub with_ground_truth: bool,
 }
 
 /// Two methods on the cases both scored: the exact McNemar test of their per-case outcomes and a
@@ -184,6 +233,9 @@ pub struct CompareReport {
     /// How a verdict's (agent, step) was scored (`coherent` or `independent`).
     pub pair_rule: maslens_trace::ScoringRule,
     pub with_ground_truth: bool,
+    /// Each method that prompts a model ran in both settings (rows `NAME` and `NAME+gt`).
+    #[serde(default)]
+    pub both_ground_truth: bool,
     pub seed: u64,
     pub methods: Vec<MethodResult>,
     /// The trivial baselines on the same cases (from the first method's run).
@@ -196,7 +248,8 @@ pub struct CompareReport {
 /// and the records skipped or cases that failed, as messages.
 pub struct CompareOutput {
     pub report: CompareReport,
-    pub runs: Vec<(CompareMethod, maslens_eval::run::EvalRun)>,
+    /// Each row's name (the report's) and its run.
+    pub runs: Vec<(String, maslens_eval::run::EvalRun)>,
     pub problems: Vec<String>,
 }
 
@@ -220,8 +273,8 @@ impl CompareOutput {
         let json = serde_json::to_string_pretty(&self.report).map_err(std::io::Error::other)?;
         write_atomic(dir.join("compare.json"), (json + "\n").as_bytes())?;
         write_atomic(dir.join("compare.md"), self.report.to_markdown().as_bytes())?;
-        for (method, run) in &self.runs {
-            write_run(run, &dir.join(method.name()))?;
+        for (name, run) in &self.runs {
+            write_run(run, &dir.join(name))?;
         }
         Ok(())
     }
@@ -254,11 +307,21 @@ pub async fn eval_compare_with(
                 .into(),
         ));
     }
-    let mut runs = Vec::new();
+    if opts.both_ground_truth && opts.base.locate.with_ground_truth {
+        return Err(CoreError::Invalid(
+            "--both-ground-truth runs each method without and with the ground truth: leave out \
+             --with-ground-truth"
+                .into(),
+        ));
+    }
+    let mut rows = Vec::new();
     let mut problems = Vec::new();
-    for &method in &opts.methods {
+    for entry in opts.entries() {
         let o = EvalLocateOptions {
-            locate: method.options(&opts.base.locate),
+            locate: LocateOptions {
+                with_ground_truth: entry.with_ground_truth,
+                ..entry.method.options(&opts.base.locate)
+            },
             ..opts.base.clone()
         };
         let out = eval_locate_with(&o, opened.clone(), progress).await?;
@@ -267,9 +330,13 @@ pub async fn eval_compare_with(
                 problems.push(p.clone());
             }
         }
-        runs.push((method, out.run));
+        rows.push((entry, out.run));
     }
-    let report = compare(opts, &runs);
+    let report = compare(opts, &rows);
+    let runs = rows
+        .into_iter()
+        .map(|(e, run)| (e.name(opts.both_ground_truth), run))
+        .collect();
     Ok(CompareOutput {
         report,
         runs,
@@ -278,22 +345,21 @@ pub async fn eval_compare_with(
 }
 
 /// The report of finished runs.
-fn compare(
-    opts: &CompareOptions,
-    runs: &[(CompareMethod, maslens_eval::run::EvalRun)],
-) -> CompareReport {
+fn compare(opts: &CompareOptions, runs: &[(Entry, maslens_eval::run::EvalRun)]) -> CompareReport {
     let scorer = opts.base.scorer;
+    let both = opts.both_ground_truth;
     let methods: Vec<MethodResult> = runs
         .iter()
-        .map(|(m, run)| method_result(*m, &run.report))
+        .map(|(e, run)| method_result(*e, both, &run.report))
         .collect();
     let mut paired = Vec::new();
     for (i, (ma, a)) in runs.iter().enumerate() {
         for (mb, b) in &runs[i + 1..] {
             let outcomes: [(&str, Outcome); 2] = [("agent", agent_correct), ("step", step_correct)];
             for (metric, correct) in outcomes {
-                let first = (ma.name(), a.report.per_case.as_slice());
-                let second = (mb.name(), b.report.per_case.as_slice());
+                let (name_a, name_b) = (ma.name(both), mb.name(both));
+                let first = (name_a.as_str(), a.report.per_case.as_slice());
+                let second = (name_b.as_str(), b.report.per_case.as_slice());
                 let outcome = |c: &Case| correct(c, scorer);
                 if let Some(t) = paired_test(metric, first, second, outcome, opts.base.seed) {
                     paired.push(t);
@@ -320,6 +386,7 @@ fn compare(
         scorer,
         pair_rule: opts.base.locate.pair_rule,
         with_ground_truth: opts.base.locate.with_ground_truth,
+        both_ground_truth: both,
         seed: opts.base.seed,
         methods,
         baselines: runs
@@ -333,10 +400,10 @@ fn compare(
 
 type Outcome = fn(&Case, Scorer) -> Option<bool>;
 
-fn method_result(method: CompareMethod, r: &LocateReport) -> MethodResult {
+fn method_result(entry: Entry, both: bool, r: &LocateReport) -> MethodResult {
     MethodResult {
-        name: method.name().to_string(),
-        source: method.source().to_string(),
+        name: entry.name(both),
+        source: entry.method.source().to_string(),
         label: r.method.clone(),
         cases: r.cases,
         agent_accuracy: r.agent_accuracy,
@@ -349,6 +416,7 @@ fn method_result(method: CompareMethod, r: &LocateReport) -> MethodResult {
         by_length: r.by_length.clone(),
         stopped_early: r.stopped_early.clone(),
         in_sample: r.in_sample.clone(),
+        with_ground_truth: entry.with_ground_truth,
     }
 }
 

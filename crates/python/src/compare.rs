@@ -18,9 +18,10 @@ pub fn compare_methods() -> Vec<&'static str> {
 /// `agentlocate`, `all-at-once`, `step-by-step`, `binary-search`, `a2p`), the other options as
 /// `eval_locate` takes them (their method, protocol and variant are set per method). Returns
 /// `{"report", "problems", "markdown"}` as JSON; with `out` in the eval options, compare.json,
-/// compare.md and each method's report directory are written there.
+/// compare.md and each method's report directory are written there. `both_ground_truth` runs
+/// each method that prompts a model without and with the reference answer (rows `NAME+gt`).
 #[pyfunction]
-#[pyo3(signature = (dataset, methods, model = None, evaluator_models = Vec::new(), options = None, eval_options = None, progress = None))]
+#[pyo3(signature = (dataset, methods, model = None, evaluator_models = Vec::new(), options = None, eval_options = None, progress = None, both_ground_truth = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn eval_compare(
     py: Python<'_>,
@@ -31,6 +32,7 @@ pub fn eval_compare(
     options: Option<&Bound<'_, PyDict>>,
     eval_options: Option<&Bound<'_, PyDict>>,
     progress: Option<Py<PyAny>>,
+    both_ground_truth: bool,
 ) -> PyResult<String> {
     guarded(|| {
         let methods = methods
@@ -47,7 +49,11 @@ pub fn eval_compare(
             eval_options,
             |_, _| needs_llm,
         )?;
-        let opts = CompareOptions { base, methods };
+        let opts = CompareOptions {
+            base,
+            methods,
+            both_ground_truth,
+        };
         let interrupt = Interrupt::default();
         let p = PyProgress::new(&progress, &interrupt);
         let out = crate::run(py, &interrupt, eval_compare_with(&opts, opened, &p))?

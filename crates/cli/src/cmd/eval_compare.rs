@@ -28,6 +28,11 @@ pub struct CompareArgs {
     /// Step tolerances for the tolerance columns.
     #[arg(long, value_delimiter = ',', default_value = "0,1,3")]
     pub tolerances: Vec<usize>,
+    /// Run each method that prompts a model twice, without and with the reference answer in
+    /// its prompts (Who&When's two settings), as rows NAME and NAME+gt of one table with paired
+    /// tests between them.
+    #[arg(long, conflicts_with = "with_ground_truth")]
+    pub both_ground_truth: bool,
     /// Directory for compare.json, compare.md and one `eval locate` report directory per method.
     #[arg(long, short, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -51,6 +56,7 @@ pub fn run(a: CompareArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let opts = CompareOptions {
         base: a.cases.options(a.seed, &a.tolerances)?,
         methods,
+        both_ground_truth: a.both_ground_truth,
     };
     let bar = crate::progress::Bar::new("compare", global.quiet);
     let out = crate::cmd::block_on(eval_compare(&opts, &bar))??;
