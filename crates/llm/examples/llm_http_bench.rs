@@ -96,7 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // B. maslens OpenAiModel.
         let mut cfg = OpenAiConfig::new("fixture", server.base_url());
         cfg.concurrency = CONCURRENCY;
-        let backend = Arc::new(OpenAiModel::new(cfg)?);
+        let backend = Arc::new(OpenAiModel::retrying(cfg)?);
         let b2 = backend.clone();
         let (rb, fb) = drive(n, move |i| {
             let b = b2.clone();

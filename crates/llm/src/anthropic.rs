@@ -12,10 +12,12 @@
 //! `object` (tools take object inputs only) is wrapped as `{"value": SCHEMA}` and the answer
 //! unwrapped.
 //!
-//! Concurrency, retries (429, 5xx including 529 `overloaded_error`, timeouts, connection errors;
-//! `Retry-After` honoured), backoff and timeouts are those of [`crate::openai`].
+//! Concurrency and timeouts are those of [`crate::openai`]; retries (429, 5xx including 529
+//! `overloaded_error`, timeouts, connection errors; `Retry-After` honoured) are the
+//! [`RetryModel`] layer above it, as for the OpenAI backend.
 
-use crate::openai::{error_text, http_client, post_json, truncate_chars, Backoff, Failure};
+use crate::openai::{error_text, http_client, post_json, truncate_chars};
+use crate::retry::{RetryModel, RetryPolicy};
 use crate::schema_order::SchemaOrdered;
 use crate::{ChatModel, ChatRequest, ChatResponse, LlmError, Message, Role, Usage};
 use reqwest::header::HeaderValue;
@@ -380,7 +382,6 @@ pub struct AnthropicModel {
     key: Option<HeaderValue>,
     client: reqwest::Client,
     permits: Semaphore,
-    backoff: Backoff,
     attempts: AtomicU64,
 }
 
@@ -401,15 +402,22 @@ impl AnthropicModel {
             key,
             client: http_client(cfg.connect_timeout, cfg.concurrency)?,
             permits: Semaphore::new(cfg.concurrency.max(1)),
-            backoff: Backoff::new(
-                cfg.initial_backoff,
-                cfg.max_backoff,
-                cfg.max_retry_after,
-                cfg.jitter_seed,
-            ),
             attempts: AtomicU64::new(0),
             cfg,
         })
+    }
+
+    /// The backend under the retry layer its configuration asks for (`max_retries`, the
+    /// backoff settings): what `maslens_llm::open` builds.
+    pub fn retrying(cfg: AnthropicConfig) -> Result<RetryModel<AnthropicModel>, LlmError> {
+        let policy = RetryPolicy {
+            max_retries: cfg.max_retries,
+            initial_backoff: cfg.initial_backoff,
+            max_backoff: cfg.max_backoff,
+            max_retry_after: cfg.max_retry_after,
+            jitter_seed: cfg.jitter_seed,
+        };
+        Ok(RetryModel::new(AnthropicModel::new(cfg)?, policy))
     }
 
     /// HTTP requests sent so far (retries included).
@@ -440,7 +448,7 @@ impl AnthropicModel {
         text
     }
 
-    async fn send_once(&self, body: &Value, wrapped: bool) -> Result<ChatResponse, Failure> {
+    async fn send_once(&self, body: &Value, wrapped: bool) -> Result<ChatResponse, LlmError> {
         self.attempts.fetch_add(1, Ordering::Relaxed);
         let mut req = self
             .client
@@ -455,11 +463,9 @@ impl AnthropicModel {
             self.describe_error(status, bytes)
         })
         .await?;
-        parse_messages_response(&value, wrapped).map_err(|message| {
-            Failure::from(LlmError::BadResponse {
-                url: self.url.clone(),
-                message,
-            })
+        parse_messages_response(&value, wrapped).map_err(|message| LlmError::BadResponse {
+            url: self.url.clone(),
+            message,
         })
     }
 }
@@ -474,39 +480,20 @@ impl ChatModel for AnthropicModel {
         self.cfg.context_size
     }
 
+    /// One attempt; retries are the [`RetryModel`] layer's ([`AnthropicModel::retrying`]).
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let start = Instant::now();
         let wrapped = request.json_schema.as_ref().is_some_and(wraps);
         let body = messages_body(&self.cfg.model, request);
-        let mut retries = 0u32;
-        loop {
-            let permit = self
-                .permits
-                .acquire()
-                .await
-                .map_err(|_| LlmError::Other("backend closed".into()))?;
-            let result = self.send_once(&body, wrapped).await;
-            drop(permit);
-            match result {
-                Ok(mut resp) => {
-                    resp.latency_ms = start.elapsed().as_millis() as u64;
-                    return Ok(resp);
-                }
-                Err(f) if f.error.is_retryable() && retries < self.cfg.max_retries => {
-                    let wait = self.backoff.wait(retries, f.retry_after);
-                    tracing::debug!(url = %self.url, retry = retries + 1,
-                        wait_ms = wait.as_millis() as u64, "retrying after: {}", f.error);
-                    retries += 1;
-                    tokio::time::sleep(wait).await;
-                }
-                Err(f) => {
-                    if retries > 0 {
-                        tracing::warn!(url = %self.url, retries, "giving up: {}", f.error);
-                    }
-                    return Err(f.error);
-                }
-            }
-        }
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| LlmError::Other("backend closed".into()))?;
+        let mut resp = self.send_once(&body, wrapped).await?;
+        drop(permit);
+        resp.latency_ms = start.elapsed().as_millis() as u64;
+        Ok(resp)
     }
 }
 

@@ -20,6 +20,7 @@ pub mod openai;
 pub mod openai_wire;
 pub mod preflight;
 pub mod prompt;
+pub mod retry;
 pub mod schema_budget;
 pub mod schema_check;
 pub mod schema_order;

@@ -1,19 +1,17 @@
 //! OpenAI-compatible `/v1/chat/completions` backend (OpenAI, vLLM, SGLang, llama.cpp server,
 //! Ollama, `maslens serve-model`).
 //!
-//! Bounded concurrency (a semaphore; the permit is released while backing off), retries with
-//! exponential backoff and jitter on 429, 5xx, timeouts, connection resets and unreadable
-//! bodies, honouring `Retry-After` / `retry-after-ms`; no retry on other 4xx, with an error that
-//! quotes the server's answer. JSON schemas go out as `response_format: json_schema`; a server
+//! Bounded concurrency (a semaphore), an error that quotes the server's answer and carries its
+//! `Retry-After` / `retry-after-ms`. Retries (429, 5xx, timeouts, connection resets, unreadable
+//! bodies; none on other 4xx) are the [`RetryModel`] layer above it ([`OpenAiModel::retrying`]). JSON schemas go out as `response_format: json_schema`; a server
 //! that rejects it is retried with `json_object` and then without, and the downgrade is
 //! remembered for the rest of the run.
 
+use crate::retry::{RetryModel, RetryPolicy};
 use crate::{ChatModel, ChatRequest, ChatResponse, LlmError};
-use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Semaphore;
 
@@ -152,23 +150,7 @@ pub struct OpenAiModel {
     level: AtomicU8,
     /// Parameter compatibility learnt from the server's 400s (`COMPAT_*` bits).
     compat: AtomicU8,
-    backoff: Backoff,
     attempts: AtomicU64,
-}
-
-/// One failed attempt: the error and the server's requested wait, if any.
-pub(crate) struct Failure {
-    pub(crate) error: LlmError,
-    pub(crate) retry_after: Option<Duration>,
-}
-
-impl From<LlmError> for Failure {
-    fn from(error: LlmError) -> Self {
-        Failure {
-            error,
-            retry_after: None,
-        }
-    }
 }
 
 /// The HTTP client of the HTTP backends: connect timeout, a keep-alive pool as large as the
@@ -185,49 +167,6 @@ pub(crate) fn http_client(
         .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {e}")))
 }
 
-/// Waits between retries: exponential with "equal jitter" from a seeded generator, or the
-/// server's `Retry-After` (capped) plus up to 10%.
-pub(crate) struct Backoff {
-    initial: Duration,
-    max: Duration,
-    max_retry_after: Duration,
-    rng: Mutex<rand_chacha::ChaCha8Rng>,
-}
-
-impl Backoff {
-    pub(crate) fn new(
-        initial: Duration,
-        max: Duration,
-        max_retry_after: Duration,
-        seed: u64,
-    ) -> Self {
-        Backoff {
-            initial,
-            max,
-            max_retry_after,
-            rng: Mutex::new(rand_chacha::ChaCha8Rng::seed_from_u64(seed)),
-        }
-    }
-
-    /// The wait before retry number `retry` (0-based).
-    pub(crate) fn wait(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
-        let mut rng = match self.rng.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if let Some(wait) = retry_after {
-            let wait = wait.min(self.max_retry_after);
-            // Up to 10% extra so that many clients told the same instant do not return together.
-            let extra = rng.gen_range(0.0..=0.1) * wait.as_secs_f64();
-            return wait + Duration::from_secs_f64(extra);
-        }
-        let exp = self.initial.as_secs_f64() * 2f64.powi(retry.min(30) as i32);
-        let cap = exp.min(self.max.as_secs_f64());
-        // "Equal jitter": half fixed, half random.
-        Duration::from_secs_f64(cap / 2.0 + rng.gen_range(0.0..=1.0) * cap / 2.0)
-    }
-}
-
 /// Send one request and read its JSON body. A non-2xx answer is [`LlmError::Http`] with the body
 /// `describe` makes of the status and the raw answer, and the server's `Retry-After`; a
 /// connection error or timeout is [`LlmError::Transport`] / [`LlmError::Timeout`]; a body that is
@@ -237,29 +176,27 @@ pub(crate) async fn post_json(
     url: &str,
     timeout: Duration,
     describe: impl FnOnce(u16, &[u8]) -> String,
-) -> Result<Value, Failure> {
-    let transport = |e| Failure::from(transport_error(url, timeout, e));
+) -> Result<Value, LlmError> {
+    let transport = |e| transport_error(url, timeout, e);
     let resp = req.send().await.map_err(transport)?;
     let status = resp.status();
     let retry_after = retry_after(resp.headers());
     let bytes = resp.bytes().await.map_err(transport)?;
     if !status.is_success() {
-        return Err(Failure {
-            error: LlmError::Http {
-                status: status.as_u16(),
-                url: url.to_string(),
-                body: describe(status.as_u16(), &bytes),
-            },
+        return Err(LlmError::Http {
+            status: status.as_u16(),
+            url: url.to_string(),
+            body: describe(status.as_u16(), &bytes),
             retry_after,
         });
     }
     serde_json::from_slice(&bytes).map_err(|e| {
         let mut snippet = String::from_utf8_lossy(&bytes).to_string();
         truncate_chars(&mut snippet, 300);
-        Failure::from(LlmError::BadResponse {
+        LlmError::BadResponse {
             url: url.to_string(),
             message: format!("body is not JSON ({e}): {snippet:?}"),
-        })
+        }
     })
 }
 
@@ -302,18 +239,25 @@ impl OpenAiModel {
         Ok(OpenAiModel {
             url: format!("{}/chat/completions", cfg.base_url),
             permits: Semaphore::new(cfg.concurrency.max(1)),
-            backoff: Backoff::new(
-                cfg.initial_backoff,
-                cfg.max_backoff,
-                cfg.max_retry_after,
-                cfg.jitter_seed,
-            ),
             level: AtomicU8::new(level),
             compat: AtomicU8::new(0),
             attempts: AtomicU64::new(0),
             client,
             cfg,
         })
+    }
+
+    /// The backend under the retry layer its configuration asks for (`max_retries`, the
+    /// backoff settings): what `maslens_llm::open` builds.
+    pub fn retrying(cfg: OpenAiConfig) -> Result<RetryModel<OpenAiModel>, LlmError> {
+        let policy = RetryPolicy {
+            max_retries: cfg.max_retries,
+            initial_backoff: cfg.initial_backoff,
+            max_backoff: cfg.max_backoff,
+            max_retry_after: cfg.max_retry_after,
+            jitter_seed: cfg.jitter_seed,
+        };
+        Ok(RetryModel::new(OpenAiModel::new(cfg)?, policy))
     }
 
     /// HTTP requests sent so far (retries included).
@@ -325,7 +269,7 @@ impl OpenAiModel {
         &self.cfg
     }
 
-    async fn send_once(&self, body: &Value) -> Result<ChatResponse, Failure> {
+    async fn send_once(&self, body: &Value) -> Result<ChatResponse, LlmError> {
         self.attempts.fetch_add(1, Ordering::Relaxed);
         let url = &self.url;
         let mut req = self
@@ -347,11 +291,9 @@ impl OpenAiModel {
             text
         })
         .await?;
-        parse_chat_response(&value).map_err(|m| {
-            Failure::from(LlmError::BadResponse {
-                url: url.clone(),
-                message: m,
-            })
+        parse_chat_response(&value).map_err(|m| LlmError::BadResponse {
+            url: url.clone(),
+            message: m,
         })
     }
 
@@ -383,9 +325,11 @@ impl ChatModel for OpenAiModel {
         self.cfg.context_size
     }
 
+    /// One attempt, adapted to the server: a server that rejects `response_format` or a
+    /// parameter gets the request again without it (not a retry: the change is remembered for
+    /// the run). Retries are the [`RetryModel`] layer's.
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let start = Instant::now();
-        let mut retries = 0u32;
         loop {
             let level = self.level.load(Ordering::Relaxed);
             let mut body = body_at_level(&self.cfg.model, request, level);
@@ -402,12 +346,12 @@ impl ChatModel for OpenAiModel {
                     resp.latency_ms = start.elapsed().as_millis() as u64;
                     return Ok(resp);
                 }
-                Err(f) => f,
+                Err(e) => e,
             };
             if request.json_schema.is_some()
                 && self.cfg.schema_mode == SchemaMode::Auto
                 && level < LEVEL_NONE
-                && Self::rejects_response_format(&failure.error)
+                && Self::rejects_response_format(&failure)
             {
                 // Downgrade once for the whole run; this is not a retry.
                 let _ = self.level.compare_exchange(
@@ -416,27 +360,17 @@ impl ChatModel for OpenAiModel {
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 );
-                tracing::warn!(url = %self.url, "server rejected response_format ({}); falling back", failure.error);
+                tracing::warn!(url = %self.url, "server rejected response_format ({failure}); falling back");
                 continue;
             }
-            if let Some(bit) = compat_fix(&failure.error) {
+            if let Some(bit) = compat_fix(&failure) {
                 let before = self.compat.fetch_or(bit, Ordering::Relaxed);
                 if before & bit == 0 {
-                    tracing::warn!(url = %self.url, "adapting the request to the server ({}); not a retry", failure.error);
+                    tracing::warn!(url = %self.url, "adapting the request to the server ({failure}); not a retry");
                     continue;
                 }
             }
-            if !failure.error.is_retryable() || retries >= self.cfg.max_retries {
-                if retries > 0 {
-                    tracing::warn!(url = %self.url, retries, "giving up: {}", failure.error);
-                }
-                return Err(failure.error);
-            }
-            let wait = self.backoff.wait(retries, failure.retry_after);
-            tracing::debug!(url = %self.url, retry = retries + 1, wait_ms = wait.as_millis() as u64,
-                "retrying after: {}", failure.error);
-            retries += 1;
-            tokio::time::sleep(wait).await;
+            return Err(failure);
         }
     }
 }
@@ -623,31 +557,5 @@ mod tests {
         assert!(parse_chat_response(&refusal)
             .unwrap_err()
             .contains("refused"));
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let mut cfg = OpenAiConfig::new("m", "http://127.0.0.1:1/v1");
-        cfg.initial_backoff = Duration::from_millis(100);
-        cfg.max_backoff = Duration::from_millis(1000);
-        cfg.max_retry_after = Duration::from_secs(5);
-        let m = OpenAiModel::new(cfg).unwrap();
-        let b0 = m.backoff.wait(0, None);
-        assert!(
-            b0 >= Duration::from_millis(50) && b0 <= Duration::from_millis(100),
-            "{b0:?}"
-        );
-        let b3 = m.backoff.wait(3, None);
-        assert!(
-            b3 >= Duration::from_millis(400) && b3 <= Duration::from_millis(800),
-            "{b3:?}"
-        );
-        let b9 = m.backoff.wait(9, None);
-        assert!(b9 <= Duration::from_millis(1000), "{b9:?}");
-        let ra = m.backoff.wait(0, Some(Duration::from_secs(60)));
-        assert!(
-            ra >= Duration::from_secs(5) && ra <= Duration::from_millis(5500),
-            "{ra:?}"
-        );
     }
 }

@@ -4,7 +4,8 @@
 //! TrackedModel (usage per stage, cost)         <- what methods call
 //!   CachedModel (SQLite; read-write | replay)  <- absent with cache mode `off`
 //!     BudgetModel (max calls / tokens / cost)  <- absent without limits
-//!       backend: OpenAiModel | AnthropicModel | local | BatchRecorder (export mode)
+//!       RetryModel (backoff, Retry-After)      <- HTTP backends only
+//!         backend: OpenAiModel | AnthropicModel | local | BatchRecorder (export mode)
 //! ```
 
 use crate::anthropic::{AnthropicConfig, AnthropicModel};
@@ -172,7 +173,7 @@ pub fn open_backend(
             c.max_retries = opts.max_retries;
             c.schema_mode = opts.schema_mode;
             c.context_size = opts.context_size.map(|n| n as usize);
-            Ok(Arc::new(OpenAiModel::new(c)?))
+            Ok(Arc::new(OpenAiModel::retrying(c)?))
         }
         ModelSpec::Local { spec: local } => open_local_backend(local, opts),
     }
@@ -236,7 +237,7 @@ fn open_anthropic(
     c.timeout = opts.timeout;
     c.max_retries = opts.max_retries;
     c.context_size = opts.context_size.map(|n| n as usize);
-    Ok(Arc::new(AnthropicModel::new(c)?))
+    Ok(Arc::new(AnthropicModel::retrying(c)?))
 }
 
 #[cfg(feature = "local")]

@@ -169,6 +169,8 @@ pub enum LlmError {
         status: u16,
         url: String,
         body: String,
+        /// The wait the server asked for (`Retry-After`, `retry-after-ms`), if any.
+        retry_after: Option<std::time::Duration>,
     },
     #[error("transport error talking to {url}: {message}")]
     Transport { url: String, message: String },
@@ -206,6 +208,14 @@ pub enum LlmError {
 
 impl LlmError {
     /// Whether retrying the same request may succeed (429, 5xx, timeouts, connection resets).
+    /// The wait the server asked for before a retry, when it said.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            LlmError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
     pub fn is_retryable(&self) -> bool {
         match self {
             // As the OpenAI SDKs do: request timeout, conflict (lock contention), rate limit, 5xx.

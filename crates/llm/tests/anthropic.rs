@@ -313,7 +313,7 @@ async fn a_400_is_not_retried_and_its_message_is_shown() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, LlmError::Http { status: 400, body, url }
+        matches!(&err, LlmError::Http { status: 400, body, url, .. }
             if body == "invalid_request_error: max_tokens: must be at most 8192"
                 && url.ends_with("/v1/messages")),
         "{err}"

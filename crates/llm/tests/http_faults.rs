@@ -3,6 +3,7 @@
 //! Bounded retries, the right error, no panic, nothing lost from the cache.
 
 use maslens_llm::openai::{OpenAiConfig, OpenAiModel, SchemaMode};
+use maslens_llm::retry::RetryModel;
 use maslens_llm::stack::{wrap, CacheMode, OpenOptions};
 use maslens_llm::testing::server::{last_user, FakeServer, Handler, Reply};
 use maslens_llm::usage::PriceTable;
@@ -16,14 +17,14 @@ fn handler(f: impl Fn(&Value, u64) -> Reply + Send + Sync + 'static) -> Handler 
     Arc::new(f)
 }
 
-fn model(server: &FakeServer, tweak: impl FnOnce(&mut OpenAiConfig)) -> OpenAiModel {
+fn model(server: &FakeServer, tweak: impl FnOnce(&mut OpenAiConfig)) -> RetryModel<OpenAiModel> {
     let mut cfg = OpenAiConfig::new("fixture-model", server.base_url());
     cfg.max_retries = 3;
     cfg.initial_backoff = Duration::from_millis(10);
     cfg.max_backoff = Duration::from_millis(40);
     cfg.timeout = Duration::from_secs(5);
     tweak(&mut cfg);
-    OpenAiModel::new(cfg).unwrap()
+    OpenAiModel::retrying(cfg).unwrap()
 }
 
 fn q(text: &str) -> ChatRequest {
@@ -58,7 +59,7 @@ async fn honours_retry_after_on_429() {
         "Retry-After: 1 not honoured: {:?}",
         t.elapsed()
     );
-    assert_eq!(m.attempts(), 2);
+    assert_eq!(m.backend().attempts(), 2);
     assert!(r.latency_ms >= 990);
 }
 
@@ -79,13 +80,13 @@ async fn retries_5xx_then_succeeds_and_gives_up_after_the_bound() {
     .unwrap();
     let m = model(&server, |_| {});
     assert_eq!(m.complete(&q("x")).await.unwrap().text, "echo: x");
-    assert_eq!(m.attempts(), 3);
+    assert_eq!(m.backend().attempts(), 3);
     let e = m.complete(&q("always")).await.unwrap_err();
     assert!(
         matches!(e, LlmError::Http { status: 503, ref body, .. } if body == "overloaded"),
         "{e}"
     );
-    assert_eq!(m.attempts(), 3 + 4, "1 try + 3 retries");
+    assert_eq!(m.backend().attempts(), 3 + 4, "1 try + 3 retries");
 }
 
 #[tokio::test]
@@ -101,7 +102,7 @@ async fn no_retry_on_other_4xx_and_the_error_quotes_the_server() {
     let e = m.complete(&q("x")).await.unwrap_err();
     assert!(e.to_string().contains("max_tokens is too large"), "{e}");
     assert!(e.to_string().contains("HTTP 400"), "{e}");
-    assert_eq!(m.attempts(), 1);
+    assert_eq!(m.backend().attempts(), 1);
 }
 
 #[tokio::test]
@@ -120,11 +121,11 @@ async fn slow_responses_time_out_and_are_retried() {
         c.max_retries = 2;
     });
     assert_eq!(m.complete(&q("x")).await.unwrap().text, "echo: x");
-    assert_eq!(m.attempts(), 2);
+    assert_eq!(m.backend().attempts(), 2);
     let t = Instant::now();
     let e = m.complete(&q("always slow")).await.unwrap_err();
     assert!(matches!(e, LlmError::Timeout { .. }), "{e}");
-    assert_eq!(m.attempts(), 2 + 3);
+    assert_eq!(m.backend().attempts(), 2 + 3);
     assert!(
         t.elapsed() < Duration::from_secs(3),
         "bounded: {:?}",
@@ -149,7 +150,7 @@ async fn non_json_truncated_and_dropped_are_retried_then_reported() {
             "echo: x",
             "{fault:?} then ok"
         );
-        assert_eq!(m.attempts(), 2, "{fault:?}");
+        assert_eq!(m.backend().attempts(), 2, "{fault:?}");
 
         let f = fault.clone();
         let server = FakeServer::start(handler(move |_, _| f.clone()))
@@ -162,7 +163,7 @@ async fn non_json_truncated_and_dropped_are_retried_then_reported() {
             _ => assert!(matches!(e, LlmError::Transport { .. }), "{fault:?}: {e}"),
         }
         assert!(e.to_string().contains(expect), "{e}");
-        assert_eq!(m.attempts(), 2, "{fault:?}");
+        assert_eq!(m.backend().attempts(), 2, "{fault:?}");
     }
 }
 
@@ -184,10 +185,10 @@ async fn falls_back_when_the_server_rejects_json_schema() {
     let m = model(&server, |_| {});
     let req = q("x").json_schema(json!({"type": "object"}));
     assert_eq!(m.complete(&req).await.unwrap().text, "{\"ok\": true}");
-    assert_eq!(m.attempts(), 2);
+    assert_eq!(m.backend().attempts(), 2);
     // Remembered: the next request goes out as json_object directly.
     assert_eq!(m.complete(&req).await.unwrap().text, "{\"ok\": true}");
-    assert_eq!(m.attempts(), 3);
+    assert_eq!(m.backend().attempts(), 3);
     // With fallback disabled, the rejection is an error.
     let strict = model(&server, |c| c.schema_mode = SchemaMode::JsonSchema);
     assert!(matches!(
@@ -329,9 +330,9 @@ async fn adapts_to_reasoning_model_parameter_rules() {
     .unwrap();
     let m = model(&server, |c| c.max_retries = 0);
     assert_eq!(m.complete(&q("x")).await.unwrap().text, "echo: x");
-    assert_eq!(m.attempts(), 3);
+    assert_eq!(m.backend().attempts(), 3);
     assert_eq!(m.complete(&q("y")).await.unwrap().text, "echo: y");
-    assert_eq!(m.attempts(), 4, "remembered for the run");
+    assert_eq!(m.backend().attempts(), 4, "remembered for the run");
     // A 400 that asks for nothing we can change is final.
     let other = FakeServer::start(handler(|_, _| Reply::Status {
         code: 400,
@@ -345,5 +346,5 @@ async fn adapts_to_reasoning_model_parameter_rules() {
         m.complete(&q("x")).await,
         Err(LlmError::Http { status: 400, .. })
     ));
-    assert_eq!(m.attempts(), 1);
+    assert_eq!(m.backend().attempts(), 1);
 }
