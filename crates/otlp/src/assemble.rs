@@ -13,9 +13,13 @@
 //!   messages is not a step) and one per tool execution (`execute_tool`, `TOOL`), ordered by
 //!   start time (then end time, then span id; a tool span that contains other steps, an agent
 //!   run as a tool, at its end), each keeping its span ([`maslens_trace::SpanRef`]). A model
-//!   call's step is its output (text, tool calls); a tool's step is its result.
+//!   call's step is its output (text, tool calls); a tool's step is its result. LlamaIndex's own
+//!   exporter (no kind attribute): the span with an `LLMChat*Event` is a model call (messages in
+//!   the events), the `call_tool` workflow step a tool; what a span does not record (a streamed
+//!   call's answer, a tool's result) is read from the next call's input (module `continued`).
 //! - **Agent**: the span's own agent name (`gen_ai.agent.name`, `agent.name`, a LangGraph node,
-//!   LlamaIndex's `current_agent_name`), else that of its nearest ancestor that has one (an
+//!   LlamaIndex's `current_agent_name`, carried onto the calls that follow when a summary cut
+//!   it off), else that of its nearest ancestor that has one (an
 //!   `invoke_agent` / `AGENT` span, named by its span name without `invoke_agent ` or a method
 //!   suffix such as `.run` when the instrumentor names no agent; nameless roots, group managers,
 //!   workflow containers and agent spans that only run other agents (Google ADK's
@@ -36,12 +40,13 @@
 //! in `messages`, agent names in `agents`, step roles, order and inherited errors in `steps`.
 
 mod agents;
+mod continued;
 mod messages;
 mod steps;
 
 use crate::span::SpanRecord;
 use crate::tree::Tree;
-use agents::{agent_containers, attr_agent, own_agent};
+use agents::{agent_containers, attr_agent, carry_llamaindex_agent, own_agent};
 use maslens_trace::{AgentKind, Outcome, SpanRef, Step, Trace};
 use messages::{input_messages, json_or_string, output_messages, span_error, system_prompt};
 use serde_json::{Map, Value};
@@ -83,7 +88,30 @@ pub fn kind(span: &SpanRecord) -> SpanKind {
         Some(_) => SpanKind::Other,
         // Older instrumentations: flattened completions mean a model call.
         None if a.keys().any(|k| k.starts_with("gen_ai.completion.")) => SpanKind::Llm,
-        None => SpanKind::Other,
+        None => llamaindex_kind(span),
+    }
+}
+
+/// LlamaIndex's own exporter (`llama-index-observability-otel`) sets no kind: one span per
+/// instrumented method, named after it. A model call is the span that carries LlamaIndex's
+/// `LLMChat*Event` / `LLMCompletion*Event` (the wrapper `astream_chat` and
+/// `_prepare_chat_with_tools` around it carry none); a tool execution is the workflow step that
+/// takes a `ToolCall` event (`AgentWorkflow.call_tool`, `llamaindex.step.input_event`; the
+/// tool's own `FunctionTool.acall` below it inherits that tag but is not the step).
+fn llamaindex_kind(span: &SpanRecord) -> SpanKind {
+    if span
+        .events
+        .iter()
+        .any(|e| messages::LLAMAINDEX_LLM_EVENTS.contains(&e.name.as_str()))
+    {
+        return SpanKind::Llm;
+    }
+    let tool_step = str_attr(&span.attributes, "llamaindex.step.input_event") == Some("ToolCall")
+        && span.name.rsplit('.').next() == Some("call_tool");
+    if tool_step {
+        SpanKind::Tool
+    } else {
+        SpanKind::Other
     }
 }
 
@@ -156,7 +184,8 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
         .zip(&kinds)
         .any(|(s, k)| *k == SpanKind::Agent && attr_agent(s).is_some());
     let own: Vec<Option<String>> = tree.spans.iter().map(|s| own_agent(s, named_run)).collect();
-    let agent_at = tree.nearest(&own);
+    let mut agent_at = tree.nearest(&own);
+    carry_llamaindex_agent(&tree, &kinds, &mut agent_at);
     let roles = step_roles(&tree, &kinds);
     let order = step_order(&tree, &roles);
     let errors = inherited_errors(&tree, &roles, &order);
@@ -202,12 +231,16 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
             None => {}
         }
     }
+    let tool_results_missing = order
+        .iter()
+        .any(|&i| roles[i] == Some(SpanKind::Tool) && tool_result(tree.spans[i]).is_none());
+    let mut continued = continued::continued(&tree, &roles, &order, tool_results_missing);
     for &i in &order {
         let s = tree.spans[i];
         let agent = agent_of.remove(&i).unwrap_or_default();
         let mut step = match roles[i] {
-            Some(SpanKind::Llm) => model_step(s, agent),
-            _ => tool_step(s, agent),
+            Some(SpanKind::Llm) => model_step(s, agent, continued.outputs.remove(&i)),
+            _ => tool_step(s, agent, &continued.tool_results),
         };
         for e in errors.get(&i).into_iter().flatten() {
             if !step.content.is_empty() {
@@ -275,9 +308,13 @@ fn root_task(tree: &Tree) -> String {
         .unwrap_or_default()
 }
 
-/// A model call's step: its output (text and tool calls), its error.
-fn model_step(s: &SpanRecord, agent: String) -> Step {
-    let out = output_messages(s);
+/// A model call's step: its output (text and tool calls; else `recovered`, the output read from
+/// the conversation that follows), its error.
+fn model_step(s: &SpanRecord, agent: String, recovered: Option<messages::Message>) -> Step {
+    let mut out = output_messages(s);
+    if out.is_empty() {
+        out.extend(recovered);
+    }
     let mut text: Vec<String> = out.iter().map(|m| m.text.clone()).collect();
     text.retain(|t| !t.is_empty());
     if let Some(e) = span_error(s) {
@@ -298,10 +335,20 @@ fn model_step(s: &SpanRecord, agent: String) -> Step {
     }
 }
 
+/// A field of the repr LlamaIndex workflows keep as `llamaindex.step.input_summary` (at most 200
+/// characters, so a late field may be cut off): `ToolCall(tool_name='lookup_fact', ...)`.
+fn summary_field<'a>(s: &'a SpanRecord, field: &str) -> Option<&'a str> {
+    let summary = str_attr(&s.attributes, "llamaindex.step.input_summary")?;
+    let rest = summary.split(&format!("{field}='")).nth(1)?;
+    let (value, _) = rest.split_once('\'')?;
+    (!value.is_empty()).then_some(value)
+}
+
 fn tool_name(s: &SpanRecord) -> String {
     let a = &s.attributes;
     str_attr(a, "gen_ai.tool.name")
         .or_else(|| str_attr(a, "tool.name"))
+        .or_else(|| summary_field(s, "tool_name"))
         .map(String::from)
         .unwrap_or_else(|| {
             s.name
@@ -311,14 +358,29 @@ fn tool_name(s: &SpanRecord) -> String {
         })
 }
 
-/// A tool execution's step: its result, its error.
-fn tool_step(s: &SpanRecord, tool: String) -> Step {
+/// A tool span's recorded result.
+fn tool_result(s: &SpanRecord) -> Option<&Value> {
     let a = &s.attributes;
-    let mut content = a
-        .get("gen_ai.tool.call.result")
+    a.get("gen_ai.tool.call.result")
         .or_else(|| a.get("output.value"))
-        .map(json_or_string)
-        .unwrap_or_default();
+}
+
+/// A tool execution's step: its result (else the `tool` message answering its call id in a
+/// later model call's input, from `results`), its error.
+fn tool_step(s: &SpanRecord, tool: String, results: &HashMap<String, String>) -> Step {
+    let a = &s.attributes;
+    let call_id = str_attr(a, "gen_ai.tool.call.id")
+        .or_else(|| str_attr(a, "tool.id"))
+        .or_else(|| str_attr(a, "tool_call.id"))
+        .or_else(|| summary_field(s, "tool_id"))
+        .map(String::from);
+    let mut content = tool_result(s).map(json_or_string).unwrap_or_else(|| {
+        call_id
+            .as_ref()
+            .and_then(|id| results.get(id))
+            .cloned()
+            .unwrap_or_default()
+    });
     if let Some(e) = span_error(s) {
         content.push_str(&format!("\n[error: {e}]"));
     }
@@ -326,10 +388,7 @@ fn tool_step(s: &SpanRecord, tool: String) -> Step {
         agent: tool.clone(),
         speaker: format!("tool:{tool}"),
         content: content.trim_start().to_string(),
-        tool_call_id: str_attr(a, "gen_ai.tool.call.id")
-            .or_else(|| str_attr(a, "tool.id"))
-            .or_else(|| str_attr(a, "tool_call.id"))
-            .map(String::from),
+        tool_call_id: call_id,
         timestamp: Some(rfc3339(s.start_ns)),
         span: Some(span_ref(s)),
         ..Step::default()

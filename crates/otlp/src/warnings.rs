@@ -2,7 +2,9 @@
 //! the fix when one is known. They go in the trace's metadata as `otel_warnings`, an array of
 //! `{"code", "message", "fix"}` (absent when there is none): `no_steps` (no model call or tool
 //! execution among the spans), `no_content` (steps, but no message text or tool call in any),
-//! `agents_from_service` (no span names an agent: every model step is credited to the service).
+//! `no_output` (there is content, but some model steps record no output: LlamaIndex's own exporter
+//! on streamed calls), `agents_from_service` (no span names an agent: every model step is
+//! credited to the service).
 
 use maslens_trace::{AgentKind, Trace};
 use serde_json::{json, Value};
@@ -15,6 +17,11 @@ pydantic-ai: InstrumentationSettings(include_content=True)";
 /// The fix for a run with no model or tool span: the instrumentation that emits them.
 const STEPS_FIX: &str = "instrument the framework's model calls: its OpenInference instrumentor \
 (openinference-instrumentation-<framework>) or its native GenAI instrumentation (docs/frameworks/)";
+
+/// The fix for model calls whose output is not recorded.
+const OUTPUT_FIX: &str = "LlamaIndex's own exporter (llama-index-observability-otel) drops the answer of a \
+streamed model call: FunctionAgent(..., streaming=False), or trace with OpenInference's LlamaIndexInstrumentor \
+(openinference-instrumentation-llama-index; docs/frameworks/llamaindex.md)";
 
 /// The fix for agents that no span names.
 const AGENTS_FIX: &str =
@@ -46,7 +53,8 @@ pub(crate) fn run_warnings(
         .steps
         .iter()
         .all(|s| s.content.trim().is_empty() && s.tool_calls.is_empty());
-    if silent && trace.task.trim().is_empty() {
+    let no_content = silent && trace.task.trim().is_empty();
+    if no_content {
         out.push(warning(
             "no_content",
             format!(
@@ -56,11 +64,26 @@ pub(crate) fn run_warnings(
             CONTENT_FIX,
         ));
     }
-    let model_steps = trace
+    let model: Vec<_> = trace
         .steps
         .iter()
         .filter(|s| trace.agent_kind(&s.agent) != AgentKind::Tool)
+        .collect();
+    let model_steps = model.len();
+    let no_output = model
+        .iter()
+        .filter(|s| s.content.trim().is_empty() && s.tool_calls.is_empty())
         .count();
+    if !no_content && no_output > 0 {
+        out.push(warning(
+            "no_output",
+            format!(
+                "{no_output} of {model_steps} model step(s) record no output (no text, no tool call): \
+                 what those calls answered is not in the spans"
+            ),
+            OUTPUT_FIX,
+        ));
+    }
     if from_service > 0 && from_service == model_steps {
         out.push(warning(
             "agents_from_service",

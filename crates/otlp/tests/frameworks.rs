@@ -98,6 +98,37 @@ const CASES: &[Case] = &[
         tool_call: Some(("handoff", "\"to_agent\": \"researcher\"")),
     },
     Case {
+        // The same workflow through LlamaIndex's own exporter (llama-index-observability-otel),
+        // agents streaming (their default): no span kind, one span per method; the model call is
+        // the span with `LLMChatStartEvent` (messages as JSON), the tool the `call_tool` step. The
+        // streamed answers are not recorded (the end event comes after the span closed): the
+        // handoff call is read from the next call's input, the final answer is missing.
+        name: "llamaindex_native",
+        containers: &["AgentWorkflow.run", "AgentWorkflow"],
+        agents: &["triage", "researcher"],
+        model_steps: 2,
+        tools: &["handoff"],
+        outcome: Outcome::Unknown,
+        warnings: &["no_output"],
+        system_prompt: Some(("researcher", "You are researcher.")),
+        step_text: Some("Agent researcher is now handling the request"),
+        tool_call: Some(("handoff", "\"to_agent\": \"researcher\"")),
+    },
+    Case {
+        // LlamaIndex's own exporter with FunctionAgent(streaming=False): `LLMChatEndEvent` holds
+        // each call's answer.
+        name: "llamaindex_native_nostream",
+        containers: &["AgentWorkflow.run", "AgentWorkflow"],
+        agents: &["triage", "researcher"],
+        model_steps: 2,
+        tools: &["handoff"],
+        outcome: Outcome::Unknown,
+        warnings: &[],
+        system_prompt: Some(("triage", "You are triage.")),
+        step_text: Some("The answer is: Agent researcher is now handling the request"),
+        tool_call: Some(("handoff", "\"to_agent\": \"researcher\"")),
+    },
+    Case {
         // AG2 GroupChat, native GenAI spans: `invoke_agent chat_manager` is the group manager (a
         // container); the tool executor's `invoke_agent user` and its `execute_tool` are one step.
         name: "ag2",
@@ -371,4 +402,86 @@ fn adk_without_content_names_the_capture_switch() {
     // With content, the same run has the messages and no warning.
     let t = one_run("adk", &spans("adk"));
     assert_eq!(t.task, "When did Apollo 11 land on the Moon?");
+}
+
+#[test]
+fn llamaindex_native_exporter_runs_read_from_summaries_events_and_the_next_call() {
+    // LlamaIndex's own exporter: the first agent's name is cut off in the 200-character summary
+    // of its `run_agent_step` (and so of its model call), and comes from its `setup_agent`.
+    let native = spans("llamaindex_native");
+    let first_step = native
+        .iter()
+        .filter(|s| s.name == "AgentWorkflow.run_agent_step")
+        .min_by_key(|s| s.start_ns)
+        .expect("a run_agent_step span");
+    let summary = first_step.attributes["llamaindex.step.input_summary"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        !summary.contains("current_agent_name") && summary.ends_with("..."),
+        "{summary}"
+    );
+    let t = one_run("llamaindex_native", &native);
+    assert_eq!(t.task, "When did Apollo 11 land on the Moon?");
+    let model: Vec<_> = t
+        .steps
+        .iter()
+        .filter(|s| t.agent_kind(&s.agent) != AgentKind::Tool)
+        .collect();
+    // triage's streamed answer (the handoff call) is read from the researcher's input ...
+    assert_eq!(model[0].agent, "triage");
+    assert_eq!(model[0].tool_calls.len(), 1, "{:?}", model[0]);
+    // ... the handoff's result from the `tool` message with its call id ...
+    let tool = &t.steps[1];
+    assert_eq!(tool.agent, "handoff");
+    assert!(tool.tool_call_id.is_some());
+    assert_eq!(model[0].tool_calls[0].id, tool.tool_call_id);
+    assert!(
+        tool.content.starts_with("Agent researcher is now handling"),
+        "{tool:?}"
+    );
+    // ... and the researcher's streamed answer is nowhere: the warning says so and how to fix it.
+    assert_eq!(model[1].agent, "researcher");
+    assert!(model[1].content.is_empty() && model[1].tool_calls.is_empty());
+    let w = &t.metadata["otel_warnings"][0];
+    assert!(
+        w["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("1 of 2"),
+        "{w}"
+    );
+    assert!(
+        w["fix"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("streaming=False"),
+        "{w}"
+    );
+    // Not streamed: the answers are in LLMChatEndEvent.
+    let t = one_run(
+        "llamaindex_native_nostream",
+        &spans("llamaindex_native_nostream"),
+    );
+    let last = t.steps.last().expect("steps");
+    assert_eq!(last.agent, "researcher");
+    assert!(last.content.starts_with("The answer is: "), "{last:?}");
+}
+
+#[test]
+fn a_cut_off_llamaindex_agent_name_is_no_name_and_a_handoff_names_the_next_agent() {
+    // The researcher's summaries cut off before its name closes (a long input, no system
+    // prompt): no agent "resea..."; the triage's handoff to researcher names it.
+    let mut spans = spans("llamaindex_native");
+    for s in &mut spans {
+        if let Some(v) = s.attributes.get_mut("llamaindex.step.input_summary") {
+            let cut = v.as_str().unwrap_or_default().replace(
+                "current_agent_name='researcher')",
+                "current_agent_name='resea...",
+            );
+            *v = cut.into();
+        }
+    }
+    let t = one_run("llamaindex_native", &spans);
+    assert_eq!(agents_in_order(&t), ["triage", "researcher"]);
 }

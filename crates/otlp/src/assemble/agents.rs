@@ -6,7 +6,7 @@ use super::{kind, str_attr, SpanKind};
 use crate::span::SpanRecord;
 use crate::tree::Tree;
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// The LangGraph node a span ran in: OpenInference's LangChain instrumentor puts
 /// `{"langgraph_node": ...}` in the `metadata` attribute (a JSON string) of every span of a node,
@@ -50,19 +50,62 @@ pub(super) fn attr_agent(span: &SpanRecord) -> Option<String> {
 
 /// LlamaIndex AgentWorkflow: the agent of a workflow step is only in the step's input
 /// (`AgentWorkflow.run_agent_step` / `setup_agent` / `parse_agent_output`, whose input repr
-/// holds `current_agent_name='triage'`); the model calls of that agent run under it.
-fn llamaindex_agent(span: &SpanRecord) -> Option<String> {
+/// holds `current_agent_name='triage'`: OpenInference's `input.value`, or the 200-character
+/// `llamaindex.step.input_summary` that LlamaIndex's own exporter records, where a long input
+/// can cut the name off); the model calls of that agent run under it.
+pub(super) fn llamaindex_agent(span: &SpanRecord) -> Option<String> {
     let method = span.name.rsplit('.').next()?;
     if !["run_agent_step", "setup_agent", "parse_agent_output"].contains(&method) {
         return None;
     }
-    let input = str_attr(&span.attributes, "input.value")?;
-    let name = input
-        .split("current_agent_name='")
-        .nth(1)?
-        .split('\'')
-        .next()?;
+    ["input.value", "llamaindex.step.input_summary"]
+        .iter()
+        .filter_map(|k| str_attr(&span.attributes, k))
+        .find_map(|input| {
+            // A name cut off by the summary's length has no closing quote.
+            let (name, _) = input
+                .split("current_agent_name='")
+                .nth(1)?
+                .split_once('\'')?;
+            (!name.is_empty()).then(|| name.to_string())
+        })
+}
+
+/// The agent a LlamaIndex `handoff` tool step hands over to: its `ToolCall` summary
+/// (`ToolCall(tool_name='handoff', tool_kwargs={'to_agent': 'researcher', ...}, ...)`).
+fn llamaindex_handoff(span: &SpanRecord) -> Option<String> {
+    if span.name.rsplit('.').next() != Some("call_tool") {
+        return None;
+    }
+    let summary = str_attr(&span.attributes, "llamaindex.step.input_summary")?;
+    if !summary.starts_with("ToolCall(tool_name='handoff'") {
+        return None;
+    }
+    let (name, _) = summary.split("'to_agent': '").nth(1)?.split_once('\'')?;
     (!name.is_empty()).then(|| name.to_string())
+}
+
+/// LlamaIndex's current agent carried onto the model calls that follow: a call that no span
+/// at or above names an agent for (a `run_agent_step` summary cut off before
+/// `current_agent_name`: the first turn, or few messages and no system prompt) takes the agent
+/// of the latest LlamaIndex workflow step that named one before it started (its `setup_agent`,
+/// or a `handoff` tool step's `to_agent`), within the same workflow run (`llamaindex.run_id`).
+pub(super) fn carry_llamaindex_agent(
+    tree: &Tree,
+    kinds: &[SpanKind],
+    agent_at: &mut [Option<String>],
+) {
+    let mut current: HashMap<&str, String> = HashMap::new();
+    // Spans are in start order.
+    for i in 0..tree.len() {
+        let s = tree.spans[i];
+        let run = str_attr(&s.attributes, "llamaindex.run_id").unwrap_or_default();
+        if let Some(name) = llamaindex_agent(s).or_else(|| llamaindex_handoff(s)) {
+            current.insert(run, name);
+        } else if kinds[i] == SpanKind::Llm && agent_at[i].is_none() {
+            agent_at[i] = current.get(run).cloned();
+        }
+    }
 }
 
 /// Method names an instrumentor appends to an agent's name in its AGENT span's name

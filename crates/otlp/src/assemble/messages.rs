@@ -1,6 +1,7 @@
 //! Messages and errors read from a span's attributes and events, in either convention
 //! (GenAI structured or flattened messages, per-message events; OpenInference flattened
-//! messages, `input.value` / `output.value`).
+//! messages, `input.value` / `output.value`) or as LlamaIndex's own exporter records them
+//! (`llama-index-observability-otel`: its instrumentation events as span events).
 
 use super::str_attr;
 use crate::span::SpanRecord;
@@ -14,6 +15,8 @@ pub(super) struct Message {
     pub(super) role: String,
     pub(super) text: String,
     pub(super) tool_calls: Vec<ToolCall>,
+    /// The call a `tool`-role message answers, when the message says.
+    pub(super) tool_call_id: Option<String>,
 }
 
 pub(super) fn json_or_string(v: &Value) -> String {
@@ -143,6 +146,7 @@ fn flat_messages(a: &Map<String, Value>, prefix: &str) -> Vec<Message> {
                 role: s("role"),
                 text: texts.join("\n"),
                 tool_calls: calls.into_values().collect(),
+                ..Message::default()
             }
         })
         .collect()
@@ -191,6 +195,7 @@ fn event_messages(span: &SpanRecord, output: bool) -> Vec<Message> {
                     b => json_or_string(&b["content"]),
                 },
                 tool_calls,
+                ..Message::default()
             }
         })
         .collect()
@@ -210,7 +215,11 @@ fn structured_output(span: &SpanRecord) -> Vec<Message> {
             return m;
         }
     }
-    event_messages(span, true)
+    let m = event_messages(span, true);
+    if !m.is_empty() {
+        return m;
+    }
+    llamaindex_output(span)
 }
 
 pub(super) fn output_messages(span: &SpanRecord) -> Vec<Message> {
@@ -310,7 +319,14 @@ pub(super) fn input_messages(span: &SpanRecord) -> Vec<Message> {
             return m;
         }
     }
-    event_messages(span, false)
+    let m = event_messages(span, false);
+    if !m.is_empty() {
+        return m;
+    }
+    llamaindex_event(span, &["LLMChatStartEvent", "LLMChatEndEvent"])
+        .and_then(|a| a.get("messages"))
+        .map(llamaindex_messages)
+        .unwrap_or_default()
 }
 
 pub(super) fn system_prompt(span: &SpanRecord) -> Option<String> {
@@ -329,4 +345,126 @@ pub(super) fn system_prompt(span: &SpanRecord) -> Option<String> {
         other => json_or_string(other),
     };
     (!text.is_empty()).then_some(text)
+}
+
+/// LlamaIndex's instrumentation events that mark a model call (its own exporter,
+/// `llama-index-observability-otel`, attaches them to the span of the call as span events).
+pub(super) const LLAMAINDEX_LLM_EVENTS: &[&str] = &[
+    "LLMChatStartEvent",
+    "LLMChatEndEvent",
+    "LLMCompletionStartEvent",
+    "LLMCompletionEndEvent",
+];
+
+/// The attributes of the first of `names` among a span's events.
+fn llamaindex_event<'a>(span: &'a SpanRecord, names: &[&str]) -> Option<&'a Map<String, Value>> {
+    names
+        .iter()
+        .find_map(|n| span.events.iter().find(|e| e.name == *n))
+        .map(|e| &e.attributes)
+}
+
+/// A value that LlamaIndex's exporter JSON-encoded (lists of objects) or kept as is.
+fn decoded(v: &Value) -> Value {
+    match v {
+        Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| v.clone()),
+        v => v.clone(),
+    }
+}
+
+/// One LlamaIndex `ChatMessage` as dumped by pydantic: `{role, content?, blocks: [{block_type:
+/// "text", text} | {block_type: "tool_call", tool_call_id, tool_name, tool_kwargs}],
+/// additional_kwargs: {tool_calls: [{id, function: {name, arguments}}], tool_call_id}}`.
+fn llamaindex_message(role: &str, blocks: &Value, kwargs: &Value, content: &Value) -> Message {
+    let mut texts = Vec::new();
+    if let Some(c) = content.as_str().filter(|c| !c.is_empty()) {
+        texts.push(c.to_string());
+    }
+    let mut tool_calls: Vec<ToolCall> = decoded(&kwargs["tool_calls"])
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| ToolCall {
+            id: c["id"].as_str().map(String::from),
+            name: c["function"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            arguments: json_or_string(&c["function"]["arguments"]),
+        })
+        .collect();
+    let from_kwargs = !tool_calls.is_empty();
+    for b in decoded(blocks).as_array().into_iter().flatten() {
+        match b["block_type"].as_str().unwrap_or_default() {
+            "text" => {
+                if let Some(t) = b["text"].as_str().filter(|t| !t.is_empty()) {
+                    texts.push(t.to_string());
+                }
+            }
+            "tool_call" if !from_kwargs => tool_calls.push(ToolCall {
+                id: b["tool_call_id"].as_str().map(String::from),
+                name: b["tool_name"].as_str().unwrap_or_default().to_string(),
+                arguments: json_or_string(&b["tool_kwargs"]),
+            }),
+            _ => {}
+        }
+    }
+    Message {
+        role: role.to_string(),
+        text: texts.join("\n"),
+        tool_calls,
+        tool_call_id: kwargs["tool_call_id"].as_str().map(String::from),
+    }
+}
+
+/// The `messages` of a LlamaIndex chat event: a JSON list of `ChatMessage`s.
+fn llamaindex_messages(v: &Value) -> Vec<Message> {
+    decoded(v)
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            llamaindex_message(
+                m["role"].as_str().unwrap_or_default(),
+                &m["blocks"],
+                &m["additional_kwargs"],
+                &m["content"],
+            )
+        })
+        .collect()
+}
+
+/// A LlamaIndex model call's output: the `response.*` of its `LLMChatEndEvent` (flattened:
+/// `response.message.role`, `response.message.blocks`,
+/// `response.message.additional_kwargs.tool_calls`) or `LLMCompletionEndEvent`
+/// (`response.text`). A streamed call has none: the exporter drops the end event, which comes
+/// after the call's span has closed.
+fn llamaindex_output(span: &SpanRecord) -> Vec<Message> {
+    if let Some(a) = llamaindex_event(span, &["LLMChatEndEvent"]) {
+        let get = |k: &str| a.get(k).cloned().unwrap_or(Value::Null);
+        let kwargs = serde_json::json!({
+            "tool_calls": get("response.message.additional_kwargs.tool_calls"),
+        });
+        let m = llamaindex_message(
+            str_attr(a, "response.message.role").unwrap_or("assistant"),
+            &get("response.message.blocks"),
+            &kwargs,
+            &get("response.message.content"),
+        );
+        return if m.text.is_empty() && m.tool_calls.is_empty() {
+            Vec::new()
+        } else {
+            vec![m]
+        };
+    }
+    llamaindex_event(span, &["LLMCompletionEndEvent"])
+        .and_then(|a| str_attr(a, "response.text"))
+        .map(|t| {
+            vec![Message {
+                role: "assistant".into(),
+                text: t.to_string(),
+                ..Message::default()
+            }]
+        })
+        .unwrap_or_default()
 }
