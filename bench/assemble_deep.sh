@@ -63,5 +63,5 @@ for d in "${depths[@]}"; do
 done
 if [ ${#depths[@]} -ge 2 ]; then
   first="${depths[0]}"; last="${depths[-1]}"
-  python3 -c "a, b = float('${secs[$first]}'), float('${secs[$last]}'); print(f'ratio {last}/{first}: {b / max(a, 1e-3):.1f} (depth ratio {int($last) // int($first)})')"
+  python3 -c "a, b = float('${secs[$first]}'), float('${secs[$last]}'); print(f'ratio $last/$first: {b / max(a, 1e-3):.1f} (depth ratio {$last // $first})')"
 fi

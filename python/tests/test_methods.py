@@ -191,7 +191,14 @@ def test_async_variants_run_side_by_side(data: Path) -> None:
 def test_scan_and_credit_against_a_real_model(root: Path, serve_model: ServeModel, cache: str) -> None:
     model = maslens.Model(serve_model.spec, cache_path=cache)
     trace = maslens.read(root / "examples" / "whowhen-style.json")[0]
-    scan = maslens.scan(trace, model=model, progress=False, absorption=False, detect_max_tokens=256, max_events=3)
+    # Scan and credit report progress through the same callback as locate: once per trace,
+    # whether it was scanned or failed.
+    seen: list[tuple[int, int, str]] = []
+    scan = maslens.scan(
+        trace, model=model, progress=lambda d, n, label: seen.append((d, n, label)),
+        absorption=False, detect_max_tokens=256, max_events=3,
+    )
+    assert seen == [(1, 1, trace.id)], seen
     assert scan.raw["model"] == model.id
     assert len(scan.traces) + len(scan.errors) == 1
     if scan.traces:
@@ -200,7 +207,9 @@ def test_scan_and_credit_against_a_real_model(root: Path, serve_model: ServeMode
         assert len(scan.to_pandas()) == 1
         for e in scan.events():
             assert e.step in {st["index"] for st in trace.steps}
-    credit = maslens.credit(trace, model=model, progress=False, critic_max_tokens=64)
+    seen.clear()
+    credit = maslens.credit(trace, model=model, progress=lambda d, n, label: seen.append((d, n, label)), critic_max_tokens=64)
+    assert seen == [(1, 1, trace.id)], seen
     assert credit.model == model.id
     assert len(credit.traces) + len(credit.errors) == 1
     if credit.traces:
