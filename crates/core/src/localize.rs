@@ -207,6 +207,7 @@ impl<'m> Chosen<'m> {
     /// [`LocalizeError::Case`] concerns this trace only.
     pub async fn verdict(&self, trace: &Trace) -> Result<Located, LocalizeError> {
         let started = std::time::Instant::now();
+        refuse_not_understood(trace)?;
         let allow = self.allow_non_acting;
         let (verdict, mut usage, detail) = match &self.kind {
             Kind::Llm(l) => match l.verdict(trace).await {
@@ -259,6 +260,20 @@ impl<'m> Chosen<'m> {
     }
 }
 
+/// No verdict on a run maslens could not understand (no step, or steps with no text: its
+/// [`Trace::not_understood`] warning): the error says why and how to fix the instrumentation,
+/// where a verdict would only have been read from nothing.
+fn refuse_not_understood(trace: &Trace) -> Result<(), LocalizeError> {
+    match trace.not_understood() {
+        Some(w) => Err(LocalizeError::case(format!(
+            "{}: not diagnosed, the run was not understood: {}",
+            trace.id,
+            w.line()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// One run of a localizer over traces in order, the loop every front end shares: after a
 /// budget stop ([`LocalizeError::Stop`]) each further trace is answered "not run" without a model
 /// call, so a caller still reports (and writes) every trace it was given.
@@ -304,6 +319,7 @@ pub fn prior_located(
     allow_non_acting: bool,
 ) -> Result<Located, LocalizeError> {
     let started = std::time::Instant::now();
+    refuse_not_understood(trace)?;
     let verdict = PriorLocalizer::verdict_of(source, trace, allow_non_acting)?;
     Ok(Located {
         trace: trace.id.clone(),
@@ -637,5 +653,39 @@ mod tests {
         // Scored the Who&When way, the step head's own answer (the human's step 0) stays.
         assert_eq!(v.scored(ScoringRule::Independent).1, Some(0));
         assert_eq!(v.scored(ScoringRule::Coherent).1, Some(2));
+    }
+
+    /// Issue 36 item 3: a run with nothing to read (a `no_content` run warning) gets no
+    /// verdict from any localizer, and the error names the warning and its fix.
+    #[tokio::test]
+    async fn a_run_not_understood_gets_no_verdict_and_says_why() {
+        let mut map = HashMap::new();
+        map.insert("x/1".to_string(), vec![0.1, 0.2, 0.7]);
+        let source = PriorSource::File(map.clone());
+        let chosen = Chosen::new(Kind::Prior(PriorLocalizer::new(PriorSource::File(map))));
+        let mut t = trace();
+        t.metadata.insert(
+            maslens_trace::WARNINGS_KEY.into(),
+            serde_json::json!([{"code": "agents_from_service", "message": "m"}]),
+        );
+        assert!(
+            chosen.verdict(&t).await.is_ok(),
+            "a warning that leaves steps to read"
+        );
+        t.metadata.insert(
+            maslens_trace::WARNINGS_KEY.into(),
+            serde_json::json!([{"code": "no_content", "message": "no text", "fix": "turn capture on"}]),
+        );
+        for e in [
+            chosen.verdict(&t).await.err(),
+            prior_located(&source, &t, false).err(),
+        ] {
+            let e = e.expect("no verdict").to_string();
+            assert!(
+                e.contains("not understood")
+                    && e.contains("no_content: no text (fix: turn capture on)"),
+                "{e}"
+            );
+        }
     }
 }

@@ -183,6 +183,14 @@ pub async fn scan_traces(
     progress.start(traces.len());
     for (i, t) in traces.iter().enumerate() {
         progress.case(&t.id);
+        // A run with nothing to read is not scanned: its warning says why.
+        if let Some(w) = t.not_understood() {
+            let why = format!("not scanned, the run was not understood: {}", w.line());
+            progress.error(&t.id, &why);
+            progress.case_done();
+            errors.push(format!("{}: {why}", t.id));
+            continue;
+        }
         match scan_trace(models, t, &cfg).await {
             Ok(s) => {
                 progress.case_done();

@@ -256,9 +256,11 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
     }
     let warnings = crate::warnings::run_warnings(&trace, tree.len(), from_service, service);
     if !warnings.is_empty() {
-        trace
-            .metadata
-            .insert("otel_warnings".into(), Value::Array(warnings));
+        let warnings = warnings.iter().filter_map(|w| serde_json::to_value(w).ok());
+        trace.metadata.insert(
+            maslens_trace::WARNINGS_KEY.into(),
+            Value::Array(warnings.collect()),
+        );
     }
     trace
 }

@@ -1,13 +1,12 @@
 //! Run-level warnings computed at assembly: what maslens could not understand about a run, with
-//! the fix when one is known. They go in the trace's metadata as `otel_warnings`, an array of
-//! `{"code", "message", "fix"}` (absent when there is none): `no_steps` (no model call or tool
+//! the fix when one is known. They go in the trace's metadata as `otel_warnings`
+//! ([`maslens_trace::warnings`], absent when there is none): `no_steps` (no model call or tool
 //! execution among the spans), `no_content` (steps, but no message text or tool call in any),
 //! `no_output` (there is content, but some model steps record no output: LlamaIndex's own exporter
 //! on streamed calls), `agents_from_service` (no span names an agent: every model step is
 //! credited to the service).
 
-use maslens_trace::{AgentKind, Trace};
-use serde_json::{json, Value};
+use maslens_trace::{AgentKind, RunWarning, Trace};
 
 /// The fix for a run whose spans carry no messages: each instrumentation's switch.
 const CONTENT_FIX: &str = "turn message capture on: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true \
@@ -28,8 +27,12 @@ const AGENTS_FIX: &str =
     "set gen_ai.agent.name on the model spans or trace agents with an instrumentor \
 that emits invoke_agent / AGENT spans (docs/frameworks/)";
 
-fn warning(code: &str, message: String, fix: &str) -> Value {
-    json!({"code": code, "message": message, "fix": fix})
+fn warning(code: &str, message: String, fix: &str) -> RunWarning {
+    RunWarning {
+        code: code.into(),
+        message,
+        fix: Some(fix.into()),
+    }
 }
 
 /// The warnings of an assembled run of `spans` spans, `from_service` of whose model steps took
@@ -39,7 +42,7 @@ pub(crate) fn run_warnings(
     spans: usize,
     from_service: usize,
     service: Option<&str>,
-) -> Vec<Value> {
+) -> Vec<RunWarning> {
     let mut out = Vec::new();
     if trace.steps.is_empty() {
         out.push(warning(

@@ -586,3 +586,87 @@ async fn stopping_interrupts_a_running_job_and_queues_it_again() {
     let j = store.job(&job.id).await.expect("job").expect("exists");
     assert_eq!(j.state, maslens_store::JobState::Queued, "{j:?}");
 }
+
+/// Issue 36 item 3: a run maslens cannot understand (Google ADK with its default, no message
+/// content; recorded from a real run) says so on the API, the list and the trace page, and gets
+/// no diagnosis presented as one: none on arrival, and a job asked for it fails saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_without_content_says_so_and_gets_no_diagnosis() {
+    let server = start(fast(ServeConfig::default())).await;
+    let client = reqwest::Client::new();
+    for line in recorded("adk_no_content.jsonl") {
+        let r = client
+            .post(format!("{}/v1/traces", server.base))
+            .header("content-type", "application/json")
+            .body(line)
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status(), 200);
+    }
+    let list = poll(&client, &format!("{}/api/runs", server.base), |v| {
+        v["runs"][0]["state"] == "complete"
+    })
+    .await;
+    let row = &list["runs"][0];
+    let codes: Vec<&str> = row["warnings"]
+        .as_array()
+        .expect("warnings in the list")
+        .iter()
+        .filter_map(|w| w["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"no_content"), "{row}");
+    let id = row["id"].as_str().expect("id");
+    let one = client
+        .get(format!("{}/api/runs/{id}", server.base))
+        .send()
+        .await
+        .expect("get")
+        .json::<Value>()
+        .await
+        .expect("json");
+    assert_eq!(one["run"]["warnings"], row["warnings"]);
+    let fix = one["run"]["warnings"][0]["fix"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(fix.contains("CAPTURE_MESSAGE_CONTENT"), "{fix}");
+    // Nothing was diagnosed on arrival; a job asked for fails and says why.
+    assert_eq!(one["diagnoses"].as_array().map(Vec::len), Some(0), "{one}");
+    let r = client
+        .post(format!("{}/api/jobs", server.base))
+        .json(&serde_json::json!({"run": id, "method": "prior"}))
+        .send()
+        .await
+        .expect("job");
+    assert_eq!(r.status(), 202);
+    let jobs = r.json::<Value>().await.expect("json");
+    let job = jobs["jobs"][0]["id"].as_str().expect("job id").to_string();
+    let done = poll(&client, &format!("{}/api/jobs/{job}", server.base), |v| {
+        v["state"] == "failed"
+    })
+    .await;
+    let error = done["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("not understood") && error.contains("no_content"),
+        "{done}"
+    );
+    // The UI says it on the trace page and in the list.
+    let page = client
+        .get(format!("{}/ui/traces/{id}", server.base))
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("html");
+    assert!(page.contains("id=\"run-warnings\"") && page.contains("id=\"not-diagnosed\""));
+    let list = client
+        .get(format!("{}/ui/traces", server.base))
+        .send()
+        .await
+        .expect("list")
+        .text()
+        .await
+        .expect("html");
+    assert!(list.contains("not understood"), "the list marks the run");
+}

@@ -204,7 +204,7 @@ impl Store {
         let received_ns: Option<i64> = sqlx::query_scalar(
             "UPDATE runs SET trace_json = $1, trace_hash = $2, task = $3, outcome = $4,
                n_steps = $5, n_spans = $6, agents = $7, system = $8, first_ns = $9, last_ns = $10,
-               assembled_seq = $11
+               assembled_seq = $11, warnings = $13
              WHERE id = $12 AND assembled_seq < $11 AND source = 'otlp'
              RETURNING received_ns",
         )
@@ -220,6 +220,7 @@ impl Store {
         .bind(big(last))
         .bind(seq)
         .bind(run)
+        .bind(crate::runs::warnings_text(&trace))
         .fetch_optional(&mut *tx)
         .await
         .map_err(q("store assembled trace"))?;

@@ -72,6 +72,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/0004_job_lanes.sql"),
         include_str!("../migrations/0004_job_lanes.sql"),
     ),
+    (
+        5,
+        "run warnings",
+        include_str!("../migrations/0005_run_warnings.sql"),
+        include_str!("../migrations/0005_run_warnings.sql"),
+    ),
 ];
 
 /// Errors from the store.

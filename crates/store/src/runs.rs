@@ -40,6 +40,10 @@ pub struct RunSummary {
     pub risk: Option<f64>,
     /// SHA-256 of the stored trace ([`crate::trace_hash`]); none until first assembled.
     pub trace_hash: Option<String>,
+    /// What maslens could not understand about the run (from its trace's metadata); a run with
+    /// a blocking one ([`maslens_trace::RunWarning::blocks_diagnosis`]) gets no diagnosis.
+    #[serde(default)]
+    pub warnings: Vec<maslens_trace::RunWarning>,
 }
 
 /// One run with its trace (none until first assembled).
@@ -177,7 +181,8 @@ fn qualified(columns: &str) -> String {
 
 const SUMMARY_COLS: &str =
     "id, source, system, task, outcome, n_steps, n_spans, agents, has_root, \
-     first_ns, last_ns, received_ns, state, located_agent, located_step, risk, trace_hash, error";
+     first_ns, last_ns, received_ns, state, located_agent, located_step, risk, trace_hash, error, \
+     warnings";
 
 fn summary(row: &AnyRow) -> Result<RunSummary> {
     let has_root: i64 = col(row, "has_root")?;
@@ -200,7 +205,24 @@ fn summary(row: &AnyRow) -> Result<RunSummary> {
         risk: col(row, "risk")?,
         trace_hash: col(row, "trace_hash")?,
         error: col(row, "error")?,
+        warnings: warnings_col(row)?,
     })
+}
+
+/// The `warnings` column: none when NULL or unreadable (a warning never hides a run).
+fn warnings_col(row: &AnyRow) -> Result<Vec<maslens_trace::RunWarning>> {
+    let text: Option<String> = col(row, "warnings")?;
+    Ok(text
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default())
+}
+
+/// A trace's run warnings as the `warnings` column stores them (NULL when none).
+pub(crate) fn warnings_text(trace: &Trace) -> Option<String> {
+    let warnings = trace.run_warnings();
+    (!warnings.is_empty())
+        .then(|| serde_json::to_string(&warnings).ok())
+        .flatten()
 }
 
 impl Store {
@@ -216,12 +238,13 @@ impl Store {
         let mut tx = self.write_tx().await?;
         let done = sqlx::query(
             "INSERT INTO runs (id, source, system, trace_json, trace_hash, task, outcome, n_steps,
-               agents, received_ns, ingest_seq, assembled_seq, state, completed_ns)
-             VALUES ($1, 'import', $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 'complete', $9)
+               agents, received_ns, ingest_seq, assembled_seq, state, completed_ns, warnings)
+             VALUES ($1, 'import', $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 'complete', $9, $10)
              ON CONFLICT (id) DO UPDATE SET system = excluded.system,
                trace_json = excluded.trace_json, trace_hash = excluded.trace_hash,
                task = excluded.task, outcome = excluded.outcome, n_steps = excluded.n_steps,
-               agents = excluded.agents, received_ns = excluded.received_ns
+               agents = excluded.agents, received_ns = excluded.received_ns,
+               warnings = excluded.warnings
              WHERE runs.source = 'import'",
         )
         .bind(trace.id.as_str())
@@ -233,6 +256,7 @@ impl Store {
         .bind(big(trace.steps.len() as u64))
         .bind(agents.into_iter().collect::<Vec<_>>().join(" "))
         .bind(now)
+        .bind(warnings_text(trace))
         .execute(&mut *tx)
         .await
         .map_err(q("put trace"))?;

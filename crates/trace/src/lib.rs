@@ -31,6 +31,7 @@ pub mod names;
 pub mod stats;
 pub mod validate;
 pub mod verdict;
+pub mod warnings;
 
 pub use builder::TraceBuilder;
 pub use concepts::{fnv1a, seeded_hash, seeded_order, seeded_rng, Gold, INJECTION_KEY};
@@ -39,6 +40,7 @@ pub use import::{read_path, read_trace, Format, ImportError, Imported};
 pub use model::*;
 pub use validate::validate;
 pub use verdict::{excerpt_text, Answer, Heads, Pick, Resolved, ScoringRule};
+pub use warnings::{RunWarning, WARNINGS_KEY};
 
 impl model::Step {
     /// The raw speaker label, or the agent when the source gave none.

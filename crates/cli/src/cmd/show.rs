@@ -93,6 +93,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 }
                 let text = render(&imp.trace, &style);
                 crate::outln!("{}", text.trim_end_matches('\n'));
+                // What maslens could not understand about the run (OTLP assembly's warnings).
+                for w in imp.trace.run_warnings() {
+                    let line = format!("warning: {}", w.line());
+                    crate::outln!("{}", paint(&inline(&line), "33", style.color));
+                }
                 for d in &imp.diagnostics {
                     if d.severity == maslens_trace::Severity::Error
                         || !d.message.contains("empty content")

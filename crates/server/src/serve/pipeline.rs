@@ -190,6 +190,15 @@ async fn on_complete(state: &AppState, run: &str) -> Result<(), maslens_store::S
         return Ok(());
     };
     let hash = stored.summary.trace_hash.unwrap_or_default();
+    // A run with nothing to read gets no diagnosis: its warning says why (API, UI, `show`).
+    if let Some(w) = trace.not_understood() {
+        tracing::info!(
+            run,
+            "not diagnosed, the run was not understood: {}",
+            w.line()
+        );
+        return Ok(());
+    }
     if let Some(d) = prior_diagnosis(state, &trace, &hash) {
         let targets = writeback_targets(state);
         let follow = maslens_store::FollowUp {
@@ -358,6 +367,13 @@ async fn run_job(state: &AppState, job: &maslens_store::Job) -> Result<NewDiagno
         .trace
         .ok_or_else(|| format!("run {} has no assembled trace yet", job.run_id))?;
     let hash = stored.summary.trace_hash.unwrap_or_default();
+    if let Some(w) = trace.not_understood() {
+        return Err(format!(
+            "{}: not diagnosed, the run was not understood: {}",
+            trace.id,
+            w.line()
+        ));
+    }
     let method =
         JobMethod::parse(&job.method).ok_or_else(|| format!("unknown method {:?}", job.method))?;
     match method.localizer() {

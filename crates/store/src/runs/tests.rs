@@ -311,3 +311,29 @@ async fn sqlite_list_plans_walk_an_index_without_sorting() {
     assert!(lines.contains("runs_search_key"), "{lines}");
     FORCE_TEXT_PLAN.with(|f| f.set(None));
 }
+
+/// Issue 36 item 3: a trace's run warnings (OTLP assembly's `otel_warnings`) are on its run
+/// summary, in the list and for one run, on both back ends; a trace without any has none.
+#[tokio::test]
+async fn run_warnings_reach_the_summary() {
+    for (store, _dir) in stores().await {
+        let mut warned = TraceBuilder::new("w").step("a", "").build();
+        warned.metadata.insert(
+            maslens_trace::WARNINGS_KEY.into(),
+            serde_json::json!([{"code": "no_content", "message": "m", "fix": "f"}]),
+        );
+        store.put_trace(&warned).await.expect("put");
+        store
+            .put_trace(&TraceBuilder::new("ok").step("a", "x").build())
+            .await
+            .expect("put");
+        let one = store.run_summary("w").await.expect("read").expect("run");
+        assert_eq!(one.warnings.len(), 1);
+        assert_eq!(one.warnings[0].code, "no_content");
+        assert_eq!(one.warnings[0].fix.as_deref(), Some("f"));
+        let all = store.list_runs(&RunFilter::default()).await.expect("list");
+        for r in &all {
+            assert_eq!(r.warnings.is_empty(), r.id == "ok", "{r:?}");
+        }
+    }
+}

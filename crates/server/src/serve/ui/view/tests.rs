@@ -95,6 +95,7 @@ fn trace_view_lanes_focus_and_strip() {
         risk: None,
         trace_hash: Some("h".into()),
         error: None,
+        warnings: Vec::new(),
     };
     let prior = Diagnosis {
         id: "d1".into(),
