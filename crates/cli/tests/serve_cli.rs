@@ -473,3 +473,30 @@ fn e2e_sigterm_stops_a_running_local_job_which_runs_after_a_restart() {
     let done = poll(&job_url, |j| j["state"] == "done", 600);
     assert!(done["diagnosis_id"].is_string(), "{done}");
 }
+
+/// Red-team findings: an empty token (an unset variable that expanded to nothing) and
+/// out-of-range numbers are refused at start with a message, never a panic or a server that
+/// signs anyone in or refuses every body.
+#[test]
+fn an_empty_token_and_out_of_range_flags_are_refused_at_start() {
+    let home = tempfile::tempdir().unwrap();
+    let db = home.path().join("s.db");
+    let db = db.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--token", ""], "--token (or MASLENS_TOKEN) is empty"),
+        (vec!["--token", "  ", "--host", "0.0.0.0"], "is empty"),
+        (vec!["--idle", "1e30"], "--idle must be a number of seconds"),
+        (vec!["--job-lease", "1e30"], "--job-lease must be"),
+        (
+            vec!["--max-body-mib", "17592186044416"],
+            "--max-body-mib must be from 1 to",
+        ),
+    ] {
+        let mut all = vec!["serve", "--db", db, "--port", "0"];
+        all.extend(args.iter().copied());
+        let out = common::maslens(home.path(), &all).output().unwrap();
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

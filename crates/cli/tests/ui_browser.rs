@@ -287,6 +287,13 @@ async fn ui_in_chromium() {
     check_page(&b, "injection").await;
     b.goto(&format!("{base}/ui/traces?q=pwned")).await;
     check_page(&b, "injection-search").await;
+    // A malformed fragment (a red-team finding: it threw before the shortcuts were wired).
+    b.goto(&format!(
+        "{base}/ui/traces/{}#%E0%A4%A",
+        maslens_server::serve::ui::urlencode(&inj_id)
+    ))
+    .await;
+    b.wait_for("#steps", Duration::from_secs(5)).await;
     let severe = b.console_errors().await;
     assert!(severe.is_empty(), "console errors:\n{}", severe.join("\n"));
     assert_eq!(

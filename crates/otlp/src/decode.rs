@@ -3,6 +3,8 @@
 //! Every failure is a [`DecodeError`] that says what was wrong (the server answers it with a
 //! 4xx); a body is never trusted to be small, even after decompression.
 
+mod footprint;
+
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -31,6 +33,32 @@ pub enum DecodeError {
     Protobuf(String),
     #[error("the JSON body is not an OTLP/JSON ExportTraceServiceRequest: {0}")]
     Json(String),
+    /// Many tiny or empty messages: small on the wire, huge decoded (a memory bomb).
+    #[error(
+        "the body would take about {decoded} bytes decoded, {ratio} times its {sent} bytes \
+         (at most {MAX_AMPLIFICATION}): too many empty or tiny messages"
+    )]
+    TooDense {
+        sent: usize,
+        decoded: usize,
+        ratio: usize,
+    },
+}
+
+/// How many times its own size a body may take decoded (real spans: under 8; empty messages
+/// 50-200). Bodies up to 1 MiB decoded always pass.
+pub const MAX_AMPLIFICATION: usize = 16;
+
+/// Refuse a body whose estimated decoded size is over [`MAX_AMPLIFICATION`] times its own.
+fn check_density(sent: usize, decoded: usize) -> Result<(), DecodeError> {
+    if decoded <= (1 << 20) || decoded <= sent.saturating_mul(MAX_AMPLIFICATION) {
+        return Ok(());
+    }
+    Err(DecodeError::TooDense {
+        sent,
+        decoded,
+        ratio: decoded / sent.max(1),
+    })
 }
 
 impl Encoding {
@@ -101,9 +129,15 @@ pub fn decode_request(
         }
     };
     match encoding {
-        Encoding::Protobuf => ExportTraceServiceRequest::decode(bytes)
-            .map_err(|e| DecodeError::Protobuf(e.to_string())),
+        Encoding::Protobuf => {
+            if let Some(decoded) = footprint::decoded_bytes(bytes) {
+                check_density(bytes.len(), decoded)?;
+            }
+            ExportTraceServiceRequest::decode(bytes)
+                .map_err(|e| DecodeError::Protobuf(e.to_string()))
+        }
         Encoding::Json => {
+            check_density(bytes.len(), footprint::json_decoded_bytes(bytes))?;
             serde_json::from_slice(bytes).map_err(|e| DecodeError::Json(e.to_string()))
         }
     }
@@ -226,5 +260,41 @@ mod tests {
         let r = ExportTraceServiceResponse::decode(pb.as_slice()).unwrap();
         assert_eq!(r.partial_success.map(|p| p.rejected_spans), Some(3));
         assert!(encode_response(Encoding::Protobuf, 0, "").is_empty());
+    }
+
+    /// A red-team finding: 4 KB of gzip made 2 million empty spans and 800 MB decoded. Such a
+    /// body is refused before it is decoded, in both encodings; a real export passes.
+    #[test]
+    fn a_body_of_empty_messages_is_refused_before_decoding() {
+        let spans: Vec<u8> = std::iter::repeat_n([0x12u8, 0x00], 200_000)
+            .flatten()
+            .collect();
+        let mut body = vec![0x0a];
+        let mut inner = vec![0x12];
+        push_varint(&mut inner, spans.len());
+        inner.extend(&spans);
+        push_varint(&mut body, inner.len());
+        body.extend(&inner);
+        let err = decode_request(&body, Encoding::Protobuf, None, 1 << 26).unwrap_err();
+        assert!(matches!(err, DecodeError::TooDense { .. }), "{err}");
+        assert!(err.to_string().contains("empty or tiny messages"), "{err}");
+        let json = format!(
+            "{{\"resourceSpans\":[{{\"scopeSpans\":[{{\"spans\":[{}]}}]}}]}}",
+            vec!["{}"; 200_000].join(",")
+        );
+        let err = decode_request(json.as_bytes(), Encoding::Json, None, 1 << 26).unwrap_err();
+        assert!(matches!(err, DecodeError::TooDense { .. }), "{err}");
+    }
+
+    fn push_varint(out: &mut Vec<u8>, mut n: usize) {
+        loop {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
     }
 }

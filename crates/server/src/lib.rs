@@ -12,6 +12,7 @@
 //! the router has a [`StreamingModel`] (the embedded model, feature `local`), else the whole
 //! answer in one chunk.
 
+pub mod listen;
 mod request;
 pub mod serve;
 pub mod tools;
@@ -125,33 +126,17 @@ pub fn router_with_streaming(
         .with_state(state)
 }
 
-/// Serve `router` on `listener` until `shutdown` resolves.
+/// Serve `router` on `listener` until `shutdown` resolves: HTTP/1 with a header-read timeout and
+/// a cap on open connections ([`listen`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        shutdown.await;
-        let _ = stopping.send(());
-    });
-    // In-flight requests get SHUTDOWN_GRACE to finish; then the rest (a live-progress stream,
-    // a stalled client) are dropped, so a stop never waits on a client.
-    tokio::select! {
-        r = std::future::IntoFuture::into_future(server) => r,
-        _ = async {
-            if stopped.await.is_ok() {
-                tokio::time::sleep(SHUTDOWN_GRACE).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        } => Ok(()),
-    }
+    listen::serve_with(listener, router, shutdown, listen::Limits::default()).await
 }
 
-/// How long a stopping server waits for in-flight requests.
-pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+pub use listen::SHUTDOWN_GRACE;
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM (what systemd, Docker and Kubernetes send), so that
 /// both drain in-flight requests through [`serve`]'s graceful shutdown.

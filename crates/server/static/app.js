@@ -47,7 +47,9 @@ function step(items, dir) {
 }
 
 function openTarget() {
-  var id = decodeURIComponent(window.location.hash.slice(1));
+  var id;
+  // A malformed fragment (`#%E0%A4%A`) is no target; it must not stop the rest of the page.
+  try { id = decodeURIComponent(window.location.hash.slice(1)); } catch (e) { return; }
   if (!id) return;
   var el = document.getElementById(id);
   if (!el) return;

@@ -81,11 +81,27 @@ pub enum MethodArg {
     Scan,
 }
 
+/// The longest `--settle`, `--idle` or `--job-lease`: a week.
+const MAX_SECS: f64 = 7.0 * 24.0 * 3600.0;
+/// The largest `--max-body-mib`: 4 GiB.
+const MAX_BODY_MIB: usize = 4096;
+
 fn secs(v: f64, flag: &str) -> anyhow::Result<Duration> {
-    if !(v.is_finite() && v >= 0.0) {
-        anyhow::bail!("{flag} must be a non-negative number of seconds");
+    if !(v.is_finite() && (0.0..=MAX_SECS).contains(&v)) {
+        anyhow::bail!("{flag} must be a number of seconds from 0 to {MAX_SECS} (a week), not {v}");
     }
     Ok(Duration::from_secs_f64(v))
+}
+
+/// `--token` as given, refused when empty or blank: an unset variable that expanded to nothing
+/// must not pass for a token (the UI would then sign in anyone with an empty one).
+fn token(given: Option<&str>) -> anyhow::Result<Option<String>> {
+    match given {
+        Some(t) if t.trim().is_empty() => anyhow::bail!(
+            "--token (or MASLENS_TOKEN) is empty: give a real token, or leave it unset on a loopback address"
+        ),
+        other => Ok(other.map(String::from)),
+    }
 }
 
 /// The Host names served: loopback names on a loopback address, plus `--allow-host`.
@@ -104,7 +120,14 @@ fn allowed_hosts(args: &Args) -> Option<Vec<String>> {
 }
 
 pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
-    if !args.host.is_loopback() && args.token.is_none() {
+    let token = token(args.token.as_deref())?;
+    if !(1..=MAX_BODY_MIB).contains(&args.max_body_mib) {
+        anyhow::bail!(
+            "--max-body-mib must be from 1 to {MAX_BODY_MIB}, not {}",
+            args.max_body_mib
+        );
+    }
+    if !args.host.is_loopback() && token.is_none() {
         anyhow::bail!(
             "refusing to bind {} without a token: pass --token (or MASLENS_TOKEN), or bind a loopback address",
             args.host
@@ -112,9 +135,9 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     }
     let url = crate::db::url_or_default(args.db.as_deref())?;
     let config = ServeConfig {
-        token: args.token.clone(),
+        token,
         allowed_hosts: allowed_hosts(&args),
-        max_body_bytes: args.max_body_mib.max(1) << 20,
+        max_body_bytes: args.max_body_mib << 20,
         settle: secs(args.settle, "--settle")?,
         idle: secs(args.idle, "--idle")?,
         lease: secs(args.job_lease, "--job-lease")?,

@@ -12,6 +12,7 @@
 //! on failed sign-ins and bearer tokens ([`FailureLimit`]).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -162,38 +163,106 @@ impl Sessions {
     }
 }
 
-/// A limit on failed credentials (sign-ins and bearer tokens): at most `max` failures in a
-/// sliding `window`; past it, credentials are not even checked until the window moves on.
+/// A limit on failed credentials (sign-ins and bearer tokens), per client address: at most `max`
+/// failures from one address in a sliding `window`; past it, that address's credentials are not
+/// even checked until the window moves on. Other clients are not affected, so a stranger's wrong
+/// guesses never lock out the exporters and people that hold the token.
 #[derive(Debug)]
 pub struct FailureLimit {
     max: usize,
     window: Duration,
-    failures: Mutex<Vec<Instant>>,
+    /// Recent failures by client address (`None`: a request whose address is not known).
+    failures: Mutex<HashMap<Option<IpAddr>, Vec<Instant>>>,
 }
+
+/// Addresses remembered at most; past it the expired ones are dropped, then all of them.
+const MAX_CLIENTS: usize = 10_000;
 
 impl FailureLimit {
     pub fn new(max: usize, window: Duration) -> FailureLimit {
         FailureLimit {
             max,
             window,
-            failures: Mutex::new(Vec::new()),
+            failures: Mutex::new(HashMap::new()),
         }
     }
 
-    /// True while the limit is reached (answer 429 without checking the credentials).
-    pub fn blocked(&self) -> bool {
+    /// True while `client` has reached the limit (answer 429 without checking its credentials).
+    pub fn blocked(&self, client: Option<IpAddr>) -> bool {
         let now = Instant::now();
-        self.failures.lock().is_ok_and(|mut f| {
-            f.retain(|t| now.duration_since(*t) < self.window);
-            f.len() >= self.max
-        })
+        self.failures
+            .lock()
+            .is_ok_and(|mut all| match all.get_mut(&client) {
+                Some(f) => {
+                    f.retain(|t| now.duration_since(*t) < self.window);
+                    f.len() >= self.max
+                }
+                None => false,
+            })
     }
 
-    pub fn record_failure(&self) {
-        if let Ok(mut f) = self.failures.lock() {
-            f.push(Instant::now());
+    pub fn record_failure(&self, client: Option<IpAddr>) {
+        let now = Instant::now();
+        if let Ok(mut all) = self.failures.lock() {
+            if all.len() >= MAX_CLIENTS && !all.contains_key(&client) {
+                all.retain(|_, f| {
+                    f.last()
+                        .is_some_and(|t| now.duration_since(*t) < self.window)
+                });
+                if all.len() >= MAX_CLIENTS {
+                    all.clear();
+                }
+            }
+            all.entry(client).or_default().push(now);
         }
     }
+}
+
+/// The client's address as an extractor (`None` when the server did not record it).
+pub struct Client(pub Option<IpAddr>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Client {
+    type Rejection = std::convert::Infallible;
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>();
+        Ok(Client(peer.map(|c| c.0.ip())))
+    }
+}
+
+/// The address of the client that sent `req`, when the server recorded it.
+pub fn client_of<B>(req: &axum::http::Request<B>) -> Option<IpAddr> {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+/// Large request bodies read and handled at once, at most; more wait their turn.
+pub const LARGE_BODIES_AT_ONCE: usize = 4;
+/// A body larger than this (or of unknown length) takes a slot.
+pub const LARGE_BODY_BYTES: u64 = 1 << 20;
+
+/// Bounds the memory of concurrent large bodies: a write whose body is over
+/// [`LARGE_BODY_BYTES`] (or does not say its length) waits for one of [`LARGE_BODIES_AT_ONCE`]
+/// slots and holds it while it is read and handled; small writes and reads never wait.
+pub async fn body_slots(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let length = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let large = is_write(req.method()) && length.is_none_or(|n| n > LARGE_BODY_BYTES);
+    if !large {
+        return next.run(req).await;
+    }
+    let Ok(_slot) = state.body_slots.clone().acquire_owned().await else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    next.run(req).await
 }
 
 /// The 429 answer while [`FailureLimit::blocked`].
@@ -246,11 +315,27 @@ mod tests {
     fn failures_are_limited_per_window() {
         let l = FailureLimit::new(3, Duration::from_millis(50));
         for _ in 0..3 {
-            assert!(!l.blocked());
-            l.record_failure();
+            assert!(!l.blocked(None));
+            l.record_failure(None);
         }
-        assert!(l.blocked());
+        assert!(l.blocked(None));
         std::thread::sleep(Duration::from_millis(60));
-        assert!(!l.blocked());
+        assert!(!l.blocked(None));
+    }
+
+    /// A red-team finding: one global limit let 20 wrong tokens from anyone lock out everyone.
+    /// The limit is per client address now.
+    #[test]
+    fn failures_of_one_client_do_not_block_another() {
+        let limit = FailureLimit::new(3, Duration::from_secs(60));
+        let stranger = Some(IpAddr::from([203, 0, 113, 7]));
+        let exporter = Some(IpAddr::from([10, 0, 0, 2]));
+        for _ in 0..3 {
+            assert!(!limit.blocked(stranger));
+            limit.record_failure(stranger);
+        }
+        assert!(limit.blocked(stranger));
+        assert!(!limit.blocked(exporter), "another client is not blocked");
+        assert!(!limit.blocked(None));
     }
 }

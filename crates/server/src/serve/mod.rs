@@ -209,10 +209,17 @@ pub struct AppState {
     pub sessions: guard::Sessions,
     /// Failed sign-ins and bearer tokens: 20 a minute at most.
     pub auth_failures: guard::FailureLimit,
+    /// Slots for large request bodies read at once ([`guard::body_slots`]).
+    pub body_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
     pub fn new(store: Store, config: ServeConfig) -> Result<Arc<AppState>, ServeError> {
+        if config.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(ServeError::Setup(
+                "the token is empty: give a real one, or none on a loopback address".into(),
+            ));
+        }
         ui::check_templates().map_err(|e| ServeError::Setup(format!("UI templates: {e}")))?;
         let (prior, _) = maslens_core::locate::PriorSource::load("builtin")
             .map_err(|e| ServeError::Setup(format!("the built-in prior: {e}")))?;
@@ -230,6 +237,7 @@ impl AppState {
             csp_reports: std::sync::atomic::AtomicU64::new(0),
             sessions: guard::Sessions::new(config_ttl),
             auth_failures: guard::FailureLimit::new(20, Duration::from_secs(60)),
+            body_slots: Arc::new(tokio::sync::Semaphore::new(guard::LARGE_BODIES_AT_ONCE)),
         }))
     }
 }
@@ -269,6 +277,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(api::routes())
         .merge(ui::routes())
         .route("/openapi.json", get(openapi::document))
+        // Inside the credentials check: only a client with them can hold a body slot.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::body_slots,
+        ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .route("/health", get(|| async { "ok" }))
         .layer(axum::middleware::from_fn_with_state(
@@ -311,13 +324,14 @@ async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         let ui_route = path == "/" || path == "/ui" || path.starts_with("/ui/");
+        let client = guard::client_of(&req);
         let session = ui_route && ui::has_session(req.headers(), &state.sessions);
         let ok = session
             || match given {
-                Some(_) if state.auth_failures.blocked() => return guard::too_many(),
+                Some(_) if state.auth_failures.blocked(client) => return guard::too_many(),
                 Some(g) if constant_time_eq(g, token) => true,
                 Some(_) => {
-                    state.auth_failures.record_failure();
+                    state.auth_failures.record_failure(client);
                     false
                 }
                 None => false,

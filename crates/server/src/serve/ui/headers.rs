@@ -98,7 +98,16 @@ pub async fn csp_report(
         state.csp_reports.fetch_add(1, Ordering::Relaxed);
     }
     let text = String::from_utf8_lossy(&body[..body.len().min(4096)]).into_owned();
-    tracing::warn!(report = %text, "Content-Security-Policy violation reported by a browser");
+    // A report from a signed-in browser is worth a warning; anyone else's only a debug line, so
+    // strangers cannot flood the log.
+    match counted {
+        true => {
+            tracing::warn!(report = %text, "Content-Security-Policy violation reported by a browser")
+        }
+        false => {
+            tracing::debug!(report = %text, "Content-Security-Policy report from a browser without a session")
+        }
+    }
     StatusCode::NO_CONTENT.into_response()
 }
 

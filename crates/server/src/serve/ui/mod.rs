@@ -32,6 +32,7 @@ pub mod view;
 
 use std::sync::Arc;
 
+use axum::extract::DefaultBodyLimit;
 use axum::response::Redirect;
 use axum::routing::{get, post};
 use axum::Router;
@@ -63,12 +64,25 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/ui/actions", post(actions::actions))
         .route("/ui/jobs/{batch}", get(actions::job))
         .route("/ui/jobs/{batch}/events", get(actions::job_events))
-        .route("/ui/csp-report", post(headers::csp_report))
-        .route("/ui/login", get(session::login_page).post(session::login))
+        // Public routes read small bodies only: no one can make the server buffer 64 MiB
+        // before signing in.
+        .route(
+            "/ui/csp-report",
+            post(headers::csp_report).layer(DefaultBodyLimit::max(PUBLIC_BODY_BYTES)),
+        )
+        .route(
+            "/ui/login",
+            get(session::login_page)
+                .post(session::login)
+                .layer(DefaultBodyLimit::max(PUBLIC_BODY_BYTES)),
+        )
         .route("/ui/logout", post(session::logout))
         .route("/ui/static/{file}", get(assets::serve))
         .route("/favicon.ico", get(assets::favicon))
 }
+
+/// The largest body the public routes (sign-in, CSP reports) read.
+pub const PUBLIC_BODY_BYTES: usize = 16 * 1024;
 
 /// Paths that need no credentials: the login form, static files, the CSP report sink.
 pub fn public(path: &str) -> bool {

@@ -112,6 +112,7 @@ pub(super) async fn login_page(
 
 pub(super) async fn login(
     State(state): State<Arc<AppState>>,
+    crate::serve::guard::Client(client): crate::serve::guard::Client,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
@@ -122,11 +123,12 @@ pub(super) async fn login(
     let Some(token) = &state.config.token else {
         return Redirect::to(&next).into_response();
     };
-    if state.auth_failures.blocked() {
+    if state.auth_failures.blocked(client) {
         return crate::serve::guard::too_many();
     }
-    if !crate::serve::constant_time_eq(&form.token, token) {
-        state.auth_failures.record_failure();
+    // An empty token never signs in, whatever the server was given.
+    if token.trim().is_empty() || !crate::serve::constant_time_eq(&form.token, token) {
+        state.auth_failures.record_failure(client);
         tracing::info!("UI sign-in with a wrong token");
         return Redirect::to(&format!("/ui/login?failed=1&next={}", urlencode(&next)))
             .into_response();
