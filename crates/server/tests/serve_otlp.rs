@@ -527,6 +527,19 @@ async fn an_import_over_an_otlp_run_is_a_conflict() {
         .await
         .expect("post");
     assert_eq!(r.status(), 409);
+    // Ids the store does not take are the request's fault (422 with the reason), never a
+    // retryable 503; a NUL in the text is replaced and the trace stored (201).
+    for (id, status) in [("", 422), ("otlp:x", 422), ("nul\u{0}id", 422), ("ok", 201)] {
+        let trace = serde_json::json!({"id": id, "task": "t\u{0}",
+            "steps": [{"index": 0, "agent": "A\u{0}", "content": "x"}]});
+        let r = client
+            .post(format!("{}/api/runs", server.base))
+            .json(&trace)
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status(), status, "{id:?}");
+    }
 }
 
 /// Issue 36 item 5: stopping returns within 5 s while a job waits on a model that never

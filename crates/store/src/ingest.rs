@@ -405,17 +405,26 @@ async fn otlp_run_id(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
     wanted: &str,
 ) -> Result<String> {
+    let wanted = crate::text::bounded_id(wanted);
+    // `otlp:` is this namespace: an id that already starts with it is always namespaced too, so
+    // a conversation named `otlp:Y` never meets the conversation `Y` put aside for an import.
+    if wanted.starts_with(OTLP_PREFIX) {
+        return Ok(format!("{OTLP_PREFIX}{wanted}"));
+    }
     let imported: Option<i64> =
         sqlx::query_scalar("SELECT 1 FROM runs WHERE id = $1 AND source <> 'otlp'")
-            .bind(wanted)
+            .bind(wanted.as_ref())
             .fetch_optional(&mut **tx)
             .await
             .map_err(q("run id clash"))?;
     Ok(match imported {
-        Some(_) => format!("otlp:{wanted}"),
-        None => wanted.to_string(),
+        Some(_) => format!("{OTLP_PREFIX}{wanted}"),
+        None => wanted.into_owned(),
     })
 }
+
+/// The prefix of OTLP run ids put aside from imported ones; imported ids cannot start with it.
+pub const OTLP_PREFIX: &str = "otlp:";
 
 /// One multi-row `INSERT ... ON CONFLICT DO NOTHING`; returns the rows stored.
 async fn insert_spans(
@@ -791,6 +800,83 @@ mod tests {
         }
     }
 
+    /// Red-team findings: a conversation id or agent name longer than an index entry can be,
+    /// and the `otlp:` namespace colliding with imported ids or merging two conversations.
+    #[tokio::test]
+    async fn otlp_runs_with_long_or_namespaced_ids_and_names() {
+        for (store, _dir) in stores().await {
+            let with_conv = |trace: &str, conv: &str, agent: &str| {
+                let mut attrs = chat(agent, "x").as_object().cloned().unwrap_or_default();
+                attrs.insert("gen_ai.conversation.id".into(), json!(conv));
+                span(trace, "1", None, 1, Value::Object(attrs))
+            };
+            // A 4,000-character conversation id and agent name (PostgreSQL's index refused both:
+            // a retryable 503, and a run that never assembled).
+            let long_conv = "c".repeat(4000);
+            let long_agent = "A".repeat(4000);
+            let out = store
+                .ingest(&[with_conv("h", &long_conv, &long_agent)])
+                .await
+                .expect("ingest");
+            let id = out.runs[0].clone();
+            assert!(id.chars().count() <= crate::text::MAX_ID_CHARS, "{id}");
+            assert!(id.starts_with(&"c".repeat(200)) && id.contains('~'), "{id}");
+            store.assemble_pending(10).await.expect("assemble");
+            let run = store.run(&id).await.expect("run").expect("stored");
+            assert_ne!(run.summary.state, "failed", "{:?}", run.summary.error);
+            assert_eq!(run.trace.expect("assembled").steps[0].agent, long_agent);
+            // The same long id from another trace meets it in the same run.
+            let again = store
+                .ingest(&[with_conv("i", &long_conv, "B")])
+                .await
+                .expect("ingest");
+            assert_eq!(again.runs, [id]);
+            // Imported `Y`: OTLP `Y` goes to `otlp:Y`, OTLP `otlp:Y` to `otlp:otlp:Y`, never one run.
+            let y = maslens_trace::TraceBuilder::new("Y")
+                .step("A", "imported")
+                .build();
+            store.put_trace(&y).await.expect("import");
+            let a = store
+                .ingest(&[with_conv("j", "Y", "Alice")])
+                .await
+                .expect("a");
+            let b = store
+                .ingest(&[with_conv("k", "otlp:Y", "Bob")])
+                .await
+                .expect("b");
+            assert_eq!(a.runs, ["otlp:Y"]);
+            assert_eq!(b.runs, ["otlp:otlp:Y"]);
+        }
+    }
+
+    /// Imports: text PostgreSQL cannot hold is replaced (it answered a retryable 503); ids that
+    /// are empty, too long or in the OTLP namespace are refused with the reason.
+    #[tokio::test]
+    async fn imports_with_nul_or_bad_ids() {
+        for (store, _dir) in stores().await {
+            let t = maslens_trace::TraceBuilder::new("n")
+                .task("ta\0sk")
+                .step("Ag\0ent", "x")
+                .build();
+            store.put_trace(&t).await.expect("stored");
+            let run = store.run("n").await.expect("run").expect("kept");
+            assert_eq!(run.trace.expect("trace").steps[0].agent, "Ag\u{FFFD}ent");
+            for (id, says) in [
+                ("", "cannot be empty"),
+                (&*"x".repeat(300), "at most 256"),
+                ("otlp:z", "kept for runs received over OTLP"),
+                ("a\0b", "NUL"),
+            ] {
+                let t = maslens_trace::TraceBuilder::new(id).step("A", "x").build();
+                let e = store.put_trace(&t).await.expect_err("refused");
+                assert!(
+                    matches!(&e, crate::StoreError::Invalid(m) if m.contains(says)),
+                    "{e}"
+                );
+            }
+        }
+    }
+
     /// Issue 35: OTLP spans whose conversation id is an imported run's id go to their own run
     /// (`otlp:ID`), and an import over an OTLP run's id is refused, not reported as stored.
     #[tokio::test]
@@ -828,7 +914,10 @@ mod tests {
                 .step("C", "import over otlp")
                 .build();
             let e = store.put_trace(&clash).await.expect_err("clash");
-            assert!(matches!(e, crate::StoreError::Clash(_)), "{e}");
+            assert!(
+                matches!(&e, crate::StoreError::Invalid(m) if m.contains("kept for runs received over OTLP")),
+                "{e}"
+            );
             let otlp = store
                 .run("otlp:shared")
                 .await

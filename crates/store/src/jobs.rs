@@ -90,7 +90,8 @@ pub struct NewJob {
 pub struct UndiagnosedRun {
     pub id: String,
     pub trace_hash: String,
-    pub received_ns: i64,
+    /// The later of its receipt and its completion: the sweep's cursor.
+    pub swept_ns: i64,
 }
 
 const COLS: &str = "id, run_id, method, params, state, attempts, worker, created_ns, claimed_ns, \
@@ -248,8 +249,8 @@ impl Store {
     }
 
     /// Runs that have never been diagnosed: complete, with an assembled trace of at least one
-    /// step, no diagnosis at all; in `(received_ns, id)` order after `after` (a keyset cursor:
-    /// `(since_ns, "")` starts at `since_ns`), at most `limit`. What to queue the prior on when
+    /// step, no diagnosis at all; in `(swept_ns, id)` order after `after` (a keyset cursor on the
+    /// later of receipt and completion: `(since_ns, "")` starts at `since_ns`), at most `limit`. What to queue the prior on when
     /// runs arrive other than through OTLP (`maslens import --db`, `POST /api/runs`). An OTLP run
     /// is diagnosed on arrival by the server that completes it, so it is one only when it
     /// completed before `settled_ns` (that diagnosis was lost, e.g. the server was killed).
@@ -259,13 +260,20 @@ impl Store {
         settled_ns: i64,
         limit: i64,
     ) -> Result<Vec<UndiagnosedRun>> {
+        // The cursor is the later of receipt and completion: a run completed long after its
+        // last span (a root-less run, by `--idle`) is still after the cursor of the sweep that
+        // found it not yet settled.
         let rows = sqlx::query(
-            "SELECT id, trace_hash, received_ns FROM runs
-             WHERE (received_ns, id) > ($1, $2) AND state = 'complete'
-               AND trace_hash IS NOT NULL AND n_steps > 0
+            "SELECT id, trace_hash, CASE WHEN completed_ns > received_ns THEN completed_ns
+                                        ELSE received_ns END AS swept_ns
+             FROM runs
+             WHERE (received_ns >= $1 OR completed_ns >= $1)
+               AND (CASE WHEN completed_ns > received_ns THEN completed_ns ELSE received_ns END,
+                    id) > ($1, $2)
+               AND state = 'complete' AND trace_hash IS NOT NULL AND n_steps > 0
                AND (source <> 'otlp' OR completed_ns < $4)
                AND NOT EXISTS (SELECT 1 FROM diagnoses d WHERE d.run_id = runs.id)
-             ORDER BY received_ns, id LIMIT $3",
+             ORDER BY swept_ns, id LIMIT $3",
         )
         .bind(after.0)
         .bind(after.1)
@@ -279,7 +287,7 @@ impl Store {
                 Ok(UndiagnosedRun {
                     id: col(r, "id")?,
                     trace_hash: col(r, "trace_hash")?,
-                    received_ns: col(r, "received_ns")?,
+                    swept_ns: col(r, "swept_ns")?,
                 })
             })
             .collect()
@@ -530,6 +538,31 @@ mod tests {
         }
     }
 
+    /// A red-team finding: a run completed long after its last span (no root span: `--idle`)
+    /// whose diagnosis on arrival was lost fell between two sweeps (the cursor was on receipt,
+    /// the condition on completion). The cursor is the later of the two now.
+    #[tokio::test]
+    async fn a_run_completed_long_after_its_last_span_is_still_swept() {
+        use maslens_trace::TraceBuilder;
+        for (store, _dir) in stores().await {
+            let t = TraceBuilder::new("late").task("q").step("A", "x").build();
+            store.put_trace(&t).await.expect("put");
+            sqlx::query(
+                "UPDATE runs SET source = 'otlp', received_ns = 1000, completed_ns = 5000
+                 WHERE id = 'late'",
+            )
+            .execute(store.pool())
+            .await
+            .expect("otlp run");
+            let ids = |v: Vec<UndiagnosedRun>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+            // A sweep whose cursor is past its receipt: not settled yet, then found.
+            let early = store.undiagnosed_runs((3000, ""), 4000, 10).await;
+            assert!(ids(early.expect("runs")).is_empty());
+            let settled = store.undiagnosed_runs((3000, ""), 6000, 10).await;
+            assert_eq!(ids(settled.expect("runs")), ["late"]);
+        }
+    }
+
     /// Bulk queueing counts only new jobs; undiagnosed runs are the complete, assembled,
     /// non-empty runs without a diagnosis, in keyset pages.
     #[tokio::test]
@@ -563,7 +596,7 @@ mod tests {
                 .await
                 .expect("page");
             let next = store
-                .undiagnosed_runs((first[0].received_ns, &first[0].id), i64::MAX, 10)
+                .undiagnosed_runs((first[0].swept_ns, &first[0].id), i64::MAX, 10)
                 .await
                 .expect("page");
             assert_eq!(first.len() + next.len(), 2);

@@ -209,6 +209,31 @@ fn summary(row: &AnyRow) -> Result<RunSummary> {
     })
 }
 
+/// An imported run's id: not empty, at most [`crate::text::MAX_ID_CHARS`] characters, no NUL
+/// (an id is never changed to fit), and not in the namespace of OTLP runs put aside from imports.
+fn check_import_id(id: &str) -> Result<()> {
+    let why = if id.trim().is_empty() {
+        "a run id cannot be empty".to_string()
+    } else if id.chars().count() > crate::text::MAX_ID_CHARS {
+        format!(
+            "run id of {} characters: at most {} (starts {:?})",
+            id.chars().count(),
+            crate::text::MAX_ID_CHARS,
+            id.chars().take(40).collect::<String>()
+        )
+    } else if id.contains('\0') {
+        "a run id cannot hold a NUL character".to_string()
+    } else if id.starts_with(crate::ingest::OTLP_PREFIX) {
+        format!(
+            "run id {id:?}: ids starting with {:?} are kept for runs received over OTLP",
+            crate::ingest::OTLP_PREFIX
+        )
+    } else {
+        return Ok(());
+    };
+    Err(crate::StoreError::Invalid(why))
+}
+
 /// The `warnings` column: none when NULL or unreadable (a warning never hides a run).
 fn warnings_col(row: &AnyRow) -> Result<Vec<maslens_trace::RunWarning>> {
     let text: Option<String> = col(row, "warnings")?;
@@ -231,6 +256,10 @@ impl Store {
     /// and the import is refused ([`crate::StoreError::Clash`]), never reported as stored.
     /// Its search rows are rewritten in the same transaction. Returns its content hash.
     pub async fn put_trace(&self, trace: &Trace) -> Result<String> {
+        check_import_id(&trace.id)?;
+        // Text PostgreSQL cannot hold (NUL) is replaced, as OTLP ingest does.
+        let cleaned = crate::text::sanitize_trace(trace);
+        let trace = cleaned.as_ref().unwrap_or(trace);
         let (json, hash) = crate::trace_json(trace)?;
         let agents: BTreeSet<&str> = trace.steps.iter().map(|s| s.agent.as_str()).collect();
         let system = (!trace.source.format.is_empty()).then(|| trace.source.format.clone());

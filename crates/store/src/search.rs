@@ -429,7 +429,12 @@ pub(crate) async fn index_run(
             }
         }
     }
-    let agents: Vec<&str> = run_agents(trace).into_iter().collect();
+    // Index entries cut to a length an index can hold (the trace keeps whole names).
+    let agents: BTreeSet<&str> = run_agents(trace)
+        .into_iter()
+        .map(crate::text::indexed_name)
+        .collect();
+    let agents: Vec<&str> = agents.into_iter().collect();
     for chunk in agents.chunks(ROWS_PER_INSERT) {
         let sql = multi_insert("run_agents (run_id, agent, received_ns)", 3, chunk.len());
         let mut query = sqlx::query(AssertSqlSafe(sql));

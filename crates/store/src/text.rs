@@ -94,6 +94,40 @@ pub fn storable(s: &str) -> String {
     s.replace('\0', "\u{FFFD}")
 }
 
+/// The longest run id the store keeps (conversation ids and imported ids). Every index entry of
+/// an id stays far under PostgreSQL's 2,704-byte btree limit, and a page of runs stays small.
+pub const MAX_ID_CHARS: usize = 256;
+
+/// A conversation id as a run id: itself up to [`MAX_ID_CHARS`] characters; a longer one
+/// becomes its first 200 characters, `~` and a 64-bit hash of the whole, so the spans of one
+/// conversation still meet in one run and an index can hold it.
+pub fn bounded_id(id: &str) -> std::borrow::Cow<'_, str> {
+    if id.chars().count() <= MAX_ID_CHARS {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let head: String = id.chars().take(200).collect();
+    std::borrow::Cow::Owned(format!("{head}~{:016x}", maslens_trace::fnv1a(id)))
+}
+
+/// The agent name a search index row keeps: at most [`MAX_ID_CHARS`] characters (the trace
+/// keeps the whole name; only the index entry is cut).
+pub fn indexed_name(name: &str) -> &str {
+    match name.char_indices().nth(MAX_ID_CHARS) {
+        Some((end, _)) => &name[..end],
+        None => name,
+    }
+}
+
+/// A trace with every NUL character in its text replaced by U+FFFD (an import: PostgreSQL
+/// cannot hold one); `None` when it has none.
+pub fn sanitize_trace(trace: &maslens_trace::Trace) -> Option<maslens_trace::Trace> {
+    let mut v = serde_json::to_value(trace).ok()?;
+    if !clean_value(&mut v) {
+        return None;
+    }
+    serde_json::from_value(v).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

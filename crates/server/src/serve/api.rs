@@ -155,6 +155,10 @@ async fn put_run(State(state): State<Arc<AppState>>, body: axum::body::Bytes) ->
         )
             .into_response(),
         Err(e @ maslens_store::StoreError::Clash(_)) => error(StatusCode::CONFLICT, e.to_string()),
+        // An id the store does not take: the request is wrong, a retry cannot help.
+        Err(e @ maslens_store::StoreError::Invalid(_)) => {
+            error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
+        }
         Err(e) => store_error(e),
     }
 }

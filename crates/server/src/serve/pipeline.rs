@@ -61,9 +61,9 @@ pub async fn assemble_loop(
 /// Told how many runs the start-up sweep queued for the prior, or why it could not.
 pub type SweepReport = Box<dyn FnOnce(Result<u64, maslens_store::StoreError>) + Send>;
 
-/// A later sweep looks again at runs received this long before the previous one began (the
-/// clocks of other writers, a run written while the previous sweep read); an OTLP run is swept
-/// only this long after it completed.
+/// A later sweep looks again at runs received or completed this long before the previous one
+/// began (the clocks of other writers, a run written while the previous sweep read); an OTLP run
+/// is swept only this long after it completed.
 const SWEEP_OVERLAP_NS: i64 = 60_000_000_000;
 
 /// Finds runs stored without a diagnosis: every run at start-up, then every `config.sweep` the
@@ -147,7 +147,7 @@ pub async fn queue_undiagnosed(
         queued += state.store.enqueue_many(&jobs).await?;
         match runs.last() {
             Some(last) if runs.len() as i64 == PAGE => {
-                after = (last.received_ns, last.id.clone());
+                after = (last.swept_ns, last.id.clone());
             }
             _ => return Ok(queued),
         }

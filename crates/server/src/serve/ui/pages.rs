@@ -48,9 +48,33 @@ pub(super) async fn trace(
         Ok(j) => j,
         Err(e) => return store_error(&state, e),
     };
+    // Building the page (search marks over every step) is CPU work: off the async workers, so
+    // a large trace never holds up other requests.
+    let st = state.clone();
+    let built = tokio::task::spawn_blocking(move || {
+        trace_page(&st, &id, stored, &diagnoses, jobs, &params)
+    })
+    .await;
+    built.unwrap_or_else(|e| {
+        error_page(
+            &state,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("building the trace page failed: {e}"),
+        )
+    })
+}
+
+fn trace_page(
+    state: &AppState,
+    id: &str,
+    stored: maslens_store::StoredRun,
+    diagnoses: &[maslens_store::Diagnosis],
+    jobs: Vec<maslens_store::Job>,
+    params: &TraceParams,
+) -> Response {
     let Some(tr) = &stored.trace else {
         return page(
-            &state,
+            state,
             "trace.html.j2",
             context! { title => format!("Trace {id}"), run => stored.summary, pending => true, jobs },
         );
@@ -58,12 +82,12 @@ pub(super) async fn trace(
     let v = view::trace_view(
         tr,
         &stored.summary,
-        &diagnoses,
+        diagnoses,
         some(&params.d).as_deref(),
         &params.q,
     );
     page(
-        &state,
+        state,
         "trace.html.j2",
         context! {
             title => format!("Trace {id}"),

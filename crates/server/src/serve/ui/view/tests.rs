@@ -240,3 +240,36 @@ fn stored_per_trace_credit_gets_a_table_each_and_systems_apart() {
     assert_eq!(systems[1].heat.rows.len(), 2);
     assert!(system_heatmaps(&credits[..1]).is_empty());
 }
+
+/// A red-team finding: a 16 MiB step and 8 long near-miss terms took 28 s of a server worker
+/// (every position tried every term). The marks are found by one substring search per term now:
+/// 4 MiB and the same kind of terms take well under a second even in a debug build. Terms
+/// longer than 64 characters are not marked, and a step gets at most 2,000 marks.
+#[test]
+fn highlighting_is_linear_and_bounded() {
+    let text = "a".repeat(4 << 20);
+    let near_misses: Vec<String> = (0..8).map(|i| format!("{}{i}", "a".repeat(60))).collect();
+    let started = std::time::Instant::now();
+    let segs = highlight(&text, &near_misses);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(segs.len(), 1, "no term occurs");
+    let long = vec!["a".repeat(65)];
+    assert_eq!(highlight(&text[..1000], &long).len(), 1, "too long to mark");
+    let marks = highlight(&"ab ".repeat(5000), &["ab".to_string()]);
+    assert_eq!(marks.iter().filter(|s| s.mark).count(), MAX_MARKS);
+    assert_eq!(marks.concat_text(), "ab ".repeat(5000));
+}
+
+trait ConcatText {
+    fn concat_text(&self) -> String;
+}
+
+impl ConcatText for Vec<Seg> {
+    fn concat_text(&self) -> String {
+        self.iter().map(|s| s.text.as_str()).collect()
+    }
+}
