@@ -120,7 +120,7 @@ pub fn for_each_trace(
                     anyhow::bail!("{e}");
                 }
                 counts.skipped += 1;
-                pb.suspend(|| eprintln!("skipped: {e}"));
+                pb.suspend(|| eprintln!("skipped: {}", crate::term::inline(&e.to_string())));
                 on_error(&e);
                 Ok(())
             }
@@ -249,9 +249,22 @@ macro_rules! outln {
     };
 }
 
-/// A diagnostic as one line, with the trace id.
+/// `outln!` for lines that carry text from a trace (names, ids, labels): control, bidi and
+/// invisible characters shown escaped ([`crate::term::text`]), so a trace cannot write to the
+/// terminal (clear it, set its title or clipboard, hide or forge a line).
+#[macro_export]
+macro_rules! outln_safe {
+    ($($t:tt)*) => {
+        $crate::inputs::write_stdout_line(format_args!(
+            "{}",
+            $crate::term::text(&format!($($t)*))
+        ))
+    };
+}
+
+/// A diagnostic as one line, with the trace id; trace text in it escaped for a terminal.
 pub fn diag_line(trace_id: &str, d: &Diagnostic) -> String {
-    format!("{d} [trace {trace_id}]")
+    crate::term::inline(&format!("{d} [trace {trace_id}]")).into_owned()
 }
 
 /// A value parser for a library enum parsed by `FromStr`: `--help` and completions list

@@ -19,11 +19,16 @@ pub struct Style {
     pub width: usize,
 }
 
-/// Whether `c` must not reach the terminal as is: control characters (C0, DEL, C1) and the
-/// bidirectional overrides, embeddings, isolates and marks.
+/// Whether `c` must not reach the terminal as is: control characters (C0, DEL, C1), the
+/// bidirectional overrides, embeddings, isolates and marks, and the invisible characters that
+/// hide or split text (zero-width spaces and joiners, word joiners, the byte-order mark, the
+/// line and paragraph separators, interlinear annotations, soft hyphens and the tag characters
+/// that can smuggle a second, invisible text).
 fn is_unsafe(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}'..='\u{2064}' | '\u{feff}' | '\u{ad}')
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{fff9}'..='\u{fffb}' | '\u{e0000}'..='\u{e007f}')
 }
 
 fn escape<'a>(s: &'a str, keep: &[char]) -> Cow<'a, str> {

@@ -17,14 +17,15 @@ fn corpus() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/redteam/traces.jsonl")
 }
 
-/// Bytes a terminal would obey: C0 controls but newline and tab, DEL, C1 controls (UTF-8
-/// `C2 80`..`C2 9F`), bidi overrides.
+/// Characters a terminal would obey or hide: C0 controls but newline and tab, DEL, C1 controls
+/// (UTF-8 `C2 80`..`C2 9F`), bidi overrides, zero-width characters and tag characters.
 fn raw_controls(out: &[u8]) -> Vec<String> {
     String::from_utf8_lossy(out)
         .chars()
         .filter(|&c| {
             (c.is_control() && c != '\n' && c != '\t')
                 || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+                || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2028}' | '\u{e0000}'..='\u{e007f}')
         })
         .map(|c| format!("U+{:04X}", c as u32))
         .collect()
@@ -242,4 +243,57 @@ async fn scan_and_show_report_steering_and_escape_the_terminal() {
         text.contains("\\u{1b}[2J") && text.contains("<script>"),
         "{text}"
     );
+}
+
+/// A red-team finding: `stats`, `validate`, `import` and `modes` printed agent names and ids
+/// from a trace raw (ESC, OSC 52 clipboard writes, C1 CSI, BEL, CR, backspace, bidi), `--json`
+/// left C1 and bidi raw, and `show` passed zero-width and tag characters. Every command that
+/// prints trace text escapes them now, on stdout and stderr, in text and JSON.
+#[test]
+fn every_command_that_prints_trace_text_escapes_it() {
+    let home = tempfile::tempdir().unwrap();
+    let hostile =
+        "Ev\u{1b}[2J\u{1b}]52;c;cGF3bmVk\u{7}il\u{9b}31m\u{8}\r\u{202e}x\u{200b}\u{e0041}";
+    let trace = serde_json::json!({
+        "id": format!("id-{hostile}"),
+        "task": "t",
+        "outcome": "failure",
+        "agents": [{"name": hostile, "kind": "worker"}],
+        "steps": [
+            {"index": 0, "agent": hostile, "content": "a"},
+            {"index": 1, "agent": format!("unknown-{hostile}"), "content": "b"}
+        ]
+    });
+    let file = home.path().join("hostile.jsonl");
+    std::fs::write(&file, format!("{trace}\n")).unwrap();
+    let f = file.to_str().unwrap();
+    let out_file = home.path().join("out.jsonl");
+    let runs: Vec<Vec<&str>> = vec![
+        vec!["stats", f],
+        vec!["--json", "stats", f],
+        vec!["validate", f],
+        vec!["--json", "validate", f],
+        vec!["import", f, "-o", out_file.to_str().unwrap()],
+        vec!["modes", f, "--outcome", "any"],
+        vec!["--json", "modes", f, "--outcome", "any"],
+        vec!["show", f, "--all", "--full"],
+    ];
+    for args in runs {
+        let out = maslens(home.path(), &args).output().unwrap();
+        assert!(out.status.code().is_some(), "{args:?} ended by a signal");
+        assert_eq!(
+            raw_controls(&out.stdout),
+            Vec::<String>::new(),
+            "{args:?} stdout"
+        );
+        assert_eq!(
+            raw_controls(&out.stderr),
+            Vec::<String>::new(),
+            "{args:?} stderr"
+        );
+        if args[0] == "--json" {
+            let _: Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e})"));
+        }
+    }
 }

@@ -60,7 +60,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                     eprintln!(
                         "error: {}: duplicate trace id `{}` (first seen in {first}){}",
                         imp.location(),
-                        imp.trace.id,
+                        crate::term::inline(&imp.trace.id),
                         if to_db {
                             "; the store keeps the later copy"
                         } else {

@@ -99,11 +99,17 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     if let Some(out) = &args.out {
         write_output(Some(out), &serde_json::to_string_pretty(&report)?)?;
     }
+    // To the terminal, text from the runs (system names, ids, reasons) is escaped.
     if global.json {
-        write_output(None, &serde_json::to_string_pretty(&report)?)?;
+        write_output(
+            None,
+            &crate::term::json(&serde_json::to_string_pretty(&report)?),
+        )?;
     }
-    if args.markdown.is_some() || !global.json {
-        write_output(args.markdown.as_deref(), &report.to_markdown())?;
+    match &args.markdown {
+        Some(path) => write_output(Some(path), &report.to_markdown())?,
+        None if !global.json => write_output(None, &crate::term::text(&report.to_markdown()))?,
+        None => {}
     }
     for note in &report.notes {
         eprintln!("note: {note}");

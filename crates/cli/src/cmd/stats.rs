@@ -32,7 +32,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     )?;
     let stats = builder.finish(counts.skipped, counts.warnings, counts.errors);
     if global.json {
-        outln!("{}", serde_json::to_string_pretty(&stats)?);
+        // serde_json leaves C1 and bidi characters raw: escaped for the terminal, still JSON.
+        outln!(
+            "{}",
+            crate::term::json(&serde_json::to_string_pretty(&stats)?)
+        );
     } else {
         print_text(&stats, args.top);
     }
@@ -58,13 +62,13 @@ fn counts<K: std::fmt::Display>(m: &BTreeMap<K, u64>, count_first: bool) -> Stri
 }
 
 fn print_text(s: &CorpusStats, k: usize) {
-    outln!(
+    crate::outln_safe!(
         "traces:    {} ({} unreadable records skipped)",
         s.traces,
         s.skipped
     );
     let st = &s.steps;
-    outln!(
+    crate::outln_safe!(
         "steps:     min {}  median {}  mean {}  max {}  (total {})",
         num(st.min.map(|x| x as f64)),
         num(st.median),
@@ -73,14 +77,14 @@ fn print_text(s: &CorpusStats, k: usize) {
         st.total
     );
     let o = &s.outcomes;
-    outln!(
+    crate::outln_safe!(
         "outcomes:  {} success, {} failure, {} unknown",
         o.success,
         o.failure,
         o.unknown
     );
     let a = &s.agents;
-    outln!(
+    crate::outln_safe!(
         "agents:    {} distinct ({})",
         a.distinct,
         counts(&a.by_kind, true)
@@ -90,38 +94,38 @@ fn print_text(s: &CorpusStats, k: usize) {
         // Padded so that the columns line up: `in     1 trace,  ...` / `in     2 traces, ...`.
         let traces = format!("{},", noun_for(c, "trace"));
         let steps_noun = noun_for(steps, "step");
-        outln!("  {name:<40} in {c:>5} {traces:<7} {steps:>6} {steps_noun}");
+        crate::outln_safe!("  {name:<40} in {c:>5} {traces:<7} {steps:>6} {steps_noun}");
     }
     if s.labelled_traces > 0 {
-        outln!(
+        crate::outln_safe!(
             "decisive labels: {}",
             crate::words::count(s.labelled_traces, "trace")
         );
-        outln!("  by agent kind: {}", counts(&s.labelled_kinds, true));
+        crate::outln_safe!("  by agent kind: {}", counts(&s.labelled_kinds, true));
         for (name, c) in top(&s.labelled_agents, k) {
-            outln!("  {name:<40} {c:>5}");
+            crate::outln_safe!("  {name:<40} {c:>5}");
         }
         let lp = &s.label_position;
         let buckets: Vec<String> = (lp.buckets.iter())
             .map(|(k, c)| format!("{k}: {c}"))
             .collect();
-        outln!(
+        crate::outln_safe!(
             "  relative position (step/(n-1)): {}; mean {}; first step {}, last step {}",
             buckets.join(", "),
             num(lp.mean_relative),
             lp.first_step,
             lp.last_step
         );
-        outln!(
+        crate::outln_safe!(
             "  label agent is not the speaker at the label step: {}",
             s.label_speaker_mismatches
         );
     }
     if !s.faulty_agents.is_empty() {
-        outln!("faulty-agent labels:");
+        crate::outln_safe!("faulty-agent labels:");
         for (name, c) in top(&s.faulty_agents, k) {
-            outln!("  {name:<40} {c:>5}");
+            crate::outln_safe!("  {name:<40} {c:>5}");
         }
-        outln!("  error modes: {}", counts(&s.error_modes, false));
+        crate::outln_safe!("  error modes: {}", counts(&s.error_modes, false));
     }
 }

@@ -62,7 +62,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             "ok": ok,
             "diagnostics": records.into_inner(),
         });
-        crate::outln!("{}", serde_json::to_string_pretty(&summary)?);
+        crate::outln!(
+            "{}",
+            crate::term::json(&serde_json::to_string_pretty(&summary)?)
+        );
     } else {
         crate::outln!(
             "{}: {}, {}, {} skipped",
