@@ -683,3 +683,67 @@ async fn a_run_without_content_says_so_and_gets_no_diagnosis() {
         .expect("html");
     assert!(list.contains("not understood"), "the list marks the run");
 }
+
+/// A red-team finding: a model endpoint that never answers kept a job `running` with no error
+/// for the model's timeout times its retries (12 minutes by default), holding the LLM lane. The
+/// job fails after `job_timeout` with the reason now, and the lane is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_on_a_model_that_never_answers_fails_after_the_job_timeout() {
+    let hang = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model_addr = hang.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((c, _)) = hang.accept().await {
+            held.push(c);
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = maslens_store::Store::open(&maslens_store::default_url(dir.path()))
+        .await
+        .expect("store");
+    let trace = maslens_trace::TraceBuilder::new("r1")
+        .task("q")
+        .step("A", "x")
+        .step("B", "y")
+        .build();
+    let hash = store.put_trace(&trace).await.expect("put");
+    let config = fast(ServeConfig {
+        model: format!("openai:m@http://{model_addr}/v1/"),
+        llm: maslens_llm::OpenOptions {
+            cache_mode: maslens_llm::CacheMode::Off,
+            ..maslens_llm::OpenOptions::default()
+        },
+        job_timeout: Duration::from_millis(500),
+        max_attempts: 1,
+        ..ServeConfig::default()
+    });
+    let state = AppState::new(store.clone(), config).expect("state");
+    let job = serve::pipeline::enqueue(&store, "r1", serve::JobMethod::Llm, &hash, &Value::Null)
+        .await
+        .expect("enqueue");
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve::background(state, rx));
+    let mut last = None;
+    for _ in 0..100 {
+        let j = store.job(&job.id).await.expect("job").expect("exists");
+        if j.state == maslens_store::JobState::Failed {
+            last = Some(j);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let j = last.expect("the job failed within 5 s");
+    let error = j.error.unwrap_or_default();
+    assert!(
+        error.contains("timed out after 0.5 s") && error.contains(&model_addr.to_string()),
+        "{error}"
+    );
+    // The job timeout must be shorter than the lease.
+    let long = ServeConfig {
+        job_timeout: Duration::from_secs(900),
+        ..ServeConfig::default()
+    };
+    assert!(AppState::new(store.clone(), long).is_err());
+}

@@ -51,6 +51,10 @@ pub struct Args {
     /// Seconds after which a job claimed by a server that stopped answering is queued again.
     #[arg(long, default_value_t = 900.0)]
     pub job_lease: f64,
+    /// Seconds a job may run before it fails with the reason (a model that never answers);
+    /// shorter than --job-lease [default: 600, or 90% of a shorter --job-lease]
+    #[arg(long)]
+    pub job_timeout: Option<f64>,
     /// Largest request body in MiB (before and after decompression).
     #[arg(long, default_value_t = 64)]
     pub max_body_mib: usize,
@@ -141,6 +145,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         settle: secs(args.settle, "--settle")?,
         idle: secs(args.idle, "--idle")?,
         lease: secs(args.job_lease, "--job-lease")?,
+        job_timeout: match args.job_timeout {
+            Some(t) => secs(t, "--job-timeout")?,
+            None => secs((0.9 * args.job_lease).min(600.0), "--job-lease")?,
+        },
         policy: match args.diagnose {
             DiagnoseArg::Off => Policy::Off,
             DiagnoseArg::Failed => Policy::Failed,

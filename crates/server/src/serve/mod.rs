@@ -159,6 +159,9 @@ pub struct ServeConfig {
     pub tick: Duration,
     /// A job claimed longer ago than this is given back (its worker died).
     pub lease: Duration,
+    /// A job that runs longer than this fails with the reason (a model that never answers would
+    /// otherwise hold the LLM lane for its timeout times its retries); shorter than `lease`.
+    pub job_timeout: Duration,
     /// How often the runs stored without a diagnosis (`maslens import --db`, `POST /api/runs`)
     /// are looked for and queued for the prior; all of them at start-up.
     pub sweep: Duration,
@@ -188,6 +191,7 @@ impl Default for ServeConfig {
             worker: format!("maslens-{}", std::process::id()),
             tick: Duration::from_millis(250),
             lease: Duration::from_secs(15 * 60),
+            job_timeout: Duration::from_secs(10 * 60),
             sweep: Duration::from_secs(10),
             max_attempts: 3,
         }
@@ -215,6 +219,14 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(store: Store, config: ServeConfig) -> Result<Arc<AppState>, ServeError> {
+        if config.job_timeout >= config.lease {
+            return Err(ServeError::Setup(format!(
+                "the job timeout ({} s) must be shorter than the job lease ({} s), or a job still \
+                 running would be given to another worker",
+                config.job_timeout.as_secs_f64(),
+                config.lease.as_secs_f64()
+            )));
+        }
         if config.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(ServeError::Setup(
                 "the token is empty: give a real one, or none on a loopback address".into(),

@@ -327,8 +327,13 @@ async fn work_once_until(
     let Some(job) = state.store.claim_in(&state.config.worker, methods).await? else {
         return Ok(Some(false));
     };
+    let limit = state.config.job_timeout;
     let result = tokio::select! {
-        r = run_job(state, &job) => r,
+        r = tokio::time::timeout(limit, run_job(state, &job)) => r.unwrap_or_else(|_| Err(format!(
+            "timed out after {} s (--job-timeout): the model {} did not answer in time",
+            limit.as_secs_f64(),
+            state.config.model
+        ))),
         _ = shutdown.changed() => {
             tracing::info!(job = %job.id, "stopping: the running job goes back to the queue");
             state.store.release(&job.id).await?;
