@@ -747,3 +747,39 @@ async fn a_job_on_a_model_that_never_answers_fails_after_the_job_timeout() {
     };
     assert!(AppState::new(store.clone(), long).is_err());
 }
+
+/// A red-team finding: with its SQLite file deleted, `serve` acknowledged spans (200) into a
+/// file no path named, lost at exit, with no warning. Writes are refused with 503 now (the
+/// exporter keeps them and retries), and `/health` says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_store_file_refuses_writes_and_says_so() {
+    let server = start(fast(ServeConfig::default())).await;
+    let client = reqwest::Client::new();
+    let health = client
+        .get(format!("{}/health", server.base))
+        .send()
+        .await
+        .expect("health");
+    assert_eq!(health.status(), 200);
+    let db = server._dir.path().join("maslens.db");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let line = recorded("genai.jsonl").remove(0);
+    let r = client
+        .post(format!("{}/v1/traces", server.base))
+        .header("content-type", "application/json")
+        .body(line)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 503);
+    let health = client
+        .get(format!("{}/health", server.base))
+        .send()
+        .await
+        .expect("health");
+    assert_eq!(health.status(), 503);
+    let why = health.text().await.expect("text");
+    assert!(why.contains("deleted or replaced"), "{why}");
+}

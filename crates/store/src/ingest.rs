@@ -64,6 +64,7 @@ impl Store {
     /// Text the store cannot hold is replaced span by span ([`crate::text::sanitize_span`]) and
     /// reported in [`IngestOutcome::sanitized`]; the other spans are untouched.
     pub async fn ingest(&self, spans: &[SpanRecord]) -> Result<IngestOutcome> {
+        self.check_file()?;
         let (cleaned, sanitized) = sanitized(spans);
         let spans: &[SpanRecord] = cleaned.as_deref().unwrap_or(spans);
         let now = now_ns();

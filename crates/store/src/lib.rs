@@ -30,6 +30,7 @@ pub mod testing;
 pub mod text;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -128,6 +129,29 @@ pub enum Backend {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// The SQLite file this store opened, to notice it deleted or replaced under a running server.
+    file: Option<Arc<FileIdentity>>,
+}
+
+/// A file as it was when opened: its path and (on Unix) its device and inode.
+#[derive(Debug)]
+struct FileIdentity {
+    path: std::path::PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+fn file_id(path: &Path) -> std::io::Result<Option<(u64, u64)>> {
+    let meta = std::fs::metadata(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Ok(Some((meta.dev(), meta.ino())))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        Ok(None)
+    }
 }
 
 /// The default SQLite database under a maslens home directory.
@@ -257,10 +281,43 @@ impl Store {
                 .await
                 .map_err(open_err)?;
         }
-        let store = Store { pool, backend };
+        let file = match (backend, sqlite_file(url)) {
+            (Backend::Sqlite, Some(path)) => Some(Arc::new(FileIdentity {
+                id: file_id(&path).ok().flatten(),
+                path,
+            })),
+            _ => None,
+        };
+        let store = Store {
+            pool,
+            backend,
+            file,
+        };
         store.migrate().await?;
         store.backfill_search().await?;
         Ok(store)
+    }
+
+    /// An error when the SQLite file this store opened was deleted or replaced since: writes would
+    /// go to a file no path names and be lost at exit, so they are refused until a restart.
+    pub fn check_file(&self) -> Result<()> {
+        let Some(f) = &self.file else {
+            return Ok(());
+        };
+        let now = file_id(&f.path);
+        let gone = match &now {
+            Err(_) => true,
+            Ok(id) => f.id.is_some() && *id != f.id,
+        };
+        if !gone {
+            return Ok(());
+        }
+        Err(StoreError::File {
+            path: f.path.display().to_string(),
+            message: "deleted or replaced while in use: nothing more is written (it would be lost \
+                      at exit); restore the file or restart maslens serve"
+                .into(),
+        })
     }
 
     /// Apply the migrations not yet applied (several processes may race: sqlx takes a lock).

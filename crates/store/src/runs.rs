@@ -256,6 +256,7 @@ impl Store {
     /// and the import is refused ([`crate::StoreError::Clash`]), never reported as stored.
     /// Its search rows are rewritten in the same transaction. Returns its content hash.
     pub async fn put_trace(&self, trace: &Trace) -> Result<String> {
+        self.check_file()?;
         check_import_id(&trace.id)?;
         // Text PostgreSQL cannot hold (NUL) is replaced, as OTLP ingest does.
         let cleaned = crate::text::sanitize_trace(trace);

@@ -295,7 +295,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             guard::body_slots,
         ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(health))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard::guard,
@@ -309,6 +309,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         // and the sign-in redirects included.
         .layer(axum::middleware::from_fn(ui::security_headers))
         .with_state(state)
+}
+
+/// `ok`, or 503 with the reason when the store cannot take writes (its file was deleted).
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    match state.store.check_file() {
+        Ok(()) => "ok".into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
 }
 
 /// Equal strings, compared in time that depends only on their lengths.
