@@ -90,6 +90,91 @@ impl Encoding {
     }
 }
 
+/// A decoded request and the spans left out of it: in OTLP/JSON, a span that does not parse (an
+/// id of odd length or not hex, a field of the wrong type) is dropped with its reason and the
+/// others kept, as a protobuf request's unplaceable spans are.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decoded {
+    pub request: ExportTraceServiceRequest,
+    pub rejected: Vec<crate::span::Rejected>,
+}
+
+/// [`decode_request`], span by span where the JSON allows it: one span that does not parse no
+/// longer fails the whole request. A body that is not JSON, or whose structure around the spans
+/// is wrong, is still an error.
+pub fn decode_request_spans(
+    body: &[u8],
+    encoding: Encoding,
+    content_encoding: Option<&str>,
+    limit: usize,
+) -> Result<Decoded, DecodeError> {
+    let whole = decode_request(body, encoding, content_encoding, limit);
+    match (whole, encoding) {
+        (Ok(request), _) => Ok(Decoded {
+            request,
+            rejected: Vec::new(),
+        }),
+        (Err(DecodeError::Json(why)), Encoding::Json) => {
+            let bytes = inflate(body, content_encoding, limit)?;
+            json_span_by_span(&bytes).ok_or(DecodeError::Json(why))
+        }
+        (Err(e), _) => Err(e),
+    }
+}
+
+/// The body decompressed (it was checked against `limit` by [`decode_request`] already).
+fn inflate<'a>(
+    body: &'a [u8],
+    content_encoding: Option<&str>,
+    limit: usize,
+) -> Result<std::borrow::Cow<'a, [u8]>, DecodeError> {
+    match content_encoding.map(|e| e.trim().to_ascii_lowercase()) {
+        Some(e) if e == "gzip" => {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(body)
+                .take(limit as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| DecodeError::Gzip(e.to_string()))?;
+            Ok(std::borrow::Cow::Owned(out))
+        }
+        _ => Ok(std::borrow::Cow::Borrowed(body)),
+    }
+}
+
+/// The spans of an OTLP/JSON body that parse, and the others with their reason; `None` when the
+/// body is not JSON or still fails without the bad spans.
+fn json_span_by_span(bytes: &[u8]) -> Option<Decoded> {
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let mut rejected = Vec::new();
+    for rs in v.get_mut("resourceSpans")?.as_array_mut()? {
+        let Some(scopes) = rs.get_mut("scopeSpans").and_then(|s| s.as_array_mut()) else {
+            continue;
+        };
+        for ss in scopes {
+            let Some(spans) = ss.get_mut("spans").and_then(|s| s.as_array_mut()) else {
+                continue;
+            };
+            spans.retain(|span| match serde_json::from_value::<Span>(span.clone()) {
+                Ok(_) => true,
+                Err(e) => {
+                    let span_id = span
+                        .get("spanId")
+                        .and_then(|i| i.as_str())
+                        .map(String::from);
+                    rejected.push(crate::span::Rejected {
+                        span_id,
+                        reason: format!("not an OTLP/JSON span: {e}"),
+                    });
+                    false
+                }
+            });
+        }
+    }
+    let request = serde_json::from_value(v).ok()?;
+    Some(Decoded { request, rejected })
+}
+
 /// Decode a request body of at most `limit` bytes (before and after decompression).
 pub fn decode_request(
     body: &[u8],
@@ -296,5 +381,31 @@ mod tests {
             }
             out.push(b | 0x80);
         }
+    }
+
+    /// A red-team finding: one span with an odd-length or non-hex id failed the whole OTLP/JSON
+    /// request (400), dropping the good spans beside it. That span is left out with its reason.
+    #[test]
+    fn a_json_span_that_does_not_parse_is_left_out_and_the_others_kept() {
+        let good = r#"{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"ok"}"#;
+        let odd = r#"{"traceId":"5b8efff798038103d269b633813fc60","spanId":"eee19b7ec3c1b175","name":"odd"}"#;
+        let not_hex = r#"{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"zzzz9b7ec3c1b176","name":"x"}"#;
+        let body = format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{good},{odd},{not_hex}]}}]}}]}}"#
+        );
+        assert!(decode_request(body.as_bytes(), Encoding::Json, None, 1 << 20).is_err());
+        let d = decode_request_spans(body.as_bytes(), Encoding::Json, None, 1 << 20).unwrap();
+        let spans = &d.request.resource_spans[0].scope_spans[0].spans;
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].name, "ok");
+        assert_eq!(d.rejected.len(), 2);
+        assert_eq!(d.rejected[0].span_id.as_deref(), Some("eee19b7ec3c1b175"));
+        assert!(
+            d.rejected[0].reason.starts_with("not an OTLP/JSON span"),
+            "{:?}",
+            d.rejected
+        );
+        // Not JSON at all is still an error for the whole body.
+        assert!(decode_request_spans(b"{nope", Encoding::Json, None, 1 << 20).is_err());
     }
 }

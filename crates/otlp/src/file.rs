@@ -3,7 +3,7 @@
 //! (`.pb`, `.binpb`, `.protobuf`). Directories are walked in name order. A line that is not a
 //! request is a problem naming the file and line; the rest of the file is read.
 
-use crate::decode::{decode_request, Encoding};
+use crate::decode::{decode_request_spans, Encoding};
 use crate::span::{flatten, SpanRecord};
 use std::path::{Path, PathBuf};
 
@@ -52,9 +52,10 @@ fn is_export_file(p: &Path) -> bool {
 
 impl Read {
     fn add(&mut self, file: &str, record: Option<String>, bytes: &[u8], encoding: Encoding) {
-        match decode_request(bytes, encoding, None, MAX_REQUEST_BYTES) {
-            Ok(req) => {
-                let f = flatten(&req);
+        match decode_request_spans(bytes, encoding, None, MAX_REQUEST_BYTES) {
+            Ok(decoded) => {
+                let mut f = flatten(&decoded.request);
+                f.rejected.extend(decoded.rejected);
                 self.spans.extend(f.spans);
                 self.problems
                     .extend(f.rejected.into_iter().map(|r| Problem {
@@ -137,6 +138,7 @@ pub fn read_paths(paths: &[PathBuf]) -> Read {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::decode_request;
     use prost::Message;
 
     const LINE: &str = r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"chat","startTimeUnixNano":"1","endTimeUnixNano":"2","attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"chat"}}]},{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"","name":"no id"}]}]}]}"#;

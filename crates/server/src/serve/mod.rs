@@ -39,7 +39,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use maslens_otlp::decode::{decode_request, encode_response, DecodeError};
+use maslens_otlp::decode::{decode_request_spans, encode_response, DecodeError};
 use maslens_otlp::Encoding;
 use maslens_store::Store;
 use tokio::sync::OnceCell;
@@ -382,13 +382,13 @@ async fn v1_traces(
         Ok(e) => e,
         Err(e) => return (StatusCode::UNSUPPORTED_MEDIA_TYPE, e.to_string()).into_response(),
     };
-    let request = match decode_request(
+    let decoded = match decode_request_spans(
         &body,
         encoding,
         header_str(header::CONTENT_ENCODING),
         state.config.max_body_bytes,
     ) {
-        Ok(r) => r,
+        Ok(d) => d,
         Err(e) => {
             let status = match e {
                 DecodeError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -401,7 +401,9 @@ async fn v1_traces(
             return (status, e.to_string()).into_response();
         }
     };
-    let flat = maslens_otlp::span::flatten(&request);
+    let mut flat = maslens_otlp::span::flatten(&decoded.request);
+    // Spans of an OTLP/JSON body that did not parse: rejected one by one, the others kept.
+    flat.rejected.extend(decoded.rejected);
     match state.store.ingest(&flat.spans).await {
         Ok(out) => {
             tracing::debug!(
