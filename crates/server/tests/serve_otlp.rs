@@ -304,6 +304,39 @@ async fn bad_input_gets_a_clear_answer_and_the_server_keeps_serving() {
         })
         .await;
     }
+    // The red-team rerun's requests (tests/redteam/otlp/): ids that do not parse are rejected
+    // span by span; ids and names too long for an index are stored (bounded) without a 503.
+    let redteam = |name: &str| {
+        std::fs::read(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/redteam/otlp")
+                .join(name),
+        )
+        .expect("red-team request")
+    };
+    let r = post("application/json", redteam("bad-span-ids.json"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v["partialSuccess"]["rejectedSpans"], "2", "{v}");
+    let r = post("application/json", redteam("long-ids.json"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 200);
+    // 20,000 empty spans: 60 KB that would be 2.5 MB decoded.
+    let bomb = format!(
+        r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+        vec!["{}"; 20_000].join(",")
+    );
+    let r = post("application/json", bomb.into_bytes())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.expect("text").contains("empty or tiny messages"));
     // Still serving.
     let r = post("application/x-protobuf", pb)
         .send()
