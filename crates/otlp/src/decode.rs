@@ -122,22 +122,32 @@ pub fn decode_request_spans(
     }
 }
 
-/// The body decompressed (it was checked against `limit` by [`decode_request`] already).
+/// The body as its content encoding says (gzip or identity), at most `limit` bytes inflated.
 fn inflate<'a>(
     body: &'a [u8],
     content_encoding: Option<&str>,
     limit: usize,
 ) -> Result<std::borrow::Cow<'a, [u8]>, DecodeError> {
     match content_encoding.map(|e| e.trim().to_ascii_lowercase()) {
+        None => Ok(std::borrow::Cow::Borrowed(body)),
+        Some(e) if e.is_empty() || e == "identity" => Ok(std::borrow::Cow::Borrowed(body)),
         Some(e) if e == "gzip" => {
             let mut out = Vec::new();
             flate2::read::GzDecoder::new(body)
                 .take(limit as u64 + 1)
                 .read_to_end(&mut out)
                 .map_err(|e| DecodeError::Gzip(e.to_string()))?;
+            if out.len() > limit {
+                return Err(DecodeError::TooLarge {
+                    limit,
+                    when: "after gzip decompression",
+                });
+            }
             Ok(std::borrow::Cow::Owned(out))
         }
-        _ => Ok(std::borrow::Cow::Borrowed(body)),
+        Some(_) => Err(DecodeError::ContentEncoding(
+            content_encoding.unwrap_or_default().to_string(),
+        )),
     }
 }
 
@@ -188,31 +198,8 @@ pub fn decode_request(
             when: "as sent",
         });
     }
-    let inflated;
-    let bytes = match content_encoding.map(|e| e.trim().to_ascii_lowercase()) {
-        None => body,
-        Some(e) if e.is_empty() || e == "identity" => body,
-        Some(e) if e == "gzip" => {
-            let mut out = Vec::new();
-            flate2::read::GzDecoder::new(body)
-                .take(limit as u64 + 1)
-                .read_to_end(&mut out)
-                .map_err(|e| DecodeError::Gzip(e.to_string()))?;
-            if out.len() > limit {
-                return Err(DecodeError::TooLarge {
-                    limit,
-                    when: "after gzip decompression",
-                });
-            }
-            inflated = out;
-            &inflated
-        }
-        Some(_) => {
-            return Err(DecodeError::ContentEncoding(
-                content_encoding.unwrap_or_default().to_string(),
-            ))
-        }
-    };
+    let inflated = inflate(body, content_encoding, limit)?;
+    let bytes: &[u8] = &inflated;
     match encoding {
         Encoding::Protobuf => {
             if let Some(decoded) = footprint::decoded_bytes(bytes) {

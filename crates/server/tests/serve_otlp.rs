@@ -336,7 +336,11 @@ async fn bad_input_gets_a_clear_answer_and_the_server_keeps_serving() {
         .await
         .expect("send");
     assert_eq!(r.status(), 400);
-    assert!(r.text().await.expect("text").contains("empty or tiny messages"));
+    assert!(r
+        .text()
+        .await
+        .expect("text")
+        .contains("empty or tiny messages"));
     // Still serving.
     let r = post("application/x-protobuf", pb)
         .send()
@@ -579,27 +583,7 @@ async fn an_import_over_an_otlp_run_is_a_conflict() {
 /// answers (it waited for the job), and the job goes back to the queue for the next start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_interrupts_a_running_job_and_queues_it_again() {
-    // A model endpoint that accepts connections and never answers.
-    let hang = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model_addr = hang.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((c, _)) = hang.accept().await {
-            held.push(c);
-        }
-    });
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = maslens_store::Store::open(&maslens_store::default_url(dir.path()))
-        .await
-        .expect("store");
-    let trace = maslens_trace::TraceBuilder::new("r1")
-        .task("q")
-        .step("A", "x")
-        .step("B", "y")
-        .build();
-    let hash = store.put_trace(&trace).await.expect("put");
+    let (model_addr, store, hash, _dir) = hanging_model_and_one_run().await;
     let config = fast(ServeConfig {
         model: format!("openai:m@http://{model_addr}/v1/"),
         llm: maslens_llm::OpenOptions {
@@ -722,26 +706,7 @@ async fn a_run_without_content_says_so_and_gets_no_diagnosis() {
 /// job fails after `job_timeout` with the reason now, and the lane is free again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_on_a_model_that_never_answers_fails_after_the_job_timeout() {
-    let hang = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model_addr = hang.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((c, _)) = hang.accept().await {
-            held.push(c);
-        }
-    });
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = maslens_store::Store::open(&maslens_store::default_url(dir.path()))
-        .await
-        .expect("store");
-    let trace = maslens_trace::TraceBuilder::new("r1")
-        .task("q")
-        .step("A", "x")
-        .step("B", "y")
-        .build();
-    let hash = store.put_trace(&trace).await.expect("put");
+    let (model_addr, store, hash, _dir) = hanging_model_and_one_run().await;
     let config = fast(ServeConfig {
         model: format!("openai:m@http://{model_addr}/v1/"),
         llm: maslens_llm::OpenOptions {
@@ -815,4 +780,35 @@ async fn a_deleted_store_file_refuses_writes_and_says_so() {
     assert_eq!(health.status(), 503);
     let why = health.text().await.expect("text");
     assert!(why.contains("deleted or replaced"), "{why}");
+}
+
+/// A model endpoint that accepts connections and never answers, and a store holding one run
+/// (`r1`, two steps): its address, the store, the run's trace hash and the store's folder.
+async fn hanging_model_and_one_run() -> (
+    std::net::SocketAddr,
+    maslens_store::Store,
+    String,
+    tempfile::TempDir,
+) {
+    let hang = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model_addr = hang.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((c, _)) = hang.accept().await {
+            held.push(c);
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = maslens_store::Store::open(&maslens_store::default_url(dir.path()))
+        .await
+        .expect("store");
+    let trace = maslens_trace::TraceBuilder::new("r1")
+        .task("q")
+        .step("A", "x")
+        .step("B", "y")
+        .build();
+    let hash = store.put_trace(&trace).await.expect("put");
+    (model_addr, store, hash, dir)
 }

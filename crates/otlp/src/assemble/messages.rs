@@ -152,6 +152,23 @@ fn flat_messages(a: &Map<String, Value>, prefix: &str) -> Vec<Message> {
         .collect()
 }
 
+/// Tool calls in OpenAI's shape: `[{id, function: {name, arguments}}]` (none when not a list).
+fn openai_tool_calls(calls: &Value) -> Vec<ToolCall> {
+    calls
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| ToolCall {
+            id: c["id"].as_str().map(String::from),
+            name: c["function"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            arguments: json_or_string(&c["function"]["arguments"]),
+        })
+        .collect()
+}
+
 /// Messages from the older per-message span events (`gen_ai.choice`, `gen_ai.user.message`, ...).
 fn event_messages(span: &SpanRecord, output: bool) -> Vec<Message> {
     span.events
@@ -175,19 +192,7 @@ fn event_messages(span: &SpanRecord, output: bool) -> Vec<Message> {
                 .strip_prefix("gen_ai.")
                 .and_then(|r| r.strip_suffix(".message"))
                 .unwrap_or("assistant");
-            let tool_calls = body["tool_calls"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| ToolCall {
-                    id: c["id"].as_str().map(String::from),
-                    name: c["function"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    arguments: json_or_string(&c["function"]["arguments"]),
-                })
-                .collect();
+            let tool_calls = openai_tool_calls(&body["tool_calls"]);
             Message {
                 role: body["role"].as_str().unwrap_or(role).to_string(),
                 text: match &body {
@@ -380,19 +385,7 @@ fn llamaindex_message(role: &str, blocks: &Value, kwargs: &Value, content: &Valu
     if let Some(c) = content.as_str().filter(|c| !c.is_empty()) {
         texts.push(c.to_string());
     }
-    let mut tool_calls: Vec<ToolCall> = decoded(&kwargs["tool_calls"])
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| ToolCall {
-            id: c["id"].as_str().map(String::from),
-            name: c["function"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            arguments: json_or_string(&c["function"]["arguments"]),
-        })
-        .collect();
+    let mut tool_calls = openai_tool_calls(&decoded(&kwargs["tool_calls"]));
     let from_kwargs = !tool_calls.is_empty();
     for b in decoded(blocks).as_array().into_iter().flatten() {
         match b["block_type"].as_str().unwrap_or_default() {
