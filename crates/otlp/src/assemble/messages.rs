@@ -152,6 +152,15 @@ fn flat_messages(a: &Map<String, Value>, prefix: &str) -> Vec<Message> {
         .collect()
 }
 
+/// An answer recorded as plain text: one assistant message.
+fn assistant_text(text: &str) -> Vec<Message> {
+    vec![Message {
+        role: "assistant".into(),
+        text: text.to_string(),
+        ..Message::default()
+    }]
+}
+
 /// Tool calls in OpenAI's shape: `[{id, function: {name, arguments}}]` (none when not a list).
 fn openai_tool_calls(calls: &Value) -> Vec<ToolCall> {
     calls
@@ -235,13 +244,7 @@ pub(super) fn output_messages(span: &SpanRecord) -> Vec<Message> {
     let a = &span.attributes;
     str_attr(a, "output.value")
         .or_else(|| str_attr(a, "gen_ai.completion"))
-        .map(|t| {
-            vec![Message {
-                role: "assistant".into(),
-                text: t.to_string(),
-                ..Message::default()
-            }]
-        })
+        .map(assistant_text)
         .unwrap_or_default()
 }
 
@@ -452,12 +455,6 @@ fn llamaindex_output(span: &SpanRecord) -> Vec<Message> {
     }
     llamaindex_event(span, &["LLMCompletionEndEvent"])
         .and_then(|a| str_attr(a, "response.text"))
-        .map(|t| {
-            vec![Message {
-                role: "assistant".into(),
-                text: t.to_string(),
-                ..Message::default()
-            }]
-        })
+        .map(assistant_text)
         .unwrap_or_default()
 }
