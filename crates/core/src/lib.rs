@@ -13,12 +13,17 @@
 //!   rewrite, the black-box baseline, held-out acceptance, the report); the loop runs in Python.
 //! - [`modes`]: failure modes across runs: failed runs grouped per system by responsible agent,
 //!   implicit-failure type and reason text (no model needed), with purity against gold agents.
+//! - [`credit`]: `maslens credit` over a corpus (role x segment credit): bounded concurrency,
+//!   progress, per-trace failures, the credit file.
+//! - [`scan`]: `maslens scan` over a corpus (implicit failures, MASIF): progress, per-trace
+//!   failures, a budget stop, the scan file.
 //! - [`refinement`]: AgentLocate's fine-tuning loop: the refinement export (data, manifest,
 //!   training, serving and evaluation scripts) and the checks of a fine-tuned Judge's evaluation.
 //!
 //! This crate joins method crates (locate and prior) and nothing joins it but front ends
 //! (cli, server, python). It never prints: progress goes through [`maslens_eval::run::Progress`].
 
+pub mod credit;
 pub mod eval_compare;
 pub mod eval_locate;
 pub mod improve;
@@ -27,6 +32,7 @@ pub mod localize;
 pub mod locate;
 pub mod modes;
 pub mod refinement;
+pub mod scan;
 pub mod stack;
 pub mod traces;
 

@@ -1,19 +1,15 @@
-//! `maslens credit` as a library path: score every trace (role x segment credit) with a bounded
-//! number of concurrent critic runs, pool the corpus table, and the credit file it writes
-//! ([`CreditRun`], versioned by [`CREDIT_FILE_VERSION`]), with the verdict each trace gets.
+//! The credit file `maslens credit` writes ([`CreditRun`], versioned by [`CREDIT_FILE_VERSION`]):
+//! the corpus table, per-system tables, per-trace credit, and the verdict each trace gets. The
+//! corpus loop that makes it (bounded concurrency, progress) is `maslens_core::credit`.
 
 use crate::credit::CreditTable;
 use crate::critic::{AGENT_TURN_EVAL, AGGREGATOR_EVAL, PEER_VIEW_JUDGE};
 use crate::trace_credit::{
-    corpus_table, system_tables, trace_credit, SystemCredit, TraceCredit, TraceCreditOptions,
-    GENERIC_TURN_EVAL, GENERIC_TURN_EVAL_INPUT, GENERIC_WINDOW_JUDGE, GENERIC_WINDOW_JUDGE_INPUT,
+    SystemCredit, TraceCredit, GENERIC_TURN_EVAL, GENERIC_TURN_EVAL_INPUT, GENERIC_WINDOW_JUDGE,
+    GENERIC_WINDOW_JUDGE_INPUT,
 };
-use crate::CreditError;
-use maslens_eval::run::Progress;
-use maslens_llm::{ChatModel, LlmError};
 use maslens_trace::{Trace, Verdict};
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 /// Version of the credit file (`maslens credit --out FILE`). 1: files before the field existed
 /// (their `prompt_versions` listed template files by hand); 2: `format_version`, the prompt
@@ -66,72 +62,6 @@ pub fn prompt_versions() -> Vec<String> {
     .iter()
     .map(|t| t.name.to_string())
     .collect()
-}
-
-/// Score `traces` with at most `concurrency` traces in flight; a trace that fails is listed in
-/// `errors` and the run goes on. `progress` hears each trace as it finishes (in completion
-/// order, which with concurrency is not input order).
-pub async fn credit_traces(
-    model: Arc<dyn ChatModel>,
-    traces: &[Trace],
-    opts: &TraceCreditOptions,
-    concurrency: usize,
-    progress: &dyn Progress,
-) -> CreditRun {
-    let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
-    let mut set = tokio::task::JoinSet::new();
-    for (i, t) in traces.iter().enumerate() {
-        let (m, t, o, sem) = (model.clone(), t.clone(), opts.clone(), sem.clone());
-        set.spawn(async move {
-            let _permit = sem.acquire_owned().await;
-            (i, trace_credit(m.as_ref(), &t, &o).await)
-        });
-    }
-    progress.start(traces.len());
-    // Err(None): deferred to the batch file; Err(Some(why)): failed.
-    let mut out: Vec<Option<Result<TraceCredit, Option<String>>>> = vec![None; traces.len()];
-    while let Some(joined) = set.join_next().await {
-        match joined {
-            Ok((i, r)) => {
-                let id = &traces[i].id;
-                progress.case(id);
-                out[i] = Some(r.map_err(|e| match e {
-                    CreditError::Llm(LlmError::Deferred { .. }) => {
-                        progress.deferred(id);
-                        None
-                    }
-                    e => {
-                        progress.error(id, &e.to_string());
-                        Some(e.to_string())
-                    }
-                }));
-                progress.case_done();
-            }
-            Err(e) => tracing::error!("credit task failed: {e}"),
-        }
-    }
-    progress.finish();
-    let mut ok = Vec::new();
-    let (mut errors, mut deferred) = (Vec::new(), Vec::new());
-    for (t, r) in traces.iter().zip(out) {
-        match r {
-            Some(Ok(c)) => ok.push(c),
-            Some(Err(Some(e))) => errors.push(format!("{}: {e}", t.id)),
-            Some(Err(None)) => deferred.push(t.id.clone()),
-            None => errors.push(format!("{}: not scored (its task failed)", t.id)),
-        }
-    }
-    CreditRun {
-        format_version: CREDIT_FILE_VERSION,
-        model: model.id().to_string(),
-        lambda: opts.lambda,
-        table: corpus_table(&ok),
-        systems: system_tables(&ok),
-        traces: ok,
-        errors,
-        deferred,
-        prompt_versions: prompt_versions(),
-    }
 }
 
 impl CreditRun {
@@ -222,64 +152,4 @@ fn systems_note(n: usize) -> String {
         "These traces come from {n} multi-agent systems (traces that share no agent name): one \
          table per system, since credit is relative to the roles of one system."
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use maslens_llm::testing::ScriptedModel;
-    use maslens_trace::TraceBuilder;
-
-    #[tokio::test]
-    async fn scores_in_input_order_and_writes_verdicts() {
-        let trace = |id: &str| {
-            TraceBuilder::new(id)
-                .task("Find X.")
-                .step("planner", "plan")
-                .step("coder", "code")
-                .build()
-        };
-        let (first, second) = (trace("g"), trace("h"));
-        let m: Arc<dyn ChatModel> = Arc::new(
-            ScriptedModel::new("fixture")
-                .on(
-                    "credit/generic_turn_eval_input",
-                    r#"{"failure_pattern":"NONE","explanation":"x","score":4}"#,
-                )
-                .on(
-                    "credit/generic_window_judge_input",
-                    r#"{"scores":{"planner":4,"coder":4},"segment_score":4}"#,
-                ),
-        );
-        let opts = TraceCreditOptions::default();
-        let run = credit_traces(
-            m,
-            &[first.clone(), second.clone()],
-            &opts,
-            2,
-            &maslens_eval::run::Silent,
-        )
-        .await;
-        assert_eq!(run.format_version, CREDIT_FILE_VERSION);
-        assert!(run.errors.is_empty(), "{:?}", run.errors);
-        let ids: Vec<&str> = run.traces.iter().map(|c| c.trace_id.as_str()).collect();
-        assert_eq!(ids, ["g", "h"]);
-        assert!(run
-            .prompt_versions
-            .contains(&"credit/generic_turn_eval_input.v2".to_string()));
-        let back = run.with_verdicts(&[second, first]).unwrap();
-        assert_eq!(back[0].id, "g", "run order");
-        let v = &back[0].labels.verdicts[0];
-        assert_eq!(v.method, VERDICT_METHOD);
-        assert_eq!(
-            v.prompt_version.as_deref(),
-            Some("credit/generic_turn_eval_input.v2")
-        );
-        let json = serde_json::to_string(&run).unwrap();
-        let read: CreditRun = serde_json::from_str(&json).unwrap();
-        assert_eq!(read, run);
-        assert!(run
-            .title()
-            .starts_with("Credit over 2 trace(s), model fixture"));
-    }
 }

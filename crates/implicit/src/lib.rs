@@ -37,7 +37,7 @@ pub mod taxonomy;
 pub mod weights;
 
 pub use commands::{
-    advantages_from_jsonl, read_prm_scores, repair_scanned, replay_stats_from_jsonl, scan_traces,
+    advantages_from_jsonl, read_prm_scores, repair_scanned, replay_stats_from_jsonl,
     select_from_scans, RepairOptions, ReplayStatsOptions, ScanOptions, ScanSettings, SelectOptions,
 };
 pub use detect::ImplicitFailure;

@@ -136,7 +136,7 @@ pub fn scan(
         let file = crate::run(py, &interrupt, async {
             let models: Vec<&dyn ChatModel> = stacks.iter().map(|s| s.model.as_ref()).collect();
             let progress = PyProgress::new(&progress, &interrupt);
-            maslens_implicit::scan_traces(&models, &traces, &opts, &progress).await
+            maslens_core::scan::scan_traces(&models, &traces, &opts, &progress).await
         })?
         .map_err(|e| match e {
             maslens_implicit::ImplicitError::Llm(e) => model_error(&e),
@@ -166,8 +166,7 @@ pub fn credit(
         let interrupt = Interrupt::default();
         let run = crate::run(py, &interrupt, async {
             let progress = PyProgress::new(&progress, &interrupt);
-            maslens_credit::credit_run::credit_traces(m, &traces, &opts, concurrency, &progress)
-                .await
+            maslens_core::credit::credit_traces(m, &traces, &opts, concurrency, &progress).await
         })?;
         serde_json::to_string(&run).map_err(|e| InternalError::new_err(e.to_string()))
     })
