@@ -699,6 +699,40 @@ async fn a_run_without_content_says_so_and_gets_no_diagnosis() {
         .await
         .expect("html");
     assert!(list.contains("not understood"), "the list marks the run");
+
+    // A warning that leaves steps to read (LlamaIndex's own exporter on streamed calls: the last
+    // answer is in no span) is shown, and the run is still diagnosed.
+    for line in recorded("llamaindex_native.jsonl") {
+        let r = client
+            .post(format!("{}/v1/traces", server.base))
+            .header("content-type", "application/json")
+            .body(line)
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status(), 200);
+    }
+    let list = poll(&client, &format!("{}/api/runs", server.base), |v| {
+        v["runs"].as_array().is_some_and(|runs| {
+            runs.iter().any(|r| {
+                r["id"] != id && r["state"] == "complete" && r["warnings"][0]["code"] == "no_output"
+            })
+        })
+    })
+    .await;
+    let streamed = list["runs"]
+        .as_array()
+        .and_then(|runs| runs.iter().find(|r| r["id"] != id))
+        .and_then(|r| r["id"].as_str())
+        .expect("the LlamaIndex run")
+        .to_string();
+    let run = poll(
+        &client,
+        &format!("{}/api/runs/{streamed}", server.base),
+        |v| v["diagnoses"].as_array().is_some_and(|d| !d.is_empty()),
+    )
+    .await;
+    assert_eq!(run["diagnoses"][0]["method"], "prior");
 }
 
 /// A red-team finding: a model endpoint that never answers kept a job `running` with no error
