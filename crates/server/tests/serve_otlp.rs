@@ -624,16 +624,7 @@ async fn stopping_interrupts_a_running_job_and_queues_it_again() {
 async fn a_run_without_content_says_so_and_gets_no_diagnosis() {
     let server = start(fast(ServeConfig::default())).await;
     let client = reqwest::Client::new();
-    for line in recorded("adk_no_content.jsonl") {
-        let r = client
-            .post(format!("{}/v1/traces", server.base))
-            .header("content-type", "application/json")
-            .body(line)
-            .send()
-            .await
-            .expect("post");
-        assert_eq!(r.status(), 200);
-    }
+    send_recording(&client, &server.base, "adk_no_content.jsonl").await;
     let list = poll(&client, &format!("{}/api/runs", server.base), |v| {
         v["runs"][0]["state"] == "complete"
     })
@@ -702,16 +693,7 @@ async fn a_run_without_content_says_so_and_gets_no_diagnosis() {
 
     // A warning that leaves steps to read (LlamaIndex's own exporter on streamed calls: the last
     // answer is in no span) is shown, and the run is still diagnosed.
-    for line in recorded("llamaindex_native.jsonl") {
-        let r = client
-            .post(format!("{}/v1/traces", server.base))
-            .header("content-type", "application/json")
-            .body(line)
-            .send()
-            .await
-            .expect("post");
-        assert_eq!(r.status(), 200);
-    }
+    send_recording(&client, &server.base, "llamaindex_native.jsonl").await;
     let list = poll(&client, &format!("{}/api/runs", server.base), |v| {
         v["runs"].as_array().is_some_and(|runs| {
             runs.iter().any(|r| {
@@ -845,4 +827,18 @@ async fn hanging_model_and_one_run() -> (
         .build();
     let hash = store.put_trace(&trace).await.expect("put");
     (model_addr, store, hash, dir)
+}
+
+/// Every request of a recorded OTLP/JSON export (tests/otel/recorded), each answered 200.
+async fn send_recording(client: &reqwest::Client, base: &str, name: &str) {
+    for line in recorded(name) {
+        let r = client
+            .post(format!("{base}/v1/traces"))
+            .header("content-type", "application/json")
+            .body(line)
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status(), 200, "{name}");
+    }
 }
