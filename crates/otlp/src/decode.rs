@@ -108,14 +108,13 @@ pub fn decode_request_spans(
     content_encoding: Option<&str>,
     limit: usize,
 ) -> Result<Decoded, DecodeError> {
-    let whole = decode_request(body, encoding, content_encoding, limit);
-    match (whole, encoding) {
+    let bytes = inflated(body, content_encoding, limit)?;
+    match (decode_bytes(&bytes, encoding), encoding) {
         (Ok(request), _) => Ok(Decoded {
             request,
             rejected: Vec::new(),
         }),
         (Err(DecodeError::Json(why)), Encoding::Json) => {
-            let bytes = inflate(body, content_encoding, limit)?;
             json_span_by_span(&bytes).ok_or(DecodeError::Json(why))
         }
         (Err(e), _) => Err(e),
@@ -192,14 +191,29 @@ pub fn decode_request(
     content_encoding: Option<&str>,
     limit: usize,
 ) -> Result<ExportTraceServiceRequest, DecodeError> {
+    decode_bytes(&inflated(body, content_encoding, limit)?, encoding)
+}
+
+/// The body of at most `limit` bytes as sent, decompressed to at most `limit` bytes.
+fn inflated<'a>(
+    body: &'a [u8],
+    content_encoding: Option<&str>,
+    limit: usize,
+) -> Result<std::borrow::Cow<'a, [u8]>, DecodeError> {
     if body.len() > limit {
         return Err(DecodeError::TooLarge {
             limit,
             when: "as sent",
         });
     }
-    let inflated = inflate(body, content_encoding, limit)?;
-    let bytes: &[u8] = &inflated;
+    inflate(body, content_encoding, limit)
+}
+
+/// A decompressed body as a request, refused first when it would be too dense to decode.
+fn decode_bytes(
+    bytes: &[u8],
+    encoding: Encoding,
+) -> Result<ExportTraceServiceRequest, DecodeError> {
     match encoding {
         Encoding::Protobuf => {
             if let Some(decoded) = footprint::decoded_bytes(bytes) {
