@@ -258,10 +258,17 @@ impl Store {
     pub async fn put_trace(&self, trace: &Trace) -> Result<String> {
         self.check_file()?;
         check_import_id(&trace.id)?;
-        // Text PostgreSQL cannot hold (NUL) is replaced, as OTLP ingest does.
-        let cleaned = crate::text::sanitize_trace(trace);
+        let (mut json, mut hash) = crate::trace_json(trace)?;
+        // Text PostgreSQL cannot hold (NUL, `\u0000` in the JSON) is replaced, as OTLP ingest
+        // does; a trace without one is serialized once.
+        let cleaned = match json.contains("\\u0000") {
+            true => crate::text::sanitize_trace(trace),
+            false => None,
+        };
+        if let Some(c) = &cleaned {
+            (json, hash) = crate::trace_json(c)?;
+        }
         let trace = cleaned.as_ref().unwrap_or(trace);
-        let (json, hash) = crate::trace_json(trace)?;
         let agents: BTreeSet<&str> = trace.steps.iter().map(|s| s.agent.as_str()).collect();
         let system = (!trace.source.format.is_empty()).then(|| trace.source.format.clone());
         let now = now_ns();
