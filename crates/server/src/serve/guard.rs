@@ -227,16 +227,18 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Client {
         parts: &mut axum::http::request::Parts,
         _state: &S,
     ) -> Result<Self, Self::Rejection> {
-        let peer = parts
-            .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>();
-        Ok(Client(peer.map(|c| c.0.ip())))
+        Ok(Client(client_in(&parts.extensions)))
     }
 }
 
 /// The address of the client that sent `req`, when the server recorded it.
 pub fn client_of<B>(req: &axum::http::Request<B>) -> Option<IpAddr> {
-    req.extensions()
+    client_in(req.extensions())
+}
+
+/// The client address the accept loop put in a request's extensions.
+fn client_in(extensions: &axum::http::Extensions) -> Option<IpAddr> {
+    extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0.ip())
 }
