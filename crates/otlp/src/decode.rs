@@ -4,6 +4,7 @@
 //! 4xx); a body is never trusted to be small, even after decompression.
 
 mod footprint;
+mod utf8;
 
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
@@ -97,6 +98,23 @@ impl Encoding {
 pub struct Decoded {
     pub request: ExportTraceServiceRequest,
     pub rejected: Vec<crate::span::Rejected>,
+    /// Strings that were not UTF-8 (invalid bytes, lone surrogate escapes), kept with U+FFFD in
+    /// place of what could not be read rather than failing the request.
+    pub repaired_text: usize,
+}
+
+impl Decoded {
+    /// What the sender should hear about [`Decoded::repaired_text`]; empty when nothing was.
+    pub fn repair_message(&self) -> String {
+        match self.repaired_text {
+            0 => String::new(),
+            n => format!(
+                "{n} string{} held text that is not UTF-8 (invalid bytes or a lone surrogate): \
+                 stored with U+FFFD in its place",
+                if n == 1 { "" } else { "s" }
+            ),
+        }
+    }
 }
 
 /// [`decode_request`], span by span where the JSON allows it: one span that does not parse no
@@ -109,16 +127,40 @@ pub fn decode_request_spans(
     limit: usize,
 ) -> Result<Decoded, DecodeError> {
     let bytes = inflated(body, content_encoding, limit)?;
-    match (decode_bytes(&bytes, encoding), encoding) {
-        (Ok(request), _) => Ok(Decoded {
-            request,
-            rejected: Vec::new(),
-        }),
-        (Err(DecodeError::Json(why)), Encoding::Json) => {
-            json_span_by_span(&bytes).ok_or(DecodeError::Json(why))
+    let (bytes, repaired_text, decoded) = match decode_bytes(&bytes, encoding) {
+        Err(e @ (DecodeError::Protobuf(_) | DecodeError::Json(_))) => {
+            match repair(&bytes, encoding) {
+                Some((fixed, n)) => {
+                    let decoded = decode_bytes(&fixed, encoding);
+                    (std::borrow::Cow::Owned(fixed), n, decoded)
+                }
+                None => (bytes, 0, Err(e)),
+            }
         }
-        (Err(e), _) => Err(e),
-    }
+        decoded => (bytes, 0, decoded),
+    };
+    let mut decoded = match (decoded, encoding) {
+        (Ok(request), _) => Decoded {
+            request,
+            ..Decoded::default()
+        },
+        (Err(DecodeError::Json(why)), Encoding::Json) => {
+            json_span_by_span(&bytes).ok_or(DecodeError::Json(why))?
+        }
+        (Err(e), _) => return Err(e),
+    };
+    decoded.repaired_text = repaired_text;
+    Ok(decoded)
+}
+
+/// The body with its text made UTF-8 ([`utf8`]) and how many repairs that took; `None` when
+/// there was nothing to repair (or the protobuf is malformed), so the first error stands.
+fn repair(bytes: &[u8], encoding: Encoding) -> Option<(Vec<u8>, usize)> {
+    let (fixed, n) = match encoding {
+        Encoding::Protobuf => utf8::protobuf(bytes)?,
+        Encoding::Json => utf8::json(bytes),
+    };
+    (n > 0).then_some((fixed, n))
 }
 
 /// The body as its content encoding says (gzip or identity), at most `limit` bytes inflated.
@@ -181,7 +223,11 @@ fn json_span_by_span(bytes: &[u8]) -> Option<Decoded> {
         }
     }
     let request = serde_json::from_value(v).ok()?;
-    Some(Decoded { request, rejected })
+    Some(Decoded {
+        request,
+        rejected,
+        repaired_text: 0,
+    })
 }
 
 /// Decode a request body of at most `limit` bytes (before and after decompression).
@@ -408,5 +454,65 @@ mod tests {
         );
         // Not JSON at all is still an error for the whole body.
         assert!(decode_request_spans(b"{nope", Encoding::Json, None, 1 << 20).is_err());
+    }
+
+    /// A red-team finding: one string of invalid UTF-8 in a protobuf span (or a lone surrogate
+    /// escape, or a raw invalid byte, in OTLP/JSON) failed the whole request, losing the good
+    /// spans beside it. The string is kept with U+FFFD and the sender is told.
+    #[test]
+    fn text_that_is_not_utf8_is_repaired_and_the_request_kept() {
+        let two = JSON.replace(
+            r#""name":"chat""#,
+            r#""name":"chat","events":[{"name":"BADEVNT"}],"status":{"message":"BADSTAT"}"#,
+        );
+        let mut request = decode_request(two.as_bytes(), Encoding::Json, None, 1 << 20).unwrap();
+        let span = request.resource_spans[0].scope_spans[0].spans[0].clone();
+        let mut other = span.clone();
+        other.span_id = vec![7; 8];
+        other.name = "good".into();
+        request.resource_spans[0].scope_spans[0].spans.push(other);
+        let mut pb = request.encode_to_vec();
+        for word in [&b"Planner"[..], b"BADEVNT", b"BADSTAT"] {
+            let at = pb.windows(7).position(|w| w == word).unwrap();
+            pb[at + 3] = 0xff;
+        }
+        assert!(decode_request(&pb, Encoding::Protobuf, None, 1 << 20).is_err());
+        let d = decode_request_spans(&pb, Encoding::Protobuf, None, 1 << 20).unwrap();
+        assert_eq!(d.repaired_text, 3);
+        assert!(d
+            .repair_message()
+            .starts_with("3 strings held text that is not UTF-8"));
+        let spans = &d.request.resource_spans[0].scope_spans[0].spans;
+        assert_eq!(spans.len(), 2);
+        assert_eq!(spans[1].name, "good");
+        let value = spans[0].attributes[0]
+            .value
+            .as_ref()
+            .and_then(|v| v.value.clone());
+        assert_eq!(
+            value,
+            Some(
+                opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                    "Pla\u{fffd}ner".into()
+                )
+            )
+        );
+        assert_eq!(spans[0].events[0].name, "BAD\u{fffd}VNT");
+        // Nothing to repair: the original error stands, not a second one.
+        let truncated = &pb[..pb.len() - 3];
+        assert!(matches!(
+            decode_request_spans(truncated, Encoding::Protobuf, None, 1 << 20),
+            Err(DecodeError::Protobuf(_))
+        ));
+
+        let json = JSON.replace("Planner", r"Pl\ud800anner");
+        let at = json.find(r#""chat""#).unwrap() + 3;
+        let mut body = json.into_bytes();
+        body.insert(at, 0xff);
+        assert!(decode_request(&body, Encoding::Json, None, 1 << 20).is_err());
+        let d = decode_request_spans(&body, Encoding::Json, None, 1 << 20).unwrap();
+        assert_eq!(d.repaired_text, 2);
+        let span = &d.request.resource_spans[0].scope_spans[0].spans[0];
+        assert_eq!(span.name, "ch\u{fffd}at");
     }
 }

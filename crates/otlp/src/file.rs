@@ -54,6 +54,13 @@ impl Read {
     fn add(&mut self, file: &str, record: Option<String>, bytes: &[u8], encoding: Encoding) {
         match decode_request_spans(bytes, encoding, None, MAX_REQUEST_BYTES) {
             Ok(decoded) => {
+                if decoded.repaired_text > 0 {
+                    self.problems.push(Problem {
+                        file: file.to_string(),
+                        record: record.clone(),
+                        message: decoded.repair_message(),
+                    });
+                }
                 let mut f = flatten(&decoded.request);
                 f.rejected.extend(decoded.rejected);
                 self.spans.extend(f.spans);

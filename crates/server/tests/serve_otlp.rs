@@ -321,6 +321,25 @@ async fn bad_input_gets_a_clear_answer_and_the_server_keeps_serving() {
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.expect("json");
     assert_eq!(v["partialSuccess"]["rejectedSpans"], "2", "{v}");
+    // Text that is not UTF-8 (a lone surrogate escape, a raw 0xFF byte): repaired, not a 400.
+    let r = post("application/json", redteam("not-utf8.json"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.expect("json");
+    let msg = v["partialSuccess"]["errorMessage"].as_str().unwrap_or("");
+    assert!(msg.contains("2 strings held text that is not UTF-8"), "{v}");
+    let run = poll(
+        &client,
+        &format!("{}/api/runs/2af7651916cd43dd8448eb211c80319c", server.base),
+        |v| v["trace"].is_object(),
+    )
+    .await;
+    assert!(
+        run["trace"].to_string().contains("Plan\u{fffd}ner"),
+        "{run}"
+    );
     let r = post("application/json", redteam("long-ids.json"))
         .send()
         .await

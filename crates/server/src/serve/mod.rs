@@ -382,7 +382,7 @@ async fn v1_traces(
         Ok(e) => e,
         Err(e) => return (StatusCode::UNSUPPORTED_MEDIA_TYPE, e.to_string()).into_response(),
     };
-    let decoded = match decode_request_spans(
+    let mut decoded = match decode_request_spans(
         &body,
         encoding,
         header_str(header::CONTENT_ENCODING),
@@ -403,7 +403,7 @@ async fn v1_traces(
     };
     let mut flat = maslens_otlp::span::flatten(&decoded.request);
     // Spans of an OTLP/JSON body that did not parse: rejected one by one, the others kept.
-    flat.rejected.extend(decoded.rejected);
+    flat.rejected.extend(std::mem::take(&mut decoded.rejected));
     match state.store.ingest(&flat.spans).await {
         Ok(out) => {
             tracing::debug!(
@@ -415,7 +415,11 @@ async fn v1_traces(
             (
                 StatusCode::OK,
                 [(header::CONTENT_TYPE, encoding.content_type())],
-                encode_response(encoding, flat.rejected.len(), &partial_message(&flat, &out)),
+                encode_response(
+                    encoding,
+                    flat.rejected.len(),
+                    &partial_message(&flat, &decoded, &out),
+                ),
             )
                 .into_response()
         }
@@ -432,16 +436,22 @@ async fn v1_traces(
     }
 }
 
-/// The partial-success message: the rejected spans, then the spans stored with text replaced.
+/// The partial-success message: the rejected spans, then the strings that were not UTF-8, then
+/// the spans stored with text replaced.
 fn partial_message(
     flat: &maslens_otlp::span::Flattened,
+    decoded: &maslens_otlp::decode::Decoded,
     out: &maslens_store::IngestOutcome,
 ) -> String {
-    [flat.rejection_message(), out.sanitized_message()]
-        .into_iter()
-        .filter(|m| !m.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
+    [
+        flat.rejection_message(),
+        decoded.repair_message(),
+        out.sanitized_message(),
+    ]
+    .into_iter()
+    .filter(|m| !m.is_empty())
+    .collect::<Vec<_>>()
+    .join("; ")
 }
 
 /// Run the background tasks (assembly, completion, the prior on runs stored without a
