@@ -50,17 +50,11 @@ pub struct OpenAiConfig {
     /// Per-request timeout (whole request, body included).
     pub timeout: Duration,
     pub connect_timeout: Duration,
-    /// Retries after the first attempt.
-    pub max_retries: u32,
-    pub initial_backoff: Duration,
-    pub max_backoff: Duration,
-    /// Longest `Retry-After` honoured; longer values are capped to this.
-    pub max_retry_after: Duration,
+    /// Retries, backoff and the longest `Retry-After` honoured (the retry layer's policy).
+    pub retry: RetryPolicy,
     pub schema_mode: SchemaMode,
     /// Context window, when the user knows it.
     pub context_size: Option<usize>,
-    /// Seed of the backoff jitter.
-    pub jitter_seed: u64,
 }
 
 impl OpenAiConfig {
@@ -75,13 +69,9 @@ impl OpenAiConfig {
             concurrency: 8,
             timeout: Duration::from_secs(120),
             connect_timeout: Duration::from_secs(10),
-            max_retries: 5,
-            initial_backoff: Duration::from_millis(500),
-            max_backoff: Duration::from_secs(30),
-            max_retry_after: Duration::from_secs(120),
+            retry: RetryPolicy::default(),
             schema_mode: SchemaMode::Auto,
             context_size: None,
-            jitter_seed: 0,
         }
     }
 }
@@ -250,13 +240,7 @@ impl OpenAiModel {
     /// The backend under the retry layer its configuration asks for (`max_retries`, the
     /// backoff settings): what `maslens_llm::open` builds.
     pub fn retrying(cfg: OpenAiConfig) -> Result<RetryModel<OpenAiModel>, LlmError> {
-        let policy = RetryPolicy {
-            max_retries: cfg.max_retries,
-            initial_backoff: cfg.initial_backoff,
-            max_backoff: cfg.max_backoff,
-            max_retry_after: cfg.max_retry_after,
-            jitter_seed: cfg.jitter_seed,
-        };
+        let policy = cfg.retry;
         Ok(RetryModel::new(OpenAiModel::new(cfg)?, policy))
     }
 

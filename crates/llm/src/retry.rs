@@ -23,6 +23,19 @@ pub struct RetryPolicy {
     pub jitter_seed: u64,
 }
 
+impl Default for RetryPolicy {
+    /// 5 retries, backoff from 0.5 s to 30 s, `Retry-After` honoured up to 2 minutes.
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 5,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(120),
+            jitter_seed: 0,
+        }
+    }
+}
+
 /// A model whose retryable failures are retried with backoff.
 pub struct RetryModel<M> {
     inner: M,

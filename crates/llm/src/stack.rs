@@ -170,7 +170,7 @@ pub fn open_backend(
             c.id = spec.id();
             c.concurrency = opts.concurrency.max(1);
             c.timeout = opts.timeout;
-            c.max_retries = opts.max_retries;
+            c.retry.max_retries = opts.max_retries;
             c.schema_mode = opts.schema_mode;
             c.context_size = opts.context_size.map(|n| n as usize);
             Ok(Arc::new(OpenAiModel::retrying(c)?))
@@ -235,7 +235,7 @@ fn open_anthropic(
     c.id = spec.id();
     c.concurrency = opts.concurrency.max(1);
     c.timeout = opts.timeout;
-    c.max_retries = opts.max_retries;
+    c.retry.max_retries = opts.max_retries;
     c.context_size = opts.context_size.map(|n| n as usize);
     Ok(Arc::new(AnthropicModel::retrying(c)?))
 }

@@ -19,9 +19,9 @@ fn handler(f: impl Fn(&Value, u64) -> Reply + Send + Sync + 'static) -> Handler 
 
 fn model(server: &FakeServer, tweak: impl FnOnce(&mut OpenAiConfig)) -> RetryModel<OpenAiModel> {
     let mut cfg = OpenAiConfig::new("fixture-model", server.base_url());
-    cfg.max_retries = 3;
-    cfg.initial_backoff = Duration::from_millis(10);
-    cfg.max_backoff = Duration::from_millis(40);
+    cfg.retry.max_retries = 3;
+    cfg.retry.initial_backoff = Duration::from_millis(10);
+    cfg.retry.max_backoff = Duration::from_millis(40);
     cfg.timeout = Duration::from_secs(5);
     tweak(&mut cfg);
     OpenAiModel::retrying(cfg).unwrap()
@@ -118,7 +118,7 @@ async fn slow_responses_time_out_and_are_retried() {
     .unwrap();
     let m = model(&server, |c| {
         c.timeout = Duration::from_millis(300);
-        c.max_retries = 2;
+        c.retry.max_retries = 2;
     });
     assert_eq!(m.complete(&q("x")).await.unwrap().text, "echo: x");
     assert_eq!(m.backend().attempts(), 2);
@@ -156,7 +156,7 @@ async fn non_json_truncated_and_dropped_are_retried_then_reported() {
         let server = FakeServer::start(handler(move |_, _| f.clone()))
             .await
             .unwrap();
-        let m = model(&server, |c| c.max_retries = 1);
+        let m = model(&server, |c| c.retry.max_retries = 1);
         let e = m.complete(&q("x")).await.unwrap_err();
         match fault {
             Reply::NotJson => assert!(matches!(e, LlmError::BadResponse { .. }), "{e}"),
@@ -252,7 +252,7 @@ async fn nothing_lost_from_the_cache_under_faults() {
     let dir = tempfile::tempdir().unwrap();
     let backend = Arc::new(model(&server, |c| {
         c.concurrency = 4;
-        c.max_retries = 4;
+        c.retry.max_retries = 4;
     }));
     let opts = OpenOptions {
         cache_path: Some(dir.path().join("c.sqlite")),
@@ -328,7 +328,7 @@ async fn adapts_to_reasoning_model_parameter_rules() {
     }))
     .await
     .unwrap();
-    let m = model(&server, |c| c.max_retries = 0);
+    let m = model(&server, |c| c.retry.max_retries = 0);
     assert_eq!(m.complete(&q("x")).await.unwrap().text, "echo: x");
     assert_eq!(m.backend().attempts(), 3);
     assert_eq!(m.complete(&q("y")).await.unwrap().text, "echo: y");
