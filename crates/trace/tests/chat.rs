@@ -63,7 +63,7 @@ fn history_key_and_error_paths() {
     let bad = br#"{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": 5}]}"#;
     let e = parse_record(bad, Format::Chat, &ctx).unwrap_err();
     assert_eq!(e.path.as_deref(), Some("messages[1].tool_calls"), "{e}");
-    let bad = br#"[{"role": "user", "content": 7}]"#;
+    let bad = br#"[{"role": "user", "content": {"x": 7}}]"#;
     let e = parse_record(bad, Format::Chat, &ctx).unwrap_err();
     assert_eq!(e.path.as_deref(), Some("[0].content"), "{e}");
     let e = parse_record(b"{\"foo\": []}", Format::Chat, &ctx).unwrap_err();

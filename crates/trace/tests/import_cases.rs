@@ -1,4 +1,4 @@
-//! Tests as data for the chat and Aegis importers: every record in
+//! Tests as data for the chat, Aegis and Who&When importers: every record in
 //! `tests/fixtures/import_cases/<format>.jsonl` (`{"case": ..., "record": ...}`) is imported and
 //! the trace with its diagnostics, or the error, is pinned in a snapshot. Each case exercises one
 //! branch of the mapping (header fields, outcome words, content parts, tool calls, label
@@ -45,4 +45,9 @@ fn chat_records_map_to_traces() {
 #[test]
 fn aegis_records_map_to_traces() {
     insta::assert_json_snapshot!(imported("aegis.jsonl", Format::Aegis));
+}
+
+#[test]
+fn whowhen_records_map_to_traces() {
+    insta::assert_json_snapshot!(imported("whowhen.jsonl", Format::WhoWhen));
 }

@@ -137,7 +137,7 @@ fn the_untagged_and_nested_types_say_what_they_take() {
         "{e}"
     );
     let mut chat = records()[3].1.clone();
-    chat["messages"][0]["content"] = json!(7);
+    chat["messages"][0]["content"] = json!({"x": 7});
     let e = parse_record(&serde_json::to_vec(&chat).unwrap(), Format::Chat, &ctx).unwrap_err();
     assert!(
         e.message

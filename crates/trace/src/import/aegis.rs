@@ -54,7 +54,7 @@ struct Turn {
     step: Option<i64>,
     agent_name: String,
     #[serde(default)]
-    content: Option<Text>,
+    content: Option<super::content::Content>,
     #[serde(default)]
     phase: Option<String>,
     #[serde(default)]
@@ -179,7 +179,7 @@ fn push_turns(trace: &mut Trace, turns: Vec<Turn>, diags: &mut Vec<Diagnostic>) 
             index: i,
             agent: name,
             speaker: turn.agent_name,
-            content: turn.content.map(Text::into_string).unwrap_or_default(),
+            content: super::content::text_of(turn.content),
             phase: turn.phase.filter(|p| !p.is_empty()),
             ..Step::default()
         });

@@ -24,28 +24,13 @@ struct Message {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
-    content: Option<Content>,
+    content: Option<super::content::Content>,
     #[serde(default)]
     tool_calls: Option<Vec<RawToolCall>>,
     #[serde(default)]
     tool_call_id: Option<String>,
     #[serde(default)]
     timestamp: Option<Text>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged, expecting = "expected a string or an array of text parts")]
-enum Content {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Deserialize)]
-struct Part {
-    #[serde(default, rename = "type")]
-    kind: Option<String>,
-    #[serde(default)]
-    text: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -251,7 +236,7 @@ fn push_messages(
         } else {
             trace.ensure_agent(&agent, infer_kind(&agent, m.role.as_deref()));
         }
-        let content = content_text(m.content);
+        let content = super::content::text_of(m.content);
         if first_user.is_none() && role.eq_ignore_ascii_case("user") {
             first_user = Some(content.clone());
         }
@@ -267,24 +252,6 @@ fn push_messages(
         });
     }
     first_user
-}
-
-/// A message's text: the string, or its parts joined with newlines (`[<type>]` for a part
-/// without text).
-fn content_text(content: Option<Content>) -> String {
-    match content {
-        None => String::new(),
-        Some(Content::Text(s)) => s,
-        Some(Content::Parts(parts)) => parts
-            .into_iter()
-            .map(|p| match (p.text, p.kind) {
-                (Some(t), _) => t,
-                (None, Some(k)) => format!("[{k}]"),
-                (None, None) => String::from("[part]"),
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-    }
 }
 
 /// A message's tool calls, from `function.{name,arguments}` or the call's own fields.

@@ -8,6 +8,7 @@
 
 pub mod aegis;
 pub mod chat;
+mod content;
 mod json;
 pub mod mad;
 pub mod native;

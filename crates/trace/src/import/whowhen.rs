@@ -36,9 +36,9 @@ struct Raw {
     #[serde(default)]
     mistake_reason: Option<String>,
     #[serde(default)]
-    is_correct: Option<bool>,
+    is_correct: Option<Text>,
     #[serde(default)]
-    is_corrected: Option<bool>,
+    is_corrected: Option<Text>,
     #[serde(default)]
     system_prompt: Option<Map<String, Value>>,
 }
@@ -46,7 +46,7 @@ struct Raw {
 #[derive(Deserialize)]
 struct Message {
     #[serde(default)]
-    content: Option<Text>,
+    content: Option<super::content::Content>,
     #[serde(default)]
     role: Option<String>,
     #[serde(default)]
@@ -126,7 +126,7 @@ pub fn import_value(
             index: i,
             agent,
             speaker,
-            content: m.content.map(Text::into_string).unwrap_or_default(),
+            content: super::content::text_of(m.content),
             ..Step::default()
         });
     }
@@ -177,7 +177,9 @@ pub fn import_value(
         (None, None) => {}
     }
 
-    trace.outcome = match (raw.is_correct, raw.is_corrected) {
+    let is_correct = flag(raw.is_correct, "is_correct", &mut diags);
+    let is_corrected = flag(raw.is_corrected, "is_corrected", &mut diags);
+    trace.outcome = match (is_correct, is_corrected) {
         (Some(true), _) => Outcome::Success,
         (Some(false), _) => Outcome::Failure,
         (None, Some(false)) => Outcome::Failure,
@@ -192,12 +194,34 @@ pub fn import_value(
         }
         (None, None) => Outcome::Unknown,
     };
-    if let Some(v) = raw.is_correct {
+    if let Some(v) = is_correct {
         metadata.insert("is_correct".into(), Value::Bool(v));
     }
-    if let Some(v) = raw.is_corrected {
+    if let Some(v) = is_corrected {
         metadata.insert("is_corrected".into(), Value::Bool(v));
     }
     trace.metadata = metadata;
     Ok((trace, diags))
+}
+
+/// A true/false flag, also when given as `"true"`/`"false"`, `"yes"`/`"no"` or 1/0; anything
+/// else is an error on `field` and the flag is left unset.
+fn flag(value: Option<Text>, field: &str, diags: &mut Vec<Diagnostic>) -> Option<bool> {
+    let text = match value? {
+        Text::Bool(b) => return Some(b),
+        other => other.into_string(),
+    };
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "1" => Some(true),
+        "false" | "no" | "0" => Some(false),
+        _ => {
+            diags.push(
+                Diagnostic::error(format!(
+                    "`{field}` is {text:?}: expected true or false; the flag is ignored"
+                ))
+                .at(field),
+            );
+            None
+        }
+    }
 }
