@@ -17,6 +17,8 @@
 //!   progress, per-trace failures, the credit file.
 //! - [`scan`]: `maslens scan` over a corpus (implicit failures, MASIF): progress, per-trace
 //!   failures, a budget stop, the scan file.
+//! - [`implicit`]: the implicit-failure commands after a scan: `select` (best-of-N), `repair`,
+//!   `replay-stats`, `advantages` (IF-GRPO).
 //! - [`refinement`]: AgentLocate's fine-tuning loop: the refinement export (data, manifest,
 //!   training, serving and evaluation scripts) and the checks of a fine-tuned Judge's evaluation.
 //!
@@ -26,6 +28,7 @@
 pub mod credit;
 pub mod eval_compare;
 pub mod eval_locate;
+pub mod implicit;
 pub mod improve;
 pub mod in_sample;
 pub mod localize;

@@ -13,12 +13,11 @@
 //!   tokens) and their comparison with Holm-adjusted paired permutation tests;
 //! - [`steering`]: trace text that tried to steer the detector, and whether the events followed it;
 //! - [`scan_file`]: the versioned scan file (`maslens scan --out`), read back by `select` / `repair`;
-//! - [`commands`]: what each `maslens` implicit command calls (scan, select, repair, replay-stats,
-//!   advantages), with typed options and results; [`jsonl`]: JSON Lines input with warnings.
+//! - [`settings`]: a scan's settings and weights; [`jsonl`]: JSON Lines input with warnings. The
+//!   commands (scan, select, repair, replay-stats, advantages) start in `maslens_core`.
 
 pub mod absorb;
 pub mod blind;
-pub mod commands;
 pub mod detect;
 pub mod evidence;
 pub mod group;
@@ -32,20 +31,18 @@ pub mod report;
 pub mod scan;
 pub mod scan_file;
 pub mod select;
+pub mod settings;
 pub mod steering;
 pub mod taxonomy;
 pub mod weights;
 
-pub use commands::{
-    advantages_from_jsonl, read_prm_scores, repair_scanned, replay_stats_from_jsonl,
-    select_from_scans, RepairOptions, ReplayStatsOptions, ScanOptions, ScanSettings, SelectOptions,
-};
 pub use detect::ImplicitFailure;
 pub use jsonl::WithWarnings;
 pub use scan::{scan_trace, ScanConfig, TraceScan};
 pub use scan_file::{
     read_trace_scans, read_trace_scans_skipping, ScanFile, ScanFileError, SCAN_FILE_VERSION,
 };
+pub use settings::{ScanOptions, ScanSettings};
 pub use taxonomy::{Absorption, ErrorType, Level};
 pub use weights::Weights;
 

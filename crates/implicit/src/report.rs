@@ -59,7 +59,7 @@ pub struct CorpusReport {
     /// `--count-unsupported`: otherwise these are flagged).
     #[serde(default)]
     pub counted_unsupported: usize,
-    /// Which counting ran ([`crate::commands::Counting::describe`]); absent in older files.
+    /// Which counting ran ([`crate::settings::Counting::describe`]); absent in older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counting: Option<String>,
     pub abstentions: usize,

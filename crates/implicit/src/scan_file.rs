@@ -7,9 +7,9 @@
 //! (no `format_version`, `maslens_version` or `config`); it is read as version 1. A newer
 //! version than [`SCAN_FILE_VERSION`] is refused with an error naming the file.
 
-use crate::commands::ScanSettings;
 use crate::report::CorpusReport;
 use crate::scan::TraceScan;
+use crate::settings::ScanSettings;
 use crate::weights::Weights;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};

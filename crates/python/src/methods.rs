@@ -178,7 +178,7 @@ pub fn credit(
 #[pyo3(signature = (jsonl, name = "<records>"))]
 pub fn advantages(jsonl: &str, name: &str) -> PyResult<String> {
     guarded(|| {
-        let out = maslens_implicit::advantages_from_jsonl(name, jsonl.as_bytes())
+        let out = maslens_core::implicit::advantages_from_jsonl(name, jsonl.as_bytes())
             .map_err(|e| OptionsError::new_err(e.to_string()))?;
         to_text(&json!({"advantages": out.value, "warnings": out.warnings}))
     })

@@ -5,7 +5,7 @@ use crate::OptionsError;
 use maslens_core::locate::{ErrorModes, LocateOptions, Method};
 use maslens_credit::config::Decoding;
 use maslens_credit::trace_credit::{Segmenting, TraceCreditOptions};
-use maslens_implicit::commands::Counting;
+use maslens_implicit::settings::Counting;
 use maslens_implicit::{ScanOptions, ScanSettings};
 use maslens_locate::{Protocol, Style, Variant};
 use pyo3::prelude::*;
@@ -218,7 +218,7 @@ impl Default for ScanOpts {
 
 impl ScanOpts {
     pub(crate) fn options(self) -> Result<ScanOptions, String> {
-        let weights = maslens_implicit::commands::weights_or_default(
+        let weights = maslens_implicit::settings::weights_or_default(
             self.weights.as_ref().map(PathBuf::from).as_deref(),
         )
         .map_err(|e| format!("weights: {e}"))?;

@@ -6,7 +6,7 @@
 
 use crate::ui::{exit_code, sink, warn_all, write_jsonl};
 use crate::Global;
-use maslens_implicit::advantages_from_jsonl;
+use maslens_core::implicit::advantages_from_jsonl;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

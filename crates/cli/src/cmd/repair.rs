@@ -6,11 +6,9 @@ use crate::inputs::{read_all, Inputs};
 use crate::llm_args::LlmArgs;
 use crate::ui::{exit_code, sink, write_jsonl};
 use crate::Global;
-use maslens_implicit::commands::RepairEvent;
+use maslens_core::implicit::{repair_scanned, RepairEvent, RepairOptions};
 use maslens_implicit::repair::RepairConfig;
-use maslens_implicit::{
-    read_trace_scans, read_trace_scans_skipping, repair_scanned, RepairOptions,
-};
+use maslens_implicit::{read_trace_scans, read_trace_scans_skipping};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -3,8 +3,8 @@
 
 use crate::ui::{emit, exit_code, warn_all};
 use crate::Global;
+use maslens_core::implicit::{replay_stats_from_jsonl, ReplayStatsOptions};
 use maslens_implicit::replay::markdown;
-use maslens_implicit::{replay_stats_from_jsonl, ReplayStatsOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -9,7 +9,7 @@ use crate::ui::{exit_code, write_output};
 use crate::Global;
 use anyhow::Context;
 use maslens_core::scan::scan_traces;
-use maslens_implicit::commands::{weights_or_default, Counting};
+use maslens_implicit::settings::{weights_or_default, Counting};
 use maslens_implicit::{report::markdown, ScanOptions, ScanSettings};
 use maslens_llm::ChatModel;
 use std::path::PathBuf;

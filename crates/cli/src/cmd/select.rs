@@ -3,10 +3,9 @@
 
 use crate::ui::{emit, exit_code, warn_all};
 use crate::Global;
-use maslens_implicit::commands::{weights_or_default, PrmRange};
-use maslens_implicit::{
-    read_prm_scores, read_trace_scans, read_trace_scans_skipping, select_from_scans, SelectOptions,
-};
+use maslens_core::implicit::{read_prm_scores, select_from_scans, PrmRange, SelectOptions};
+use maslens_implicit::settings::weights_or_default;
+use maslens_implicit::{read_trace_scans, read_trace_scans_skipping};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

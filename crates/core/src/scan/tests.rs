@@ -1,7 +1,7 @@
 use super::*;
 
 use maslens_eval::run::Silent;
-use maslens_implicit::commands::Counting;
+use maslens_implicit::settings::Counting;
 use maslens_implicit::{ScanOptions, ScanSettings, Weights};
 use maslens_llm::testing::ScriptedModel;
 use maslens_trace::{AgentKind, Outcome};

@@ -1,6 +1,6 @@
 //! From stored spans to diagnoses: assembly, completion, the prior on arrival and on runs stored
 //! without a diagnosis, the queue workers (one lane for the instant prior, one for LLM methods).
-//! Every method is the library call the CLI makes (`maslens_core::locate`, `maslens_implicit`).
+//! Every method is the library call the CLI makes (`maslens_core::locate`, `maslens_implicit::scan`).
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -16,18 +16,6 @@ fn trace(id: &str, task: &str, outcome: Outcome) -> Trace {
 }
 
 #[test]
-fn judge_threshold_defaults_to_a_majority() {
-    let s = ScanSettings::default();
-    assert_eq!([1, 2, 3, 4].map(|n| s.judges_needed(n)), [1, 2, 2, 3]);
-    let s = ScanSettings {
-        min_judges: Some(9),
-        ..Default::default()
-    };
-    assert_eq!(s.judges_needed(3), 3);
-    assert_eq!(s.scan_config(&Weights::default(), 3).min_judges, 3);
-}
-
-#[test]
 fn prm_range_parses_and_checks() {
     assert_eq!(
         "-4, 4".parse::<PrmRange>(),
