@@ -30,10 +30,11 @@ pub struct MethodArgs {
     /// `maslens eval stack -o`.
     #[arg(long, value_name = "builtin|generic|FILE")]
     pub stack: Option<String>,
-    /// Judge protocol: all-at-once, step-by-step, binary-search (Who&When), or a2p
-    /// (Abduct-Act-Predict: abduction, action and prediction in one pass; docs/locate.md).
+    /// Judge protocol: all-at-once, step-by-step, binary-search (Who&When), a2p
+    /// (Abduct-Act-Predict: abduction, action and prediction in one pass), or taxonomy (AEGIS-style:
+    /// the failure modes of a fixed taxonomy seen, then the decisive one; docs/locate.md).
     #[arg(long, default_value = "all-at-once",
-          value_parser = enum_parser::<Protocol>(&[&["all-at-once", "all_at_once"], &["step-by-step", "step_by_step"], &["binary-search", "binary_search", "binary"], &["a2p", "abduct-act-predict"]]))]
+          value_parser = enum_parser::<Protocol>(&[&["all-at-once", "all_at_once"], &["step-by-step", "step_by_step"], &["binary-search", "binary_search", "binary"], &["a2p", "abduct-act-predict"], &["taxonomy", "aegis-taxonomy"]]))]
     pub protocol: Protocol,
     /// Which output the run gives, named as in the paper (section 5): `verified` (Variant II:
     /// Judge + Evaluators, output = their vote, eq. 4; formerly `full`), `judge` (Variant I: the

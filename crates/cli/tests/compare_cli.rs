@@ -170,6 +170,7 @@ fn eval_compare_every_method_in_both_ground_truth_settings_snapshot() {
         "step-by-step",
         "binary-search",
         "a2p",
+        "taxonomy",
     ] {
         expected.push(m);
         expected.push(Box::leak(format!("{m}+gt").into_boxed_str()));

@@ -244,7 +244,13 @@ fn quoting(u: &str, n: usize) -> String {
 fn fixture_handler() -> Handler {
     Arc::new(|body: &Value, _| {
         let u = last_user(body);
-        let text = if u.contains("2. Action:") {
+        let text = if u.contains("1. Modes:") {
+            // The taxonomy Judge: the modes seen, then the location with the decisive mode.
+            format!(
+                r#"{{"modes_seen":[{{"code":"FM-2.5","step":0}}],"reason":"{}","agent":"x","step":0,"confidence":0.6,"error_mode":"FM-2.5"}}"#,
+                quoting(&u, 0)
+            )
+        } else if u.contains("2. Action:") {
             // A2P: the three stages, then the location.
             format!(
                 r#"{{"abduction":"a cause","action":"a fix","prediction":"solved","resolves":true,"reason":"{}","agent":"x","step":2,"confidence":0.6}}"#,
@@ -368,6 +374,7 @@ async fn eval_locate_runs_every_protocol_and_exports_refinement() {
         ("step-by-step", "judge-only", 2),
         ("binary-search", "judge-only", 0),
         ("a2p", "judge-only", 2),
+        ("taxonomy", "judge-only", 0),
         ("all-at-once", "full", 2),
     ] {
         let o = run(maslens(
@@ -402,6 +409,9 @@ async fn eval_locate_runs_every_protocol_and_exports_refinement() {
         assert!(r["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
         for c in r["per_case"].as_array().unwrap() {
             assert_eq!(c["pred"]["step"], want_step, "{protocol} {variant}");
+            if protocol == "taxonomy" {
+                assert_eq!(c["pred"]["error_mode"], "FM-2.5", "{c}");
+            }
         }
     }
     // Refinement export on the train side of a split, disjoint from the evaluated cases.
@@ -525,7 +535,7 @@ async fn eval_locate_runs_every_protocol_and_exports_refinement() {
     .await;
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("A2P trains no Judge"),
+        String::from_utf8_lossy(&o.stderr).contains("train no Judge"),
         "{o:?}"
     );
 }

@@ -37,10 +37,13 @@ pub enum CompareMethod {
     BinarySearch,
     /// A2P: one Judge call that reasons abduction, action, prediction, then locates.
     A2p,
+    /// AEGIS-style: one Judge call that lists the taxonomy's failure modes it sees, then locates
+    /// the decisive one with its mode.
+    Taxonomy,
 }
 
 impl CompareMethod {
-    pub const ALL: [CompareMethod; 7] = [
+    pub const ALL: [CompareMethod; 8] = [
         CompareMethod::Prior,
         CompareMethod::Stacked,
         CompareMethod::Agentlocate,
@@ -48,6 +51,7 @@ impl CompareMethod {
         CompareMethod::StepByStep,
         CompareMethod::BinarySearch,
         CompareMethod::A2p,
+        CompareMethod::Taxonomy,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +63,7 @@ impl CompareMethod {
             CompareMethod::StepByStep => "step-by-step",
             CompareMethod::BinarySearch => "binary-search",
             CompareMethod::A2p => "a2p",
+            CompareMethod::Taxonomy => "taxonomy",
         }
     }
 
@@ -72,6 +77,7 @@ impl CompareMethod {
                 "Who&When (Zhang et al., 2025)"
             }
             CompareMethod::A2p => "A2P, Abduct-Act-Predict (West et al., 2025)",
+            CompareMethod::Taxonomy => "AEGIS-style taxonomy judge (Kong et al., 2025)",
         }
     }
 
@@ -118,6 +124,7 @@ impl CompareMethod {
             CompareMethod::StepByStep => judge_alone(Protocol::StepByStep),
             CompareMethod::BinarySearch => judge_alone(Protocol::BinarySearch),
             CompareMethod::A2p => judge_alone(Protocol::A2p),
+            CompareMethod::Taxonomy => judge_alone(Protocol::Taxonomy),
         }
     }
 }

@@ -242,10 +242,12 @@ pub async fn eval_locate_with(
     opened: Option<Models>,
     progress: &dyn Progress,
 ) -> Result<EvalLocateOutput, CoreError> {
-    if opts.export_refinement.is_some() && opts.locate.protocol == Protocol::A2p {
+    if opts.export_refinement.is_some()
+        && matches!(opts.locate.protocol, Protocol::A2p | Protocol::Taxonomy)
+    {
         return Err(CoreError::Invalid(
             "--export-refinement teaches the Judge in all-at-once, step-by-step or binary-search; \
-             A2P trains no Judge (choose another --protocol)"
+             A2P and the taxonomy Judge train no Judge (choose another --protocol)"
                 .into(),
         ));
     }

@@ -22,12 +22,20 @@
 //!   the whole trace that reasons in the paper's three stages (the hidden cause, the smallest
 //!   correction, the run predicted forward with it) before it names the step and agent. Too
 //!   long for one call: all-at-once's windows.
+//! - **taxonomy** (AEGIS-style, Kong et al. 2025; [`taxonomy`]): one call that lists the failure
+//!   modes of a fixed taxonomy (Aegis-Bench's 14 MAST modes) seen in the trace, each with its
+//!   step, then names the decisive one with its step, agent and mode. Too long for one call:
+//!   all-at-once's windows.
 //!
 //! By default no protocol sees the reference answer; `Settings::with_ground_truth` adds it.
 
 mod a2p;
 mod binary;
+mod one_pass;
 mod step_by_step;
+mod taxonomy;
+
+pub use taxonomy::{taxonomy_codes, taxonomy_schema};
 
 use crate::render::{self, Strategy, MIN_STEP_CHARS};
 use crate::{finding_from_answer, prompts, Finding, LocateError, LocationAnswer};
@@ -49,6 +57,8 @@ pub enum Protocol {
     BinarySearch,
     /// Abduct-Act-Predict ([`a2p`]).
     A2p,
+    /// The AEGIS-style taxonomy-guided Judge ([`taxonomy`]).
+    Taxonomy,
 }
 
 impl Protocol {
@@ -58,14 +68,16 @@ impl Protocol {
             Protocol::StepByStep => "step-by-step",
             Protocol::BinarySearch => "binary-search",
             Protocol::A2p => "a2p",
+            Protocol::Taxonomy => "taxonomy",
         }
     }
-    pub fn all() -> [Protocol; 4] {
+    pub fn all() -> [Protocol; 5] {
         [
             Protocol::AllAtOnce,
             Protocol::StepByStep,
             Protocol::BinarySearch,
             Protocol::A2p,
+            Protocol::Taxonomy,
         ]
     }
 }
@@ -78,8 +90,10 @@ impl std::str::FromStr for Protocol {
             "step-by-step" | "step_by_step" => Ok(Protocol::StepByStep),
             "binary-search" | "binary_search" | "binary" => Ok(Protocol::BinarySearch),
             "a2p" | "abduct-act-predict" => Ok(Protocol::A2p),
+            "taxonomy" | "aegis-taxonomy" => Ok(Protocol::Taxonomy),
             other => Err(format!(
-                "unknown protocol {other:?} (all-at-once, step-by-step, binary-search, a2p)"
+                "unknown protocol {other:?} (all-at-once, step-by-step, binary-search, a2p, \
+                 taxonomy)"
             )),
         }
     }
@@ -246,6 +260,7 @@ pub async fn judge_guided(
         Protocol::StepByStep => step_by_step::step_by_step(model, trace, settings, prior).await,
         Protocol::BinarySearch => binary::binary_search(model, trace, settings, prior).await,
         Protocol::A2p => a2p::a2p(model, trace, settings, prior).await,
+        Protocol::Taxonomy => taxonomy::taxonomy(model, trace, settings, prior).await,
     }
 }
 

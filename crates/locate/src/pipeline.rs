@@ -364,6 +364,7 @@ impl<'a> Locator<'a> {
             Protocol::StepByStep => prompts::JUDGE_STEP,
             Protocol::BinarySearch => prompts::JUDGE_BINARY,
             Protocol::A2p => prompts::JUDGE_A2P,
+            Protocol::Taxonomy => prompts::JUDGE_TAXONOMY,
         });
         let settings = &self.config.settings;
         let r = judge_guided(self.judge, trace, protocol, settings, guide).await?;

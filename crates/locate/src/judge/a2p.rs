@@ -15,11 +15,10 @@
 //! all-at-once's windows (the paper has no windowed form); the decisive-step definition is the
 //! one every maslens protocol shares (`criterion.v1`).
 
-use super::{all_at_once, budget, call, last_index, JudgeResult, Protocol, Settings};
-use crate::render::{self, MIN_STEP_CHARS};
-use crate::{finding_from_answer, prompts, LocateError, LocationAnswer};
-use maslens_llm::structured::StructuredOutput;
-use maslens_llm::{ChatModel, Totals};
+use super::one_pass::{one_pass, schema_with, Pass, Reasoned};
+use super::{JudgeResult, Protocol, Settings};
+use crate::{prompts, LocateError, LocationAnswer};
+use maslens_llm::ChatModel;
 use maslens_trace::Trace;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -43,27 +42,26 @@ struct A2pAnswer {
     location: LocationAnswer,
 }
 
+impl Reasoned for A2pAnswer {
+    fn location(&self) -> &LocationAnswer {
+        &self.location
+    }
+    fn trail(&self) -> Value {
+        json!({"abduction": self.abduction, "action": self.action,
+               "prediction": self.prediction, "resolves": self.resolves})
+    }
+}
+
 /// JSON schema of an A2P answer: the stages first, then [`super::location_schema`]'s fields.
 pub fn a2p_schema(error_modes: &[String]) -> Value {
-    let location = super::location_schema(error_modes);
     let stage = json!({"type": "string", "maxLength": STAGE_MAX_CHARS});
-    let mut props = serde_json::Map::new();
-    for name in ["abduction", "action", "prediction"] {
-        props.insert(name.into(), stage.clone());
-    }
-    props.insert("resolves".into(), json!({"type": "boolean"}));
-    let mut required: Vec<Value> = ["abduction", "action", "prediction", "resolves"]
-        .into_iter()
-        .map(Value::from)
-        .collect();
-    if let (Some(p), Some(r)) = (
-        location["properties"].as_object(),
-        location["required"].as_array(),
-    ) {
-        props.extend(p.clone());
-        required.extend(r.iter().cloned());
-    }
-    json!({"type": "object", "properties": props, "required": required})
+    let reasoning = vec![
+        ("abduction", stage.clone()),
+        ("action", stage.clone()),
+        ("prediction", stage),
+        ("resolves", json!({"type": "boolean"})),
+    ];
+    schema_with(reasoning, error_modes)
 }
 
 /// Run A2P on `trace` (module docs).
@@ -73,59 +71,18 @@ pub(crate) async fn a2p(
     settings: &Settings,
     prior: Option<&[f64]>,
 ) -> Result<JudgeResult, LocateError> {
-    let n = trace.steps.len();
-    let guide = prior.map(|p| (p, None));
-    let fitted = render::fit_guided(
-        model,
-        trace,
-        0..n,
-        budget(model, trace, settings),
-        MIN_STEP_CHARS,
-        guide,
-    );
-    let Some(fitted) = fitted else {
-        let mut windowed = all_at_once(model, trace, settings, prior).await?;
-        windowed.protocol = Protocol::A2p;
-        return Ok(windowed);
-    };
-    let ctx = prompts::fitted_context(trace, &fitted, settings.with_ground_truth)?;
-    let instr = prompts::JUDGE_A2P.rendered(json!({
-        "criterion": prompts::criterion()?,
-        "error_modes": crate::error_mode_lines(&settings.error_modes)
-    }))?;
-    let mut stats = Totals::default();
-    let check = |a: &A2pAnswer| crate::location_problem(trace, 0..=last_index(trace), &a.location);
-    let out: StructuredOutput<A2pAnswer> = call(
-        model,
-        trace,
-        &ctx,
-        &instr,
-        &a2p_schema(&settings.error_modes),
-        settings,
-        "judge/a2p",
-        &mut stats,
-        &check,
-    )
-    .await?;
-    let answer = out.value.as_ref();
-    let finding = finding_from_answer(
-        trace,
-        answer.map(|a| &a.location),
-        out.abstain_reason.as_deref(),
-    );
-    let trail = answer
-        .map(|a| {
-            vec![json!({"abduction": a.abduction, "action": a.action,
-                        "prediction": a.prediction, "resolves": a.resolves})]
+    let make = || {
+        Ok(Pass {
+            protocol: Protocol::A2p,
+            instructions: prompts::JUDGE_A2P.rendered(json!({
+                "criterion": prompts::criterion()?,
+                "error_modes": crate::error_mode_lines(&settings.error_modes)
+            }))?,
+            schema: a2p_schema(&settings.error_modes),
+            stage: "judge/a2p",
         })
-        .unwrap_or_default();
-    Ok(JudgeResult {
-        protocol: Protocol::A2p,
-        finding,
-        stats,
-        strategy: fitted.strategy,
-        trail,
-    })
+    };
+    one_pass::<A2pAnswer>(model, trace, settings, prior, Protocol::A2p, make).await
 }
 
 #[cfg(test)]
