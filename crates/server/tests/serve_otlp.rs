@@ -861,3 +861,121 @@ async fn send_recording(client: &reqwest::Client, base: &str, name: &str) {
         assert_eq!(r.status(), 200, "{name}");
     }
 }
+
+/// A chat-completions endpoint that answers every call with one location (step 1, agent B)
+/// and, for the taxonomy Judge's prompt, its modes first; it counts the taxonomy prompts seen.
+async fn taxonomy_model() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let counter = counter.clone();
+            async move {
+                let last = body["messages"]
+                    .as_array()
+                    .and_then(|m| m.last())
+                    .and_then(|m| m["content"].as_str())
+                    .unwrap_or_default();
+                let mut answer = serde_json::json!({
+                    "reason": "\"The capital of Australia is Sydney\": it is Canberra.",
+                    "agent": "B", "step": 1, "confidence": 0.8});
+                if last.contains("1. Modes:") {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    answer["modes_seen"] = serde_json::json!([{"code": "FM-2.4", "step": 1}]);
+                    answer["error_mode"] = "FM-2.4".into();
+                }
+                axum::Json(serde_json::json!({
+                    "id": "c", "object": "chat.completion", "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": answer.to_string()}}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, seen)
+}
+
+/// Issue 40: a job runs any Judge protocol the CLI has (`"protocol"` on `POST /api/jobs`, the
+/// "Judge protocol" menu in the UI), and a protocol that is unknown, or given to a method
+/// without a Judge, is refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_runs_the_judge_protocol_it_names() {
+    let (model_addr, seen) = taxonomy_model().await;
+    let server = start(fast(ServeConfig {
+        model: format!("openai:m@http://{model_addr}/v1/"),
+        llm: maslens_llm::OpenOptions {
+            cache_mode: maslens_llm::CacheMode::Off,
+            ..maslens_llm::OpenOptions::default()
+        },
+        ..ServeConfig::default()
+    }))
+    .await;
+    let client = reqwest::Client::new();
+    let trace = serde_json::json!({"id": "capital", "task": "Name the capital of Australia.",
+        "outcome": "failure", "steps": [
+            {"index": 0, "agent": "A", "content": "Let me look up the capital of Australia."},
+            {"index": 1, "agent": "B", "content": "The capital of Australia is Sydney."}]});
+    let r = client
+        .post(format!("{}/api/runs", server.base))
+        .json(&trace)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 201);
+    let job = |body: Value| {
+        client
+            .post(format!("{}/api/jobs", server.base))
+            .json(&body)
+            .send()
+    };
+    for (body, says) in [
+        (
+            serde_json::json!({"method": "llm", "protocol": "nope", "run": "capital"}),
+            "taxonomy",
+        ),
+        (
+            serde_json::json!({"method": "prior", "protocol": "a2p", "run": "capital"}),
+            "not prior",
+        ),
+    ] {
+        let r = job(body).await.expect("send");
+        assert_eq!(r.status(), 422);
+        let e = r.json::<Value>().await.expect("json");
+        assert!(e["error"].as_str().is_some_and(|e| e.contains(says)), "{e}");
+    }
+    let r = job(serde_json::json!({"method": "llm", "protocol": "taxonomy", "run": "capital"}))
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 202);
+    let jobs = r.json::<Value>().await.expect("json");
+    assert_eq!(jobs["jobs"][0]["params"]["protocol"], "taxonomy", "{jobs}");
+    let id = jobs["jobs"][0]["id"].as_str().expect("id").to_string();
+    let done = poll(&client, &format!("{}/api/jobs/{id}", server.base), |v| {
+        v["state"] == "done" || v["state"] == "failed"
+    })
+    .await;
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let run = client
+        .get(format!("{}/api/runs/capital", server.base))
+        .send()
+        .await
+        .expect("get")
+        .json::<Value>()
+        .await
+        .expect("json");
+    // The prior's diagnosis on arrival may be there too: the job's is the LLM one.
+    let d = run["diagnoses"]
+        .as_array()
+        .and_then(|ds| ds.iter().find(|d| d["method"] != "prior"))
+        .unwrap_or_else(|| panic!("no diagnosis of the job: {run}"));
+    assert_eq!((&d["agent"], &d["step"]), (&"B".into(), &1.into()), "{d}");
+    assert_eq!(d["params"]["options"]["protocol"], "taxonomy", "{d}");
+}

@@ -170,6 +170,9 @@ pub struct StartJobs {
     /// `locate` (the default localizer, stacked, as `maslens locate`; alias `stacked`), `llm` (the
     /// LLM pipeline alone), `prior` or `scan`.
     pub method: String,
+    /// The Judge protocol of a `locate` or `llm` job, as `maslens locate --protocol`:
+    /// `all-at-once` (the default), `step-by-step`, `binary-search`, `a2p` or `taxonomy`.
+    pub protocol: Option<String>,
     pub run: Option<String>,
     /// The same fields as `GET /api/runs`' query (at most 1,000 runs).
     pub filter: Option<Value>,
@@ -192,6 +195,10 @@ async fn start_jobs(
                 req.method
             ),
         );
+    };
+    let params = match method.params(req.protocol.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e),
     };
     let runs: Vec<maslens_store::RunSummary> = match (&req.run, &req.filter) {
         (Some(run), None) => match state.store.run_summary(run).await {
@@ -230,7 +237,7 @@ async fn start_jobs(
                 format!("no assembled run {:?}", run.id),
             );
         };
-        match enqueue(&state.store, &run.id, method, hash, &json!({})).await {
+        match enqueue(&state.store, &run.id, method, hash, &params).await {
             Ok(j) => jobs.push(j),
             Err(e) => return store_error(e),
         }

@@ -42,6 +42,7 @@ use axum::Router;
 use maslens_otlp::decode::{decode_request_spans, encode_response, DecodeError};
 use maslens_otlp::Encoding;
 use maslens_store::Store;
+use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 
 /// Which completed runs the LLM methods diagnose on arrival (the prior localizes every run).
@@ -103,6 +104,27 @@ impl JobMethod {
     /// ([`pipeline::Lane::Instant`]), so that they never wait behind an LLM job.
     pub fn instant(self) -> bool {
         self == JobMethod::Prior
+    }
+
+    /// A job's parameters: the Judge protocol of a `locate` or `llm` job (`--protocol`), kept
+    /// only when it is not the default (all-at-once), so that a job asked with the default and
+    /// one asked without it are the same job. Empty or absent: no parameters.
+    pub fn params(self, protocol: Option<&str>) -> Result<Value, String> {
+        let Some(name) = protocol.map(str::trim).filter(|p| !p.is_empty()) else {
+            return Ok(json!({}));
+        };
+        let protocol: maslens_locate::Protocol =
+            name.parse().map_err(|e| format!("protocol: {e}"))?;
+        if !matches!(self, JobMethod::Locate | JobMethod::Llm) {
+            return Err(format!(
+                "protocol: only the locate and llm methods run a Judge, not {}",
+                self.as_str()
+            ));
+        }
+        Ok(match protocol {
+            maslens_locate::Protocol::AllAtOnce => json!({}),
+            p => json!({"protocol": p.as_str()}),
+        })
     }
 
     /// The localizer a locate job runs (`None` for the scan).

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use maslens_core::localize::Setup;
 use maslens_core::locate::{LocateOptions, Method};
+use maslens_locate::Protocol;
 use maslens_store::{NewDiagnosis, Provenance, Store};
 use maslens_trace::Trace;
 use serde_json::{json, Value};
@@ -384,7 +385,7 @@ async fn run_job(state: &AppState, job: &maslens_store::Job) -> Result<NewDiagno
     match method.localizer() {
         Some(Method::Prior) => prior_diagnosis(state, &trace, &hash)
             .ok_or_else(|| format!("{}: the trace has no steps to localize", trace.id)),
-        Some(m) => locate(state, &trace, &hash, m).await,
+        Some(m) => locate(state, &trace, &hash, m, &job.params).await,
         None => scan(state, &trace, &hash).await,
     }
 }
@@ -404,18 +405,24 @@ pub(crate) async fn models(state: &AppState) -> Result<&maslens_core::locate::Mo
         .await
 }
 
-/// A locate job: the localizer `maslens locate --method METHOD` builds, with the same options
-/// and model, stored as `maslens locate --db` stores it.
+/// A locate job: the localizer `maslens locate --method METHOD [--protocol P]` builds, with the
+/// same options and model, stored as `maslens locate --db` stores it.
 async fn locate(
     state: &AppState,
     trace: &Trace,
     hash: &str,
     method: Method,
+    params: &Value,
 ) -> Result<NewDiagnosis, String> {
     let started = Instant::now();
+    let protocol = match params["protocol"].as_str() {
+        Some(p) => p.parse().map_err(|e| format!("job parameters: {e}"))?,
+        None => Protocol::AllAtOnce,
+    };
     let models = models(state).await?;
     let opts = LocateOptions {
         method,
+        protocol,
         ..LocateOptions::default()
     };
     let any_aegis = trace.source.format == "aegis";

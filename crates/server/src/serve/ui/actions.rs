@@ -11,7 +11,6 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maslens_store::RunSummary;
 use minijinja::context;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::list::{some, ListParams, ACTION_MAX_RUNS};
 use super::render::{error_page, page, plain, store_error};
@@ -24,6 +23,8 @@ use crate::serve::{AppState, JobMethod};
 #[serde(default)]
 pub(super) struct ActionForm {
     method: String,
+    /// The Judge protocol of a locate or llm run (empty: the default, all-at-once).
+    protocol: String,
     run: String,
     #[serde(flatten)]
     filter: ListParams,
@@ -48,6 +49,10 @@ pub(super) async fn actions(
                 form.method
             ),
         );
+    };
+    let params = match method.params(Some(&form.protocol)) {
+        Ok(p) => p,
+        Err(e) => return error_page(&state, StatusCode::BAD_REQUEST, e),
     };
     let runs: Vec<RunSummary> = if let Some(run) = some(&form.run) {
         match state.store.run_summary(&run).await {
@@ -74,7 +79,7 @@ pub(super) async fn actions(
         let Some(hash) = &run.trace_hash else {
             continue;
         };
-        match enqueue(&state.store, &run.id, method, hash, &json!({})).await {
+        match enqueue(&state.store, &run.id, method, hash, &params).await {
             Ok(j) => ids.push(j.id),
             Err(e) => return store_error(&state, e),
         }
