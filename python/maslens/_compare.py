@@ -27,11 +27,11 @@ from ._results import CompareReport
 #: The methods ``eval_compare`` runs, as ``maslens eval compare --methods`` names them.
 CompareMethod = Literal[
     "prior", "stacked", "agentlocate", "llm", "all-at-once", "step-by-step", "binary-search", "a2p",
-    "taxonomy",
+    "taxonomy", "echo",
 ]
 ALL_METHODS: tuple[CompareMethod, ...] = (
     "prior", "stacked", "agentlocate", "all-at-once", "step-by-step", "binary-search", "a2p",
-    "taxonomy",
+    "taxonomy", "echo",
 )
 
 
@@ -63,7 +63,7 @@ def eval_compare(
     compare``): per method agent and step accuracy with intervals, calls, tokens, cost; paired
     McNemar tests and bootstrap intervals between every two methods. ``methods``: ``prior``,
     ``stacked``, ``agentlocate`` (alias ``llm``), ``all-at-once``, ``step-by-step``,
-    ``binary-search``, ``a2p``, ``taxonomy``; each sets its own method, protocol and variant.
+    ``binary-search``, ``a2p``, ``taxonomy``, ``echo``; each sets its own method, protocol and variant.
     ``both_ground_truth`` runs each method that prompts a model twice, without and with the
     reference answer in its prompts (rows ``NAME+gt``), in one table. ``out`` writes
     compare.json, compare.md and each method's ``eval_locate`` report directory there."""

@@ -31,10 +31,11 @@ pub struct MethodArgs {
     #[arg(long, value_name = "builtin|generic|FILE")]
     pub stack: Option<String>,
     /// Judge protocol: all-at-once, step-by-step, binary-search (Who&When), a2p
-    /// (Abduct-Act-Predict: abduction, action and prediction in one pass), or taxonomy (AEGIS-style:
-    /// the failure modes of a fixed taxonomy seen, then the decisive one; docs/locate.md).
+    /// (Abduct-Act-Predict: abduction, action and prediction in one pass), taxonomy (AEGIS-style:
+    /// the failure modes of a fixed taxonomy seen, then the decisive one), or echo (ECHO-style: a
+    /// hierarchical context, six analysts, a consensus vote; docs/locate.md).
     #[arg(long, default_value = "all-at-once",
-          value_parser = enum_parser::<Protocol>(&[&["all-at-once", "all_at_once"], &["step-by-step", "step_by_step"], &["binary-search", "binary_search", "binary"], &["a2p", "abduct-act-predict"], &["taxonomy", "aegis-taxonomy"]]))]
+          value_parser = enum_parser::<Protocol>(&[&["all-at-once", "all_at_once"], &["step-by-step", "step_by_step"], &["binary-search", "binary_search", "binary"], &["a2p", "abduct-act-predict"], &["taxonomy", "aegis-taxonomy"], &["echo"]]))]
     pub protocol: Protocol,
     /// Which output the run gives, named as in the paper (section 5): `verified` (Variant II:
     /// Judge + Evaluators, output = their vote, eq. 4; formerly `full`), `judge` (Variant I: the

@@ -99,14 +99,20 @@ fn eval_compare_rejects_an_unknown_method_and_a_per_method_option() {
     let dataset = format!("whowhen:{}", data("whowhen").display());
     let out = maslens(
         home.path(),
-        &["eval", "compare", &dataset, "--methods", "prior,echo"],
+        &[
+            "eval",
+            "compare",
+            &dataset,
+            "--methods",
+            "prior,agenttracer",
+        ],
     )
     .output()
     .unwrap();
     assert_ne!(out.status.code(), Some(0));
     let err = stderr(&out);
     assert!(
-        err.contains("\"echo\"") && err.contains("binary-search"),
+        err.contains("\"agenttracer\"") && err.contains("echo"),
         "{err}"
     );
     let out = maslens(
@@ -171,6 +177,7 @@ fn eval_compare_every_method_in_both_ground_truth_settings_snapshot() {
         "binary-search",
         "a2p",
         "taxonomy",
+        "echo",
     ] {
         expected.push(m);
         expected.push(Box::leak(format!("{m}+gt").into_boxed_str()));

@@ -244,7 +244,13 @@ fn quoting(u: &str, n: usize) -> String {
 fn fixture_handler() -> Handler {
     Arc::new(|body: &Value, _| {
         let u = last_user(body);
-        let text = if u.contains("1. Modes:") {
+        let text = if u.contains("You are analyst") || u.contains("by its opening words only") {
+            // ECHO: the scout and the six analysts.
+            format!(
+                r#"{{"reason":"{}","agent":"x","step":2,"confidence":0.7}}"#,
+                quoting(&u, 2)
+            )
+        } else if u.contains("1. Modes:") {
             // The taxonomy Judge: the modes seen, then the location with the decisive mode.
             format!(
                 r#"{{"modes_seen":[{{"code":"FM-2.5","step":0}}],"reason":"{}","agent":"x","step":0,"confidence":0.6,"error_mode":"FM-2.5"}}"#,
@@ -375,6 +381,7 @@ async fn eval_locate_runs_every_protocol_and_exports_refinement() {
         ("binary-search", "judge-only", 0),
         ("a2p", "judge-only", 2),
         ("taxonomy", "judge-only", 0),
+        ("echo", "judge-only", 2),
         ("all-at-once", "full", 2),
     ] {
         let o = run(maslens(

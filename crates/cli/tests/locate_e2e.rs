@@ -106,6 +106,7 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
         ("binary-search", "judge-only", 1),
         ("a2p", "judge-only", 1),
         ("taxonomy", "judge-only", 1),
+        ("echo", "judge-only", 1),
         ("all-at-once", "full", 2),
     ] {
         let out = dir.path().join(format!("{protocol}-{variant}"));

@@ -40,10 +40,12 @@ pub enum CompareMethod {
     /// AEGIS-style: one Judge call that lists the taxonomy's failure modes it sees, then locates
     /// the decisive one with its mode.
     Taxonomy,
+    /// ECHO-style: hierarchical context, six analysts, a confidence-weighted consensus.
+    Echo,
 }
 
 impl CompareMethod {
-    pub const ALL: [CompareMethod; 8] = [
+    pub const ALL: [CompareMethod; 9] = [
         CompareMethod::Prior,
         CompareMethod::Stacked,
         CompareMethod::Agentlocate,
@@ -52,6 +54,7 @@ impl CompareMethod {
         CompareMethod::BinarySearch,
         CompareMethod::A2p,
         CompareMethod::Taxonomy,
+        CompareMethod::Echo,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +67,7 @@ impl CompareMethod {
             CompareMethod::BinarySearch => "binary-search",
             CompareMethod::A2p => "a2p",
             CompareMethod::Taxonomy => "taxonomy",
+            CompareMethod::Echo => "echo",
         }
     }
 
@@ -78,6 +82,7 @@ impl CompareMethod {
             }
             CompareMethod::A2p => "A2P, Abduct-Act-Predict (West et al., 2025)",
             CompareMethod::Taxonomy => "AEGIS-style taxonomy judge (Kong et al., 2025)",
+            CompareMethod::Echo => "ECHO-style panel (Banerjee et al., 2025)",
         }
     }
 
@@ -125,6 +130,7 @@ impl CompareMethod {
             CompareMethod::BinarySearch => judge_alone(Protocol::BinarySearch),
             CompareMethod::A2p => judge_alone(Protocol::A2p),
             CompareMethod::Taxonomy => judge_alone(Protocol::Taxonomy),
+            CompareMethod::Echo => judge_alone(Protocol::Echo),
         }
     }
 }

@@ -243,11 +243,14 @@ pub async fn eval_locate_with(
     progress: &dyn Progress,
 ) -> Result<EvalLocateOutput, CoreError> {
     if opts.export_refinement.is_some()
-        && matches!(opts.locate.protocol, Protocol::A2p | Protocol::Taxonomy)
+        && matches!(
+            opts.locate.protocol,
+            Protocol::A2p | Protocol::Taxonomy | Protocol::Echo
+        )
     {
         return Err(CoreError::Invalid(
             "--export-refinement teaches the Judge in all-at-once, step-by-step or binary-search; \
-             A2P and the taxonomy Judge train no Judge (choose another --protocol)"
+             A2P, the taxonomy Judge and ECHO train no Judge (choose another --protocol)"
                 .into(),
         ));
     }

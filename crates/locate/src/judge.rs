@@ -26,11 +26,15 @@
 //!   modes of a fixed taxonomy (Aegis-Bench's 14 MAST modes) seen in the trace, each with its
 //!   step, then names the decisive one with its step, agent and mode. Too long for one call:
 //!   all-at-once's windows.
+//! - **echo** (ECHO-style, Banerjee et al. 2025; [`echo`]): a hierarchical context around a focus
+//!   step (the prior's, or a scout call's), six analysts with different stances over it, and a
+//!   confidence-weighted consensus vote of their answers.
 //!
 //! By default no protocol sees the reference answer; `Settings::with_ground_truth` adds it.
 
 mod a2p;
 mod binary;
+mod echo;
 mod one_pass;
 mod step_by_step;
 mod taxonomy;
@@ -59,6 +63,8 @@ pub enum Protocol {
     A2p,
     /// The AEGIS-style taxonomy-guided Judge ([`taxonomy`]).
     Taxonomy,
+    /// The ECHO-style panel: hierarchical context, analysts, consensus ([`echo`]).
+    Echo,
 }
 
 impl Protocol {
@@ -69,15 +75,17 @@ impl Protocol {
             Protocol::BinarySearch => "binary-search",
             Protocol::A2p => "a2p",
             Protocol::Taxonomy => "taxonomy",
+            Protocol::Echo => "echo",
         }
     }
-    pub fn all() -> [Protocol; 5] {
+    pub fn all() -> [Protocol; 6] {
         [
             Protocol::AllAtOnce,
             Protocol::StepByStep,
             Protocol::BinarySearch,
             Protocol::A2p,
             Protocol::Taxonomy,
+            Protocol::Echo,
         ]
     }
 }
@@ -91,9 +99,10 @@ impl std::str::FromStr for Protocol {
             "binary-search" | "binary_search" | "binary" => Ok(Protocol::BinarySearch),
             "a2p" | "abduct-act-predict" => Ok(Protocol::A2p),
             "taxonomy" | "aegis-taxonomy" => Ok(Protocol::Taxonomy),
+            "echo" => Ok(Protocol::Echo),
             other => Err(format!(
                 "unknown protocol {other:?} (all-at-once, step-by-step, binary-search, a2p, \
-                 taxonomy)"
+                 taxonomy, echo)"
             )),
         }
     }
@@ -261,6 +270,7 @@ pub async fn judge_guided(
         Protocol::BinarySearch => binary::binary_search(model, trace, settings, prior).await,
         Protocol::A2p => a2p::a2p(model, trace, settings, prior).await,
         Protocol::Taxonomy => taxonomy::taxonomy(model, trace, settings, prior).await,
+        Protocol::Echo => echo::echo(model, trace, settings, prior).await,
     }
 }
 

@@ -365,7 +365,11 @@ impl<'a> Locator<'a> {
             Protocol::BinarySearch => prompts::JUDGE_BINARY,
             Protocol::A2p => prompts::JUDGE_A2P,
             Protocol::Taxonomy => prompts::JUDGE_TAXONOMY,
+            Protocol::Echo => prompts::JUDGE_ECHO,
         });
+        if protocol == Protocol::Echo {
+            templates.push(prompts::JUDGE_ECHO_SCOUT);
+        }
         let settings = &self.config.settings;
         let r = judge_guided(self.judge, trace, protocol, settings, guide).await?;
         if matches!(r.strategy, Strategy::Windows { .. }) {

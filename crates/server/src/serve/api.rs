@@ -171,7 +171,7 @@ pub struct StartJobs {
     /// LLM pipeline alone), `prior` or `scan`.
     pub method: String,
     /// The Judge protocol of a `locate` or `llm` job, as `maslens locate --protocol`:
-    /// `all-at-once` (the default), `step-by-step`, `binary-search`, `a2p` or `taxonomy`.
+    /// `all-at-once` (the default), `step-by-step`, `binary-search`, `a2p`, `taxonomy` or `echo`.
     pub protocol: Option<String>,
     pub run: Option<String>,
     /// The same fields as `GET /api/runs`' query (at most 1,000 runs).
