@@ -498,6 +498,16 @@ pub(crate) mod test_support {
     use maslens_llm::ChatModel;
     use maslens_trace::{Step, Trace};
 
+    /// Planner, Solver (whose 2 + 3 = 6 is the decisive mistake) and Checker (who accepts it).
+    pub fn arithmetic() -> Trace {
+        maslens_trace::builder::TraceBuilder::new("t")
+            .task("What is (2 + 3) * 4?")
+            .step("Planner", "Add first, then multiply.")
+            .step("Solver", "2 + 3 = 6, so the product is 24.")
+            .step("Checker", "Looks right: 24.")
+            .build()
+    }
+
     /// A trace of `n` short steps; step `i` is acted by `A{i % 2}`.
     pub fn trace(n: usize) -> Trace {
         long_trace(n, 0)

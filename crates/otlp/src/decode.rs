@@ -418,16 +418,8 @@ mod tests {
         assert!(matches!(err, DecodeError::TooDense { .. }), "{err}");
     }
 
-    fn push_varint(out: &mut Vec<u8>, mut n: usize) {
-        loop {
-            let b = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(b);
-                return;
-            }
-            out.push(b | 0x80);
-        }
+    fn push_varint(out: &mut Vec<u8>, n: usize) {
+        utf8::push_varint(out, n as u64);
     }
 
     /// A red-team finding: one span with an odd-length or non-hex id failed the whole OTLP/JSON

@@ -92,12 +92,7 @@ mod tests {
     use maslens_llm::testing::ScriptedModel;
 
     fn trace() -> Trace {
-        maslens_trace::builder::TraceBuilder::new("t")
-            .task("What is (2 + 3) * 4?")
-            .step("Planner", "Add first, then multiply.")
-            .step("Solver", "2 + 3 = 6, so the product is 24.")
-            .step("Checker", "Looks right: 24.")
-            .build()
+        crate::test_support::arithmetic()
     }
 
     /// The prompt asks for the three stages before the verdict, keyed by template; the answer's

@@ -105,12 +105,7 @@ mod tests {
     use maslens_llm::testing::ScriptedModel;
 
     fn trace() -> Trace {
-        maslens_trace::builder::TraceBuilder::new("t")
-            .task("What is (2 + 3) * 4?")
-            .step("Planner", "Add first, then multiply.")
-            .step("Solver", "2 + 3 = 6, so the product is 24.")
-            .step("Checker", "Looks right: 24.")
-            .build()
+        crate::test_support::arithmetic()
     }
 
     /// The prompt lists the taxonomy, the answer lists the modes seen before the verdict, and

@@ -148,7 +148,7 @@ fn varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
     None
 }
 
-fn push_varint(out: &mut Vec<u8>, mut n: u64) {
+pub(super) fn push_varint(out: &mut Vec<u8>, mut n: u64) {
     loop {
         let b = (n & 0x7f) as u8;
         n >>= 7;
