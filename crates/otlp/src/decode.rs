@@ -4,7 +4,10 @@
 //! 4xx); a body is never trusted to be small, even after decompression.
 
 mod footprint;
+mod slices;
 mod utf8;
+
+pub use slices::{Slices, SLICE_BYTES};
 
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
@@ -127,6 +130,40 @@ pub fn decode_request_spans(
     limit: usize,
 ) -> Result<Decoded, DecodeError> {
     let bytes = inflated(body, content_encoding, limit)?;
+    decode_inflated(&bytes, encoding)
+}
+
+/// The body as sent, decompressed (gzip) to at most `limit` bytes: what [`decode_slices`] reads.
+pub fn inflated_body<'a>(
+    body: &'a [u8],
+    content_encoding: Option<&str>,
+    limit: usize,
+) -> Result<std::borrow::Cow<'a, [u8]>, DecodeError> {
+    inflated(body, content_encoding, limit)
+}
+
+/// A decompressed body ([`inflated_body`]) as slices of at most [`SLICE_BYTES`] of spans each
+/// ([`Slices`]), so that a large protobuf request is stored slice by slice with memory
+/// proportional to the body. OTLP/JSON, and a protobuf body whose structure is malformed, come
+/// whole as one slice (or the error [`decode_request_spans`] gives).
+pub fn decode_slices<'a>(
+    bytes: &'a [u8],
+    encoding: Encoding,
+) -> Result<Box<dyn Iterator<Item = Decoded> + Send + 'a>, DecodeError> {
+    if encoding == Encoding::Protobuf {
+        if let Some(decoded) = footprint::decoded_bytes(bytes) {
+            check_density(bytes.len(), decoded)?;
+        }
+        if let Some(slices) = Slices::new(bytes, SLICE_BYTES) {
+            return Ok(Box::new(slices));
+        }
+    }
+    Ok(Box::new(std::iter::once(decode_inflated(bytes, encoding)?)))
+}
+
+/// [`decode_request_spans`] of a body already decompressed.
+fn decode_inflated(bytes: &[u8], encoding: Encoding) -> Result<Decoded, DecodeError> {
+    let bytes = std::borrow::Cow::Borrowed(bytes);
     let (bytes, repaired_text, decoded) = match decode_bytes(&bytes, encoding) {
         Err(e @ (DecodeError::Protobuf(_) | DecodeError::Json(_))) => {
             match repair(&bytes, encoding) {

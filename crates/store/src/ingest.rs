@@ -58,69 +58,35 @@ fn conversation_of(span: &SpanRecord) -> Option<&str> {
         .filter(|s| !s.is_empty())
 }
 
+/// Runs touched by an ingest: run -> whether a root span arrived.
+type Touched = BTreeMap<String, bool>;
+
 impl Store {
     /// Store the spans of one OTLP request (already flattened and validated) in one transaction.
     /// Returns after the commit: what it returns is durable.
     /// Text the store cannot hold is replaced span by span ([`crate::text::sanitize_span`]) and
     /// reported in [`IngestOutcome::sanitized`]; the other spans are untouched.
     pub async fn ingest(&self, spans: &[SpanRecord]) -> Result<IngestOutcome> {
+        let mut once = Some(spans);
+        self.ingest_slices(move || once.take()).await
+    }
+
+    /// [`Store::ingest`] of a request that comes in slices (a large body decoded slice by slice):
+    /// each slice `next` gives is stored and dropped before the next is asked for, all in one
+    /// transaction, so memory stays that of one slice and no run is seen half-stored.
+    pub async fn ingest_slices<S: AsRef<[SpanRecord]>>(
+        &self,
+        mut next: impl FnMut() -> Option<S> + Send,
+    ) -> Result<IngestOutcome> {
         self.check_file()?;
-        let (cleaned, sanitized) = sanitized(spans);
-        let spans: &[SpanRecord] = cleaned.as_deref().unwrap_or(spans);
         let now = now_ns();
-        // One copy per (trace, span) id, grouped by OpenTelemetry trace, in start order.
-        let mut by_trace: BTreeMap<&str, BTreeMap<&str, &SpanRecord>> = BTreeMap::new();
-        for s in spans {
-            by_trace
-                .entry(&s.trace_id)
-                .or_default()
-                .entry(&s.span_id)
-                .or_insert(s);
-        }
-        let mut out = IngestOutcome {
-            duplicates: spans.len() - by_trace.values().map(BTreeMap::len).sum::<usize>(),
-            sanitized,
-            ..IngestOutcome::default()
-        };
-        let mut touched: BTreeMap<String, bool> = BTreeMap::new(); // run -> a root span arrived
+        let mut out = IngestOutcome::default();
+        let mut touched = Touched::new();
         let mut tx = self.write_tx().await?;
-        for (otel_trace, spans) in &by_trace {
-            let mut ordered: Vec<&SpanRecord> = spans.values().copied().collect();
-            ordered.sort_by_key(|s| (s.start_ns, s.span_id.as_str()));
-            let conversation = ordered.iter().find_map(|s| conversation_of(s));
-            let run = resolve_run(&mut tx, otel_trace, conversation, &mut touched).await?;
-            let mut new = 0usize;
-            for chunk in ordered.chunks(CHUNK) {
-                new += insert_spans(&mut tx, chunk, now).await?;
-            }
-            out.stored += new;
-            out.duplicates += ordered.len() - new;
-            if new > 0 {
-                let root = ordered.iter().any(|s| s.parent_span_id.is_none());
-                let entry = touched.entry(run).or_insert(false);
-                *entry |= root;
-            }
+        while let Some(slice) = next() {
+            ingest_slice(&mut tx, slice.as_ref(), now, &mut out, &mut touched).await?;
         }
-        for (run, root) in &touched {
-            sqlx::query(
-                "INSERT INTO runs (id, source, received_ns, ingest_seq, has_root, state)
-                 VALUES ($1, 'otlp', $2, 1, $3, 'open')
-                 ON CONFLICT (id) DO UPDATE SET
-                   ingest_seq = runs.ingest_seq + 1,
-                   received_ns = excluded.received_ns,
-                   has_root = CASE WHEN excluded.has_root > runs.has_root
-                                   THEN excluded.has_root ELSE runs.has_root END,
-                   state = 'open', error = NULL
-                 WHERE runs.source = 'otlp'",
-            )
-            .bind(run.as_str())
-            .bind(now)
-            .bind(i64::from(*root))
-            .execute(&mut *tx)
-            .await
-            .map_err(q("mark run"))?;
-            crate::search::touch_run_agents(&mut tx, run, now).await?;
-        }
+        mark_runs(&mut tx, &touched, now).await?;
         tx.commit().await.map_err(q("commit ingest"))?;
         out.runs = touched.into_keys().collect();
         Ok(out)
@@ -428,6 +394,76 @@ async fn otlp_run_id(
 pub const OTLP_PREFIX: &str = "otlp:";
 
 /// One multi-row `INSERT ... ON CONFLICT DO NOTHING`; returns the rows stored.
+/// Store one slice of a request's spans in `tx` (see [`Store::ingest`]).
+async fn ingest_slice(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    spans: &[SpanRecord],
+    now: i64,
+    out: &mut IngestOutcome,
+    touched: &mut Touched,
+) -> Result<()> {
+    let (cleaned, sanitized) = sanitized(spans);
+    let spans: &[SpanRecord] = cleaned.as_deref().unwrap_or(spans);
+    // One copy per (trace, span) id, grouped by OpenTelemetry trace, in start order.
+    let mut by_trace: BTreeMap<&str, BTreeMap<&str, &SpanRecord>> = BTreeMap::new();
+    for s in spans {
+        by_trace
+            .entry(&s.trace_id)
+            .or_default()
+            .entry(&s.span_id)
+            .or_insert(s);
+    }
+    out.duplicates += spans.len() - by_trace.values().map(BTreeMap::len).sum::<usize>();
+    out.sanitized.extend(sanitized);
+    for (otel_trace, spans) in &by_trace {
+        let mut ordered: Vec<&SpanRecord> = spans.values().copied().collect();
+        ordered.sort_by_key(|s| (s.start_ns, s.span_id.as_str()));
+        let conversation = ordered.iter().find_map(|s| conversation_of(s));
+        let run = resolve_run(tx, otel_trace, conversation, touched).await?;
+        let mut new = 0usize;
+        for chunk in ordered.chunks(CHUNK) {
+            new += insert_spans(tx, chunk, now).await?;
+        }
+        out.stored += new;
+        out.duplicates += ordered.len() - new;
+        if new > 0 {
+            let root = ordered.iter().any(|s| s.parent_span_id.is_none());
+            let entry = touched.entry(run).or_insert(false);
+            *entry |= root;
+        }
+    }
+    Ok(())
+}
+
+/// Mark the runs an ingest touched as open and due for assembly.
+async fn mark_runs(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    touched: &Touched,
+    now: i64,
+) -> Result<()> {
+    for (run, root) in touched {
+        sqlx::query(
+            "INSERT INTO runs (id, source, received_ns, ingest_seq, has_root, state)
+             VALUES ($1, 'otlp', $2, 1, $3, 'open')
+             ON CONFLICT (id) DO UPDATE SET
+               ingest_seq = runs.ingest_seq + 1,
+               received_ns = excluded.received_ns,
+               has_root = CASE WHEN excluded.has_root > runs.has_root
+                               THEN excluded.has_root ELSE runs.has_root END,
+               state = 'open', error = NULL
+             WHERE runs.source = 'otlp'",
+        )
+        .bind(run.as_str())
+        .bind(now)
+        .bind(i64::from(*root))
+        .execute(&mut **tx)
+        .await
+        .map_err(q("mark run"))?;
+        crate::search::touch_run_agents(tx, run, now).await?;
+    }
+    Ok(())
+}
+
 async fn insert_spans(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
     spans: &[&SpanRecord],

@@ -11,7 +11,7 @@
 
 /// The OTLP trace messages whose string and message fields the walk must know.
 #[derive(Debug, Clone, Copy)]
-enum Msg {
+pub(super) enum Msg {
     Request,
     ResourceSpans,
     Resource,
@@ -73,9 +73,14 @@ const MAX_DEPTH: usize = 100;
 /// strings were repaired; `None` when the body is not well-formed protobuf (its decode error
 /// stands).
 pub(super) fn protobuf(bytes: &[u8]) -> Option<(Vec<u8>, usize)> {
+    message(bytes, Msg::Request)
+}
+
+/// [`protobuf`] for one message of type `msg` (a span, a resource, a scope).
+pub(super) fn message(bytes: &[u8], msg: Msg) -> Option<(Vec<u8>, usize)> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut repaired = 0;
-    walk(bytes, Msg::Request, 0, &mut out, &mut repaired)?;
+    walk(bytes, msg, 0, &mut out, &mut repaired)?;
     Some((out, repaired))
 }
 
@@ -135,7 +140,7 @@ fn push_field(out: &mut Vec<u8>, key: u64, body: &[u8]) {
     out.extend_from_slice(body);
 }
 
-fn varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+pub(super) fn varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
         let b = *bytes.get(*at)?;

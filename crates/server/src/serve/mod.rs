@@ -39,7 +39,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use maslens_otlp::decode::{decode_request_spans, encode_response, DecodeError};
+use maslens_otlp::decode::{decode_slices, encode_response, inflated_body, DecodeError};
 use maslens_otlp::Encoding;
 use maslens_store::Store;
 use serde_json::{json, Value};
@@ -404,58 +404,68 @@ async fn v1_traces(
         Ok(e) => e,
         Err(e) => return (StatusCode::UNSUPPORTED_MEDIA_TYPE, e.to_string()).into_response(),
     };
-    let mut decoded = match decode_request_spans(
-        &body,
-        encoding,
-        header_str(header::CONTENT_ENCODING),
-        state.config.max_body_bytes,
-    ) {
-        Ok(d) => d,
-        Err(e) => {
-            let status = match e {
-                DecodeError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                DecodeError::ContentType(_) | DecodeError::ContentEncoding(_) => {
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE
-                }
-                _ => StatusCode::BAD_REQUEST,
-            };
-            tracing::info!(%e, "OTLP request refused");
-            return (status, e.to_string()).into_response();
-        }
+    let refused = |e: DecodeError| {
+        let status = match e {
+            DecodeError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            DecodeError::ContentType(_) | DecodeError::ContentEncoding(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            _ => StatusCode::BAD_REQUEST,
+        };
+        tracing::info!(%e, "OTLP request refused");
+        (status, e.to_string()).into_response()
     };
-    let mut flat = maslens_otlp::span::flatten(&decoded.request);
-    // Spans of an OTLP/JSON body that did not parse: rejected one by one, the others kept.
-    flat.rejected.extend(std::mem::take(&mut decoded.rejected));
-    match state.store.ingest(&flat.spans).await {
-        Ok(out) => {
-            tracing::debug!(
-                stored = out.stored,
-                duplicates = out.duplicates,
-                rejected = flat.rejected.len(),
-                "spans received"
-            );
-            (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, encoding.content_type())],
-                encode_response(
-                    encoding,
-                    flat.rejected.len(),
-                    &partial_message(&flat, &decoded, &out),
-                ),
-            )
-                .into_response()
-        }
+    let limit = state.config.max_body_bytes;
+    let bytes = match inflated_body(&body, header_str(header::CONTENT_ENCODING), limit) {
+        Ok(b) => b,
+        Err(e) => return refused(e),
+    };
+    // A large protobuf body is stored slice by slice, in one transaction (memory proportional to
+    // the body): each slice's spans are dropped before the next is decoded.
+    let mut slices = match decode_slices(&bytes, encoding) {
+        Ok(s) => s,
+        Err(e) => return refused(e),
+    };
+    let mut left_out = maslens_otlp::span::Flattened::default();
+    let mut repaired = maslens_otlp::decode::Decoded::default();
+    let next = || {
+        let decoded = slices.next()?;
+        let mut flat = maslens_otlp::span::flatten(&decoded.request);
+        // Spans of an OTLP/JSON body that did not parse: rejected one by one, the others kept.
+        left_out.rejected.append(&mut flat.rejected);
+        left_out.rejected.extend(decoded.rejected);
+        repaired.repaired_text += decoded.repaired_text;
+        Some(flat.spans)
+    };
+    let out = match state.store.ingest_slices(next).await {
+        Ok(o) => o,
         Err(e) => {
             // Not stored, not acknowledged: the exporter retries after Retry-After.
             tracing::warn!(%e, "could not store spans");
-            (
+            return (
                 StatusCode::SERVICE_UNAVAILABLE,
                 [(header::RETRY_AFTER, "1")],
                 format!("the store could not take the spans: {e}"),
             )
-                .into_response()
+                .into_response();
         }
-    }
+    };
+    tracing::debug!(
+        stored = out.stored,
+        duplicates = out.duplicates,
+        rejected = left_out.rejected.len(),
+        "spans received"
+    );
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, encoding.content_type())],
+        encode_response(
+            encoding,
+            left_out.rejected.len(),
+            &partial_message(&left_out, &repaired, &out),
+        ),
+    )
+        .into_response()
 }
 
 /// The partial-success message: the rejected spans, then the strings that were not UTF-8, then
