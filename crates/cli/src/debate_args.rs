@@ -3,10 +3,10 @@
 
 use crate::llm_args::{LlmArgs, Stack};
 use anyhow::Context;
+use maslens_core::optimize::dataset_spec;
 use maslens_credit::config::DebateConfig;
 use maslens_credit::data::{load_spec, Mcq};
 use maslens_credit::debate::ModelSet;
-use maslens_credit::optimize_run::dataset_spec;
 use maslens_credit::simulation::SimulatedMas;
 use std::path::Path;
 use std::sync::Arc;

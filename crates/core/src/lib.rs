@@ -17,6 +17,8 @@
 //!   progress, per-trace failures, the credit file.
 //! - [`scan`]: `maslens scan` over a corpus (implicit failures, MASIF): progress, per-trace
 //!   failures, a budget stop, the scan file.
+//! - [`optimize`]: `maslens optimize`: the options, the split, the sweep of settings (one
+//!   credit-guided prompt optimization experiment each), the output folder.
 //! - [`implicit`]: the implicit-failure commands after a scan: `select` (best-of-N), `repair`,
 //!   `replay-stats`, `advantages` (IF-GRPO).
 //! - [`refinement`]: AgentLocate's fine-tuning loop: the refinement export (data, manifest,
@@ -34,6 +36,7 @@ pub mod in_sample;
 pub mod localize;
 pub mod locate;
 pub mod modes;
+pub mod optimize;
 pub mod refinement;
 pub mod scan;
 pub mod stack;

@@ -29,7 +29,6 @@ pub mod debate;
 pub mod experiment;
 pub mod inject;
 pub mod optimize;
-pub mod optimize_run;
 pub mod report;
 pub mod simulation;
 pub mod trace_credit;

@@ -8,13 +8,13 @@ use crate::debate_args::{debate_models, load_questions};
 use crate::llm_args::LlmArgs;
 use crate::Global;
 use anyhow::{bail, Context};
+use maslens_core::optimize::{
+    optimize_settings, summary_json, sweep_configs, sweep_report, write_outputs, write_sweep,
+    Overrides, SplitSpec, SweepAxis,
+};
 use maslens_credit::config::{Blocks, DebateConfig};
 use maslens_credit::data::Mcq;
-use maslens_credit::experiment::{run_experiment, Experiment, ExperimentOptions};
-use maslens_credit::optimize_run::{
-    summary_json, sweep_configs, sweep_report, write_outputs, write_sweep, Overrides, SplitSpec,
-    SweepAxis,
-};
+use maslens_credit::experiment::{Experiment, ExperimentOptions};
 use maslens_credit::simulation;
 use std::io::Write;
 use std::path::PathBuf;
@@ -170,16 +170,12 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let runs: Vec<(String, Experiment)> = block_on(async {
         let (models, stacks) =
             debate_models(&args.llm, &cfg, args.simulation.then_some(&questions[..])).await?;
-        let (opt, test) = (&split.optimization, &split.test);
-        let mut runs = Vec::new();
-        for (label, c) in &configs {
+        let say = |label: &str| {
             if !label.is_empty() && !global.quiet {
                 eprintln!("sweep: {label}");
             }
-            let x =
-                run_experiment(&models, c.clone(), opt, test, &dataset, options.clone()).await?;
-            runs.push((label.clone(), x));
-        }
+        };
+        let runs = optimize_settings(&models, &configs, &split, &dataset, &options, &say).await?;
         crate::debate_args::finish(&stacks, global.quiet);
         anyhow::Ok(runs)
     })??;

@@ -1,13 +1,15 @@
-//! What `maslens optimize` resolves before and after [`crate::experiment::run_experiment`]: option
-//! overrides of the `[optimizer]` table, the dataset spec and split (option, else `[data]`, else
-//! default), and the output folder (`report.json`, `report.md`, `report.html`, `prompts.json`,
-//! `traces/<method>-seed<S>.jsonl`).
+//! `maslens optimize` as the CLI and any other front end start it: option overrides of the
+//! `[optimizer]` table, the dataset spec and split (option, else `[data]`, else default), the
+//! sweep of settings ([`optimize_settings`]: one [`run_experiment`] each, on the same split and
+//! models), and the output folder (`report.json`, `report.md`, `report.html`, `prompts.json`,
+//! `traces/<method>-seed<S>.jsonl`). The experiment itself (verbalized block coordinate descent
+//! against the unoptimized prompts and the black box) is `maslens_credit::experiment`.
 
-use crate::config::{Blocks, DataConfig, DebateConfig, RoleSelection};
-use crate::data::{Mcq, Split};
-use crate::debate::to_trace;
-use crate::experiment::Experiment;
-use crate::CreditError;
+use maslens_credit::config::{Blocks, DataConfig, DebateConfig, RoleSelection};
+use maslens_credit::data::{Mcq, Split};
+use maslens_credit::debate::{to_trace, ModelSet};
+use maslens_credit::experiment::{run_experiment, Experiment, ExperimentOptions};
+use maslens_credit::CreditError;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
@@ -197,6 +199,27 @@ pub fn sweep_configs(
     Ok(configs)
 }
 
+/// Run one experiment per setting of `configs` ([`sweep_configs`]; one, the configuration's,
+/// without a sweep) on the same split and models; `on_setting` hears each setting's label
+/// before it runs (empty without a sweep).
+pub async fn optimize_settings(
+    models: &ModelSet,
+    configs: &[(String, Arc<DebateConfig>)],
+    split: &Split,
+    dataset: &str,
+    options: &ExperimentOptions,
+    on_setting: &dyn Fn(&str),
+) -> Result<Vec<(String, Experiment)>, CreditError> {
+    let mut runs = Vec::new();
+    for (label, cfg) in configs {
+        on_setting(label);
+        let (opt, test) = (&split.optimization, &split.test);
+        let x = run_experiment(models, cfg.clone(), opt, test, dataset, options.clone()).await?;
+        runs.push((label.clone(), x));
+    }
+    Ok(runs)
+}
+
 /// The sweep's table: one row per setting with each method's mean held-out accuracy (over
 /// seeds) and the optimizer's mean calls.
 pub fn sweep_markdown(rows: &[(String, &Experiment)]) -> String {
@@ -335,9 +358,9 @@ impl SplitSpec {
         }
     }
 
-    /// Split `items` ([`crate::data::split`]); an error when either side would be empty.
+    /// Split `items` ([`maslens_credit::data::split`]); an error when either side would be empty.
     pub fn split(&self, items: &[Mcq]) -> Result<Split, CreditError> {
-        let split = crate::data::split(items, self.opt_size, self.test_size, self.seed);
+        let split = maslens_credit::data::split(items, self.opt_size, self.test_size, self.seed);
         if split.optimization.is_empty() || split.test.is_empty() {
             return Err(CreditError::Other(format!(
                 "{} questions cannot make {} optimization and a non-empty test set",
@@ -368,9 +391,12 @@ pub fn write_outputs(dir: &Path, x: &Experiment, cfg: &DebateConfig) -> std::io:
     )?;
     maslens_eval::atomic::write_atomic(
         dir.join("report.md"),
-        crate::report::markdown(x).as_bytes(),
+        maslens_credit::report::markdown(x).as_bytes(),
     )?;
-    maslens_eval::atomic::write_atomic(dir.join("report.html"), crate::report::html(x).as_bytes())?;
+    maslens_eval::atomic::write_atomic(
+        dir.join("report.html"),
+        maslens_credit::report::html(x).as_bytes(),
+    )?;
     let prompts: Vec<Value> = (x.seeds.iter())
         .map(|s| {
             json!({"seed": s.seed, "initial": cfg.prompts(), "optimized": s.bcd.best,
@@ -408,7 +434,7 @@ mod tests {
 
     #[test]
     fn overrides_replace_only_what_is_given() {
-        let mut cfg = crate::simulation::config(2, 0, 0).unwrap();
+        let mut cfg = maslens_credit::simulation::config(2, 0, 0).unwrap();
         let before = cfg.optimizer.clone();
         Overrides::default().apply(&mut cfg).unwrap();
         assert_eq!(cfg.optimizer, before);
@@ -437,7 +463,7 @@ mod tests {
 
     #[test]
     fn sweep_configs_label_each_setting_and_name_a_bad_one() {
-        let cfg = crate::simulation::config(2, 0, 0).unwrap();
+        let cfg = maslens_credit::simulation::config(2, 0, 0).unwrap();
         let one = sweep_configs(&cfg, &[]).unwrap();
         assert_eq!(one.len(), 1);
         assert_eq!((one[0].0.as_str(), &*one[0].1), ("", &cfg));
@@ -456,7 +482,7 @@ mod tests {
 
     #[test]
     fn split_spec_refuses_an_empty_side() {
-        let items = crate::simulation::questions(10, 0);
+        let items = maslens_credit::simulation::questions(10, 0);
         let sp = SplitSpec::resolve(None, Some(1), Some(4), None);
         let s = sp.split(&items).unwrap();
         assert_eq!((s.optimization.len(), s.test.len()), (4, 6));
@@ -487,7 +513,7 @@ mod tests {
         for bad in ["tau", "gamma=1", "m=2.5", "round=x", "tau="] {
             assert!(bad.parse::<SweepAxis>().is_err(), "{bad}");
         }
-        let mut cfg = crate::simulation::config(2, 0, 0).unwrap();
+        let mut cfg = maslens_credit::simulation::config(2, 0, 0).unwrap();
         apply_setting(&mut cfg, &grid[3]).unwrap();
         assert_eq!(
             (cfg.optimizer.tau, cfg.optimizer.only_round),
