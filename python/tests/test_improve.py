@@ -178,8 +178,17 @@ def test_the_cli_runs_the_loop_on_a_python_entry_point(maslens_bin: Path, tmp_pa
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     with fixture as spec:
         args = [str(maslens_bin), "improve", "--python", sys.executable, "team:system", "--tasks", str(tasks), "--out", str(out)]
-        run = subprocess.run([*args, "--model", spec, "--locate-method", "prior", "--cache-path", str(tmp_path / "c.sqlite")], capture_output=True, text=True, env=env, check=False)
+        # --db stores the loop's report where `maslens serve` shows it beside the system's proposals.
+        db = tmp_path / "store.db"
+        with_db = [*args[:2], "--db", str(db), *args[2:]]
+        run = subprocess.run([*with_db, "--model", spec, "--locate-method", "prior", "--cache-path", str(tmp_path / "c.sqlite")], capture_output=True, text=True, env=env, check=False)
     assert run.returncode == 0, run.stderr
+    assert "improvement report of team:system stored in" in run.stderr, run.stderr
+    import sqlite3
+    with sqlite3.connect(db) as con:
+        stored = con.execute("SELECT name, body FROM improve_reports").fetchall()
+    assert [name for name, _ in stored] == ["team:system"]
+    assert json.loads(stored[0][1]) == json.loads((out / "report.json").read_text())
     assert "# maslens improve: team:system" in run.stdout
     assert json.loads((out / "report.json").read_text())["final_prompts"]["Planner"] != testing.PlantedFlawSystem("chain3", "Planner", "dropped-operand").prompts["Planner"]
     bad = tmp_path / "bad.jsonl"

@@ -447,3 +447,73 @@ fn curl(args: &[&str]) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// `maslens improve --db` stores the report the loop wrote (`--out DIR/report.json`) under its
+/// system's name; without `--out` it is refused before the loop runs, and a report the loop did
+/// not write this time (a loop that failed left an older one) is not stored. The "Python" here
+/// is a shell script standing in for the loop (the real loop with --db:
+/// `python/tests/test_improve.py`).
+#[test]
+fn improve_stores_the_loops_report_with_db() {
+    let home = tempfile::tempdir().unwrap();
+    let fake = home.path().join("fake-python");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n[ \"$1\" = -c ] && exit 0\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n\
+         [ -n \"$WRITE\" ] && mkdir -p \"$out\" && printf '{\"system\": \"team:system\", \"format_version\": 2}' > \"$out/report.json\"\nexit 0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let db = home.path().join("s.db");
+    let out = home.path().join("out");
+    let (db, out, python) = (
+        db.to_str().unwrap(),
+        out.to_str().unwrap(),
+        fake.to_str().unwrap(),
+    );
+    let run = |write: bool, args: &[&str]| {
+        let mut all = vec![
+            "improve",
+            "--db",
+            db,
+            "--python",
+            python,
+            "team:system",
+            "--tasks",
+            "t",
+        ];
+        all.extend(args);
+        let mut c = maslens(home.path(), &all);
+        if write {
+            c.env("WRITE", "1");
+        }
+        c.output().unwrap()
+    };
+    let o = run(true, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("give --out"), "{}", stderr(&o));
+    let o = run(true, &["--out", out]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("improvement report of team:system stored in"),
+        "{}",
+        stderr(&o)
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let o = run(false, &[&format!("--out={out}")]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        stderr(&o).contains("wrote no report this time"),
+        "{}",
+        stderr(&o)
+    );
+    let reports = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = maslens_store::Store::open(&format!("sqlite:{db}")).await.unwrap();
+        store
+            .reports(maslens_store::diagnosis::ReportKind::Improve)
+            .await
+            .unwrap()
+    });
+    assert_eq!(reports.len(), 1, "the stale report was not stored again");
+    assert_eq!(reports[0].1, "team:system");
+}

@@ -762,3 +762,80 @@ async fn every_ui_response_carries_the_security_headers() {
         .await;
     assert_secure("failed sign-in", r.headers(), "no-store");
 }
+
+/// Issue 39 item 5: a proposal's page shows the verification of the newest improvement loop
+/// stored for its system (`maslens improve --db`), and says so when there is none. The loop's
+/// report is a labelled fixture in `ImproveReport`'s JSON shape, not a real run.
+#[tokio::test]
+async fn a_proposal_shows_the_stored_loops_verification() {
+    let s = start(None).await;
+    let trace = TraceBuilder::new("sys/run-1")
+        .task("q")
+        .step("Planner", "plan")
+        .step("Coder", "code")
+        .build();
+    let hash = s.state.store.put_trace(&trace).await.expect("put");
+    let proposal = json!({"format_version": 1, "system": "sys", "mode": "m1", "words": ["code"],
+        "runs": 3, "agent": "Coder", "before": "You write code.", "model": "fixture",
+        "template": "improve/rewrite.v1", "examples": ["sys/run-1"],
+        "rewrite": {"agent": "Coder", "prompt": "You write tested code.", "evidence": 2}});
+    let id = s
+        .state
+        .store
+        .add_diagnosis(&NewDiagnosis {
+            run_id: "sys/run-1".into(),
+            method: "propose".into(),
+            trace_hash: Some(hash),
+            result: json!({"proposal": proposal}),
+            ..NewDiagnosis::default()
+        })
+        .await
+        .expect("proposal");
+    let page = s.page(&format!("/ui/proposals/{id}")).await;
+    assert!(page.contains("id=\"no-loop\""), "{page}");
+    let acceptance = |before: f64, after: f64, accepted: bool| {
+        json!({"tasks": 10, "before": before, "after": after, "delta": after - before,
+               "lo": after - before - 0.1, "hi": after - before + 0.1, "level": 0.9,
+               "accepted": accepted, "why_not": if accepted { Value::Null } else { json!("the interval includes 0") }})
+    };
+    let report = json!({"format_version": 2, "system": "sys", "model": "fixture", "held_out_tasks": 10,
+        "level": 0.9, "initial_score": 0.4, "final_score": 0.6,
+        "initial_prompts": {"Coder": "You write code.", "Planner": "Plan."},
+        "final_prompts": {"Coder": "You write tested code.", "Planner": "Plan."},
+        "iterations": [
+            {"index": 0, "chosen": ["Coder"], "acceptance": acceptance(0.4, 0.6, true)},
+            {"index": 1, "chosen": ["Planner"], "acceptance": acceptance(0.6, 0.55, false)}],
+        "baseline": {"budget_calls": 40, "calls": 38, "final_score": 0.5},
+        "replay": {"kept": true, "changed": ["Coder"], "stats": [{"config": "held-out", "traces": 4,
+            "unique_tasks": 4, "if_positions": 4, "success_traces": 0, "failure_traces": 4,
+            "delta_spr": null, "unmatched_traces": [], "spr_noop": 0.25, "spr_fix": 0.75, "rr_noop": 0.0, "rr_fix": 0.5,
+            "delta_rr": {"estimate": 0.5, "lo": 0.1, "hi": 0.9, "level": 0.9, "resamples": 1000}}]}});
+    s.state
+        .store
+        .add_report(
+            ReportKind::Improve,
+            "other-system",
+            None,
+            &json!({"system": "other-system"}),
+        )
+        .await
+        .expect("other");
+    s.state
+        .store
+        .add_report(ReportKind::Improve, "sys", None, &report)
+        .await
+        .expect("loop");
+    let page = s.page(&format!("/ui/proposals/{id}")).await;
+    assert!(page.contains("id=\"verification\""), "{page}");
+    assert!(
+        page.contains("<td>0.400</td><td>0.600</td><td>0.200 (0.100 to 0.300)</td><td>yes</td>"),
+        "{page}"
+    );
+    assert!(page.contains("no: the interval includes 0"), "{page}");
+    assert!(page.contains("38 of 40 calls"), "{page}");
+    assert!(page.contains("it changed Coder."), "{page}");
+    assert!(
+        page.contains("0.25 / 0.75") && page.contains("0.50 (0.10 to 0.90)"),
+        "{page}"
+    );
+}

@@ -352,8 +352,8 @@ impl Store {
             .collect()
     }
 
-    /// Store a credit table (`maslens_credit::CreditRun` JSON) or an eval report
-    /// (`maslens_eval` report JSON); `kind` is `credit` or `eval`. Returns its id.
+    /// Store a credit table (`maslens_credit::CreditRun` JSON), an eval report (`maslens_eval`
+    /// report JSON) or an improvement loop's report (named by its system). Returns its id.
     pub async fn add_report(
         &self,
         kind: ReportKind,
@@ -369,6 +369,9 @@ impl Store {
             }
             ReportKind::Eval => {
                 "INSERT INTO eval_reports (id, name, body, created_ns) VALUES ($1, $2, $3, $4)"
+            }
+            ReportKind::Improve => {
+                "INSERT INTO improve_reports (id, name, body, created_ns) VALUES ($1, $2, $3, $4)"
             }
         };
         let mut query = sqlx::query(sql)
@@ -395,6 +398,9 @@ impl Store {
             ReportKind::Eval => {
                 "SELECT id, name, created_ns, body FROM eval_reports ORDER BY created_ns DESC"
             }
+            ReportKind::Improve => {
+                "SELECT id, name, created_ns, body FROM improve_reports ORDER BY created_ns DESC"
+            }
         };
         let rows = sqlx::query(sql)
             .fetch_all(&self.pool)
@@ -417,6 +423,9 @@ impl Store {
                 "SELECT name, created_ns, run_id, body FROM credit_tables WHERE id = $1"
             }
             ReportKind::Eval => "SELECT name, created_ns, body FROM eval_reports WHERE id = $1",
+            ReportKind::Improve => {
+                "SELECT name, created_ns, body FROM improve_reports WHERE id = $1"
+            }
         };
         let row = sqlx::query(sql)
             .bind(id)
@@ -428,7 +437,7 @@ impl Store {
         let body = json_col(&body, || format!("report {id}"))?;
         let run_id: Option<String> = match kind {
             ReportKind::Credit => col(&r, "run_id")?,
-            ReportKind::Eval => None,
+            ReportKind::Eval | ReportKind::Improve => None,
         };
         Ok(Some((
             col(&r, "name")?,
@@ -465,6 +474,8 @@ fn report_row(r: &AnyRow) -> Result<(String, String, i64, Value)> {
 pub enum ReportKind {
     Credit,
     Eval,
+    /// The improvement loop's report (`maslens improve --db`), named by its system.
+    Improve,
 }
 
 #[cfg(test)]
@@ -562,6 +573,21 @@ mod tests {
                 .await
                 .expect("report")
                 .is_none());
+            let improve = store
+                .add_report(ReportKind::Improve, "planner-coder", None, &json!({"k": 1}))
+                .await
+                .expect("improve");
+            let listed = store.reports(ReportKind::Improve).await.expect("reports");
+            assert_eq!((listed.len(), listed[0].0.as_str()), (1, improve.as_str()));
+            let (name, _, run, body) = store
+                .report(ReportKind::Improve, &improve)
+                .await
+                .expect("report")
+                .expect("exists");
+            assert_eq!(
+                (name.as_str(), run, body["k"].as_i64()),
+                ("planner-coder", None, Some(1))
+            );
             let of_run = store.reports_of_run("r1").await.expect("of run");
             assert_eq!(of_run.len(), 1);
             assert_eq!(

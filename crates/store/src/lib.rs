@@ -79,6 +79,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/0005_run_warnings.sql"),
         include_str!("../migrations/0005_run_warnings.sql"),
     ),
+    (
+        6,
+        "improve reports",
+        include_str!("../migrations/0006_improve_reports.sql"),
+        include_str!("../migrations/0006_improve_reports.sql"),
+    ),
 ];
 
 /// Errors from the store.

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use maslens_core::improve::FixProposal;
+use maslens_core::improve::{FixProposal, ImproveReport};
+use maslens_store::diagnosis::ReportKind;
 use minijinja::context;
+use serde_json::{json, Value};
 
 use super::render::{error_page, page, store_error, QueryOf};
 use super::session::posted_form;
@@ -117,9 +119,57 @@ pub(super) async fn proposal(
         }
     };
     let targets = writeback_targets(&state);
+    let verification = match latest_loop(&state, &proposal.system).await {
+        Ok(v) => v,
+        Err(e) => return store_error(&state, e),
+    };
     page(
         &state,
         "proposal.html.j2",
-        context! { title => "A proposed fix", nav => "modes", proposal, targets },
+        context! { title => "A proposed fix", nav => "modes", proposal, targets, verification },
     )
+}
+
+/// The verification of the newest improvement loop stored for `system` (`maslens improve
+/// --db`): held-out scores before and after each iteration's change with their interval, the
+/// black-box baseline, the replay's statistics; `None` when no loop of the system is stored.
+async fn latest_loop(
+    state: &AppState,
+    system: &str,
+) -> Result<Option<Value>, maslens_store::StoreError> {
+    let reports = state.store.reports(ReportKind::Improve).await?;
+    let Some((id, _, created_ns, body)) = reports.into_iter().find(|r| r.1 == system) else {
+        return Ok(None);
+    };
+    let report: ImproveReport = match serde_json::from_value(body) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(%id, %e, "stored improve report does not parse");
+            return Ok(Some(json!({"id": id, "unreadable": e.to_string()})));
+        }
+    };
+    let iterations: Vec<Value> = report
+        .iterations
+        .iter()
+        .map(|it| {
+            json!({"index": it.index, "chosen": it.chosen, "repeated": it.repeated,
+                         "acceptance": it.acceptance})
+        })
+        .collect();
+    Ok(Some(json!({
+        "id": id,
+        "created_ns": created_ns,
+        "model": report.model,
+        "held_out_tasks": report.held_out_tasks,
+        "level": report.level,
+        "initial_score": report.initial_score,
+        "final_score": report.final_score,
+        "changed": report.changed(),
+        "iterations": iterations,
+        "baseline": report.baseline.as_ref().map(|b| json!({
+            "final_score": b.final_score, "calls": b.calls, "budget_calls": b.budget_calls})),
+        "replay": report.replay.as_ref().map(|r| json!({
+            "stats": r.stats, "unsupported": r.unsupported, "kept": r.kept})),
+        "stopped": report.stopped,
+    })))
 }
