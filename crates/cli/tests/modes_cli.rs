@@ -508,7 +508,9 @@ fn improve_stores_the_loops_report_with_db() {
         stderr(&o)
     );
     let reports = tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let store = maslens_store::Store::open(&format!("sqlite:{db}")).await.unwrap();
+        let store = maslens_store::Store::open(&format!("sqlite:{db}"))
+            .await
+            .unwrap();
         store
             .reports(maslens_store::diagnosis::ReportKind::Improve)
             .await
