@@ -279,8 +279,8 @@ def test_eval_compare_on_a_real_model_matches_the_cli(data: Path, maslens_bin: P
     with pytest.raises(maslens.OptionsError, match="leave out with_ground_truth"):
         maslens.eval_compare(spec, methods=methods, both_ground_truth=True, with_ground_truth=True, progress=False)
 
-    with pytest.raises(maslens.OptionsError, match='unknown method "echo"'):
-        maslens.eval_compare(spec, methods=("echo",), progress=False)  # type: ignore[arg-type]
+    with pytest.raises(maslens.OptionsError, match='unknown method "agenttracer"'):
+        maslens.eval_compare(spec, methods=("agenttracer",), progress=False)  # type: ignore[arg-type]
 
 
 def test_compare_method_names_are_the_native_ones() -> None:

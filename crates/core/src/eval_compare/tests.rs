@@ -9,8 +9,8 @@ fn methods_parse_by_name_and_unknown_names_list_the_choices() {
         CompareMethod::parse(" llm").unwrap(),
         CompareMethod::Agentlocate
     );
-    let e = CompareMethod::parse("echo").unwrap_err().to_string();
-    assert!(e.contains("\"echo\"") && e.contains("binary-search"), "{e}");
+    let e = CompareMethod::parse("agenttracer").unwrap_err().to_string();
+    assert!(e.contains("\"agenttracer\"") && e.contains("echo"), "{e}");
 }
 
 #[test]
