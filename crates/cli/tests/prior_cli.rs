@@ -77,6 +77,11 @@ fn eval_reports_metrics_with_intervals_next_to_baselines() {
     );
     assert!(lo <= val && val <= hi);
     assert!(methods[4]["groups"]["all"]["tolerance"][0]["within"] == 1);
+    // The built-in prior was trained on these traces: the report and stderr say so.
+    let note = v["in_sample"].as_str().unwrap();
+    assert!(note.contains("trained on 67 of these 67 traces"), "{note}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("warning: {note}")), "{stderr}");
 }
 
 #[test]
@@ -105,6 +110,27 @@ fn train_writes_a_model_that_rank_can_use() {
     );
     let text = std::fs::read_to_string(&model).unwrap();
     assert!(text.contains("maslens-prior/v1"));
+    // The model knows its training traces: an evaluation on one of them is in-sample, in the
+    // text report and on stderr.
+    let out = maslens()
+        .args([
+            "prior",
+            "eval",
+            &format!("{DATA}/Algorithm-Generated/1.json"),
+            "--bootstrap",
+            "10",
+            "--model",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("IN-SAMPLE: this prior model was trained on 1 of these 1 traces"),
+        "{stdout}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning: this prior model"));
     let out = maslens()
         .args([
             "prior",
@@ -157,7 +183,7 @@ fn train_runs_the_frozen_protocol() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["format_version"], 3);
+    assert_eq!(v["format_version"], 4);
     let p = &v["protocols"][0];
     assert_eq!(p["protocol"], "nested-cv3x2-grouped");
     let d = p["description"].as_str().unwrap();

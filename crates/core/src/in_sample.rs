@@ -7,6 +7,7 @@
 //! the 98 Who&When traces of `crates/prior/models/whowhen-v1.json` (its `training.note` names
 //! the command). A test checks it against the bundled Who&When data.
 
+use maslens_prior::PriorModel;
 use maslens_trace::Trace;
 use std::collections::HashSet;
 
@@ -35,12 +36,44 @@ pub fn note(prior_spec: Option<&str>, traces: &[&Trace]) -> Option<String> {
         return None;
     }
     let seen = traces.iter().filter(|t| trained_on(t)).count();
+    say(seen, traces.len(), "the built-in prior")
+}
+
+/// The in-sample note of an evaluation of `model` on `traces`: the built-in model (`builtin`)
+/// by the shipped list, a model file by the training set it records
+/// ([`maslens_prior::model::TrainingInfo::trace_sha256`]; files written before it was recorded
+/// cannot tell, and get no note).
+pub fn model_note(model: &PriorModel, builtin: bool, traces: &[&Trace]) -> Option<String> {
+    let recorded: HashSet<&str> = model
+        .training
+        .trace_sha256
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let seen = traces
+        .iter()
+        .filter(|t| {
+            if builtin {
+                trained_on(t)
+            } else {
+                recorded.contains(maslens_eval::run::steps_sha256(t).as_str())
+            }
+        })
+        .count();
+    let who = if builtin {
+        "the built-in prior"
+    } else {
+        "this prior model"
+    };
+    say(seen, traces.len(), who)
+}
+
+fn say(seen: usize, of: usize, who: &str) -> Option<String> {
     (seen > 0).then(|| {
         format!(
-            "the built-in prior was trained on {seen} of these {} traces, so these figures are \
+            "{who} was trained on {seen} of these {of} traces, so these figures are \
              in-sample (a fit to its training data), not an estimate for new traces; see \
-             docs/prior.md for its cross-validated figures",
-            traces.len()
+             docs/prior.md for its cross-validated figures"
         )
     })
 }

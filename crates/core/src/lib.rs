@@ -19,6 +19,10 @@
 //!   failures, a budget stop, the scan file.
 //! - [`optimize`]: `maslens optimize`: the options, the split, the sweep of settings (one
 //!   credit-guided prompt optimization experiment each), the output folder.
+//! - [`inject`]: `maslens inject`: fault injection into a debate's successful runs, the labelled
+//!   failure traces and the summary it writes.
+//! - [`prior`]: `maslens prior train/eval/rank`: the selection protocol or a fixed
+//!   configuration, the model to apply, the in-sample note of an evaluation.
 //! - [`implicit`]: the implicit-failure commands after a scan: `select` (best-of-N), `repair`,
 //!   `replay-stats`, `advantages` (IF-GRPO).
 //! - [`refinement`]: AgentLocate's fine-tuning loop: the refinement export (data, manifest,
@@ -33,10 +37,12 @@ pub mod eval_locate;
 pub mod implicit;
 pub mod improve;
 pub mod in_sample;
+pub mod inject;
 pub mod localize;
 pub mod locate;
 pub mod modes;
 pub mod optimize;
+pub mod prior;
 pub mod refinement;
 pub mod scan;
 pub mod stack;
@@ -61,6 +67,10 @@ pub enum CoreError {
     Llm(#[from] maslens_llm::LlmError),
     #[error(transparent)]
     Prior(#[from] maslens_prior::PriorError),
+    #[error(transparent)]
+    PriorRun(#[from] maslens_prior::run::RunError),
+    #[error(transparent)]
+    Credit(#[from] maslens_credit::CreditError),
     /// A compiled-in prompt template failed to render (a bug of ours).
     #[error(transparent)]
     Prompt(#[from] maslens_llm::prompt::PromptError),

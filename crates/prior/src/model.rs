@@ -163,6 +163,11 @@ pub struct TrainingInfo {
     /// Free text: data, command, metrics (written by the CLI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The content hash ([`maslens_eval::run::steps_sha256`]) of every trace the model was
+    /// trained on, sorted, so that an evaluation on them can say it is in-sample (files from
+    /// before this field, and the built-in model, whose list ships beside it: absent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trace_sha256: Vec<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -620,6 +625,7 @@ impl PriorModel {
                         seed: cfg.seed,
                         exclude_features: cfg.exclude_features.clone(),
                         note: None,
+                        trace_sha256: Vec::new(),
                     },
                 }
             })

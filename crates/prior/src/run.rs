@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 /// `maslens_eval::run::evaluate_now`; 3: the frozen protocol: nested cross-validation grouped by
 /// task question (protocol `nested-cvKxI-grouped`, methods `prior/nested` and
 /// `prior/leave-group-out` with the selection inside), and `selection` (the candidates' inner-CV
-/// hits on all traces, which chose the trained model).
-pub const REPORT_FORMAT_VERSION: u32 = 3;
+/// hits on all traces, which chose the trained model); 4: `in_sample` (a fixed model evaluated on
+/// traces it was trained on says so).
+pub const REPORT_FORMAT_VERSION: u32 = 4;
 
 /// Errors of a prior run.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +59,11 @@ pub struct EvalReport {
     /// How the trained model's configuration was chosen (training reports only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<Selection>,
+    /// Set when the evaluated model was trained on some of these traces: the figures are then a
+    /// fit to its training data, and this says so (set by the caller, which knows the model's
+    /// training set: `maslens_core::prior::evaluate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_sample: Option<String>,
 }
 
 fn v1() -> u32 {
@@ -81,6 +87,7 @@ impl EvalReport {
             bootstrap: ecfg.bootstrap,
             protocols,
             selection: None,
+            in_sample: None,
         }
     }
 }
@@ -267,6 +274,7 @@ pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Tr
         methods: vec![report("prior/training-fit", &refs, &fit, ecfg)],
     });
     model.training.note = Some(model_note(opts, chosen));
+    model.training.trace_sha256 = training_hashes(&refs);
     let mut report = EvalReport::new(traces.len(), labelled, skipped, ecfg, protocols);
     if candidates.len() > 1 {
         report.selection = Some(selection);
@@ -276,6 +284,19 @@ pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Tr
         report,
         oof_probs,
     })
+}
+
+/// The content hashes of the traces a model trains on (every trace with a label, injected ones
+/// included), sorted and without repeats: [`crate::model::TrainingInfo::trace_sha256`].
+fn training_hashes(traces: &[&Trace]) -> Vec<String> {
+    let mut hashes: Vec<String> = traces
+        .iter()
+        .filter(|t| t.gold().is_some() || !t.labels.faulty_agents.is_empty())
+        .map(|t| maslens_eval::run::steps_sha256(t))
+        .collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    hashes
 }
 
 /// Evaluate a fixed model on labelled traces, next to the baselines. `model_name` names it in the
@@ -389,6 +410,9 @@ pub fn render_text(out: &EvalReport) -> String {
         "{} traces ({} labelled, {} skipped); 95% bootstrap intervals, {} resamples, seed {}\n",
         out.traces, out.labelled, out.skipped, out.bootstrap, out.seed
     );
+    if let Some(note) = &out.in_sample {
+        s.push_str(&format!("IN-SAMPLE: {note}\n"));
+    }
     for p in &out.protocols {
         s.push_str(&format!("\n## {}: {}\n", p.protocol, p.description));
         let mut table = Table::new();

@@ -3,8 +3,8 @@
 use crate::inputs::{read_all, Inputs};
 use crate::Global;
 use anyhow::Context;
-use maslens_prior::run::{self as prior, TrainOptions};
-use maslens_prior::{AgentAggregation, EvalConfig, PriorModel, TrainConfig};
+use maslens_core::prior;
+use maslens_prior::run::{parse_objective, parse_pair_rule};
 use maslens_trace::Trace;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -121,21 +121,6 @@ fn load(input: &Inputs, global: &Global) -> anyhow::Result<(Vec<Trace>, usize)> 
     Ok((traces, errors.len()))
 }
 
-fn load_model(path: Option<&PathBuf>) -> anyhow::Result<PriorModel> {
-    Ok(match path {
-        Some(p) => PriorModel::load(p)?,
-        None => maslens_prior::load_default()?,
-    })
-}
-
-fn eval_config(c: &Common) -> EvalConfig {
-    EvalConfig {
-        bootstrap: c.bootstrap,
-        seed: c.seed,
-        ..EvalConfig::default()
-    }
-}
-
 fn exit(skipped: usize) -> ExitCode {
     crate::ui::exit_code(skipped)
 }
@@ -147,38 +132,25 @@ fn print_report(report: &prior::EvalReport, global: &Global) -> anyhow::Result<(
         let text = prior::render_text(report);
         crate::outln!("{}", text.strip_suffix('\n').unwrap_or(&text));
     }
+    if let Some(note) = &report.in_sample {
+        eprintln!("warning: {note}");
+    }
     Ok(())
 }
 
 fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (traces, skipped) = load(&args.input, global)?;
-    let defaults = TrainConfig::default();
-    let base = TrainConfig {
-        alpha: args.alpha.unwrap_or(defaults.alpha),
-        agent_alpha: args.agent_alpha.or(defaults.agent_alpha),
-        // clap accepts only the names these parse
-        objective: args
-            .objective
-            .as_deref()
-            .and_then(prior::parse_objective)
-            .unwrap_or_default(),
-        pair_rule: prior::parse_pair_rule(&args.pair_rule).unwrap_or_default(),
-        seed: args.common.seed,
-        agent_head: !args.no_agent_head,
-        agent_aggregation: AgentAggregation::Sum,
-        ..defaults
-    };
-    let fixed = args.alpha.is_some() || args.agent_alpha.is_some() || args.objective.is_some();
-    let opts = TrainOptions {
+    let request = prior::TrainRequest {
         folds: args.folds,
         inner_folds: args.inner_folds,
-        candidates: if fixed {
-            vec![maslens_prior::eval::Setting::new("all", base.clone())]
-        } else {
-            Vec::new()
-        },
-        train: base,
-        eval: eval_config(&args.common),
+        alpha: args.alpha,
+        agent_alpha: args.agent_alpha,
+        // clap accepts only the names these parse
+        objective: args.objective.as_deref().and_then(parse_objective),
+        pair_rule: parse_pair_rule(&args.pair_rule).unwrap_or_default(),
+        agent_head: !args.no_agent_head,
+        seed: args.common.seed,
+        bootstrap: args.common.bootstrap,
         oof_probs: args.oof_probs.is_some(),
         inputs: args
             .input
@@ -187,7 +159,7 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
             .map(|p| p.display().to_string())
             .collect(),
     };
-    let trained = prior::train(&traces, skipped, &opts)?;
+    let trained = prior::train(&traces, skipped, &request)?;
     if let (Some(path), Some(lines)) = (&args.oof_probs, &trained.oof_probs) {
         maslens_prior::probs::write(path, lines)?;
         eprintln!(
@@ -212,22 +184,16 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
 }
 
 fn eval(args: EvalArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let model = load_model(args.model.as_ref())?;
+    let model = prior::load_model(args.model.as_deref())?;
     let (traces, skipped) = load(&args.input, global)?;
-    let name = args.model.as_ref().map(|p| p.display().to_string());
-    let report = prior::evaluate(
-        &traces,
-        skipped,
-        &model,
-        name.as_deref(),
-        &eval_config(&args.common),
-    )?;
+    let ecfg = prior::eval_config(args.common.seed, args.common.bootstrap);
+    let report = prior::evaluate(&traces, skipped, &model, &ecfg)?;
     print_report(&report, global)?;
     Ok(exit(skipped))
 }
 
 fn rank(args: RankArgs, global: &Global) -> anyhow::Result<ExitCode> {
-    let model = load_model(args.model.as_ref())?;
+    let model = prior::load_model(args.model.as_deref())?.model;
     let (traces, skipped) = load(&args.input, global)?;
     for t in &traces {
         let r = prior::rank(&model, t, args.top);

@@ -353,6 +353,7 @@ pub fn evaluate_and_fit(
         bootstrap: ecfg.bootstrap,
         protocols: vec![protocol],
         selection: None,
+        in_sample: None,
     };
     Ok(StackFitOutput {
         report,
