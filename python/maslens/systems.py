@@ -165,6 +165,57 @@ class AgentChatSystem:
         output = _message_text(messages[-1]) if messages else ""
         return Run(from_autogen(result, outcome=self.outcome), output, {"result": result})
 
+    def resume(self, task: str, prompts: Mapping[str, str], history: Sequence[Message], agent: str) -> Run:
+        """Go on after ``history`` with ``agent`` speaking next: the team is built with
+        ``prompts``, the history is its task (one ``TextMessage`` per message, from the agent that
+        wrote it, so every participant sees it as it happened), and a round-robin team's next
+        speaker is set to ``agent`` through the team's own state (``save_state`` /
+        ``load_state``). Other teams (selector, swarm, Magentic-One) choose the next speaker
+        themselves: when their choice is not ``agent`` this raises ``ValueError`` and the run is
+        not replayed. The trace holds the history and the new messages."""
+        check_prompts(self, prompts)
+        from autogen_agentchat.messages import BaseChatMessage, TextMessage
+
+        from .adapters import from_autogen
+
+        if not history:
+            raise ValueError("nothing to resume from: the history is empty")
+        task_messages = [TextMessage(content=m["content"], source=m.get("name") or m["role"]) for m in history]
+
+        async def go() -> Any:
+            team = self.make_team(dict(prompts))
+            self.last_team = team
+            await _next_speaker(team, agent)
+            return await team.run(task=task_messages)
+
+        result = _run_async(go())
+        messages = list(result.messages)
+        new = [m for m in messages[len(task_messages) :] if isinstance(m, BaseChatMessage)]
+        if not new:
+            raise ValueError("the team stopped before anyone spoke after the history (its termination condition counts the history's messages too)")
+        if new[0].source != agent:
+            raise ValueError(f"the team chose {new[0].source!r} to speak after the history, not {agent!r}")
+        output = _message_text(messages[-1])
+        return Run(from_autogen(result, task=task, outcome=self.outcome), output, {"result": result})
+
+
+async def _next_speaker(team: Any, agent: str) -> None:
+    """Make ``agent`` the next speaker of a round-robin ``team`` through its saved state (the
+    participants' states are in their order, the manager's last); other teams are left as
+    they are (their manager's state has no ``next_speaker_index``)."""
+    state = dict(await team.save_state())
+    agents = dict(state.get("agent_states", {}))
+    names = [n for n in agents if n != list(agents)[-1]]
+    if agent not in names:
+        raise ValueError(f"the team has no participant named {agent!r} (it has {names})")
+    manager_name = list(agents)[-1]
+    manager = dict(agents[manager_name])
+    if "next_speaker_index" in manager:
+        manager["next_speaker_index"] = names.index(agent)
+        agents[manager_name] = manager
+        state["agent_states"] = agents
+        await team.load_state(state)
+
 
 def _message_text(message: Any) -> str:
     to_text = getattr(message, "to_text", None)
@@ -271,6 +322,46 @@ class LangGraphSystem:
         graph = self.make_graph(dict(prompts))
         chunks = list(graph.stream({self.messages_key: [("user", task)]}, stream_mode="updates"))
         trace = from_langgraph(chunks, task=task, outcome=self.outcome, messages_key=self.messages_key)
+        steps = trace.steps
+        return Run(trace, str(steps[-1]["content"]) if steps else "", {"updates": chunks})
+
+    def resume(self, task: str, prompts: Mapping[str, str], history: Sequence[Message], agent: str) -> Run:
+        """Go on after ``history`` at the node ``agent``. When ``START`` leads to ``agent`` the
+        graph simply runs with the history as its messages; otherwise a copy of the compiled graph
+        with an in-memory checkpointer gets the history as the state written by a node with an edge
+        into ``agent`` (the last such node of the history, else the first in the graph), and goes
+        on from there (LangGraph's ``update_state(..., as_node=...)``). When the graph then runs
+        another node first (a conditional edge chose otherwise), this raises ``ValueError`` and
+        the run is not replayed. The trace holds the history's agent messages and the new ones."""
+        check_prompts(self, prompts)
+        from langchain_core.messages import AIMessage, HumanMessage
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        from .adapters import from_langgraph
+
+        graph = self.make_graph(dict(prompts))
+        edges = graph.get_graph().edges
+        preds = [e.source for e in edges if e.target == agent]
+        if not preds:
+            nodes = sorted({e.target for e in edges} - {"__end__"})
+            raise ValueError(f"the graph has no node {agent!r} that an edge leads to (its nodes: {nodes})")
+        msgs: list[Any] = [HumanMessage(content=m["content"]) if m["role"] == "user" else AIMessage(content=m["content"], name=m.get("name")) for m in history]
+        if not history or history[0]["role"] != "user":
+            msgs.insert(0, HumanMessage(content=task))
+        if "__start__" in preds:
+            chunks = list(graph.stream({self.messages_key: msgs}, stream_mode="updates"))
+        else:
+            spoke = [m.get("name") for m in history]
+            pred = next((n for n in reversed(spoke) if n in preds), preds[0])
+            saved = graph.copy({"checkpointer": InMemorySaver()})
+            config: Any = {"configurable": {"thread_id": "maslens-resume"}}
+            saved.update_state(config, {self.messages_key: msgs}, as_node=pred)
+            chunks = list(saved.stream(None, config, stream_mode="updates"))
+        ran = [node for chunk in chunks for node in chunk]
+        if not ran or ran[0] != agent:
+            raise ValueError(f"the graph ran {ran[0] if ran else 'nothing'!r} after the history, not {agent!r}")
+        before = [{m["name"]: {self.messages_key: [AIMessage(content=m["content"], name=m["name"])]}} for m in history if m["role"] != "user" and m.get("name")]
+        trace = from_langgraph(before + chunks, task=task, outcome=self.outcome, messages_key=self.messages_key)
         steps = trace.steps
         return Run(trace, str(steps[-1]["content"]) if steps else "", {"updates": chunks})
 

@@ -116,6 +116,100 @@ def test_autogen_agentchat_system_takes_the_changed_prompt(serve_model: ServeMod
         system.run(TASK, {"Solver": "x"})
 
 
+def test_autogen_agentchat_system_resumes_with_the_named_agent_next(serve_model: ServeModel) -> None:
+    """Replay needs the named agent to speak right after the history: a fresh round-robin team
+    would start at its first participant (Solver); resume makes it Checker, with Checker's
+    changed prompt, and the history reaches the model as it happened."""
+    pytest.importorskip("autogen_agentchat")
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    requests = Requests()
+    info = {"vision": False, "function_calling": False, "json_output": False, "family": "unknown", "structured_output": False}
+    client = OpenAIChatCompletionClient(model=MODEL, base_url=serve_model.base_url, api_key="unused", model_info=info, max_tokens=24, temperature=0.0, http_client=requests.client())  # type: ignore[arg-type]
+
+    def make_team(prompts: Mapping[str, str]) -> Any:
+        agents: list[Any] = [AssistantAgent(name, model_client=client, system_message=prompts[name]) for name in ("Solver", "Checker", "Scribe")]
+        return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(4))
+
+    shipped = {"Solver": "You are Solver. Answer in one sentence.", "Checker": "You are Checker. Say if the answer is right.", "Scribe": "You are Scribe. Summarize."}
+    system = AgentChatSystem(make_team, shipped)
+    assert maslens.systems.can_resume(system)
+    history = [{"role": "user", "name": "user", "content": TASK}, {"role": "assistant", "name": "Solver", "content": "91 is prime."}]
+    changed = _changed(shipped, "Checker", "You are Checker. Reply only YES or NO.")
+    run = system.resume(TASK, changed, history, "Checker")
+    steps = run.trace.steps
+    assert [s["agent"] for s in steps[:2]] == ["user", "Solver"] and steps[1]["content"] == "91 is prime."
+    # MaxMessageTermination(4) counts the history: two new messages, Checker's then Scribe's.
+    assert [s["agent"] for s in steps[2:]] == ["Checker", "Scribe"], steps
+    assert run.trace.task == TASK and run.output == steps[-1]["content"]
+    assert requests.system_prompts[0] == changed["Checker"], "the changed Checker spoke first"
+    assert shipped["Solver"] not in requests.system_prompts
+
+    # Scribe next, skipping Checker: the index follows the participants' order.
+    again = system.resume(TASK, shipped, history, "Scribe")
+    assert [s["agent"] for s in again.trace.steps[2:]] == ["Scribe", "Solver"]
+
+    with pytest.raises(ValueError, match="no participant named 'Editor'"):
+        system.resume(TASK, shipped, history, "Editor")
+    with pytest.raises(ValueError, match="history is empty"):
+        system.resume(TASK, shipped, [], "Checker")
+    # A history as long as the termination's limit: the team stops before anyone speaks.
+    full = history + [{"role": "assistant", "name": "Checker", "content": "yes"}, {"role": "assistant", "name": "Scribe", "content": "ok"}]
+    with pytest.raises(ValueError, match="stopped before anyone spoke"):
+        system.resume(TASK, shipped, full, "Solver")
+
+
+def test_langgraph_system_resumes_at_the_named_node(serve_model: ServeModel) -> None:
+    """A graph solver -> checker -> scribe resumed at checker: the history is the state a solver
+    wrote (a checkpointer copy of the graph), checker runs first with its changed prompt and
+    sees the history; resumed at solver (START's node) the graph simply runs from the history."""
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import AIMessage
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    seen: list[tuple[str, str, list[str]]] = []
+    llm = ChatOpenAI(model=MODEL, base_url=serve_model.base_url, api_key="unused", max_tokens=16, temperature=0)  # type: ignore[call-arg, arg-type]
+
+    def make_graph(prompts: Mapping[str, str]) -> Any:
+        def node(name: str) -> Any:
+            def call(state: MessagesState) -> dict[str, Any]:
+                seen.append((name, prompts[name], [str(m.content) for m in state["messages"]]))
+                return {"messages": [AIMessage(content=llm.invoke([("system", prompts[name]), *state["messages"]]).content)]}
+
+            return call
+
+        g = StateGraph(MessagesState)
+        for name in ("solver", "checker", "scribe"):
+            g.add_node(name, node(name))  # type: ignore[call-overload]
+        g.add_edge(START, "solver")
+        g.add_edge("solver", "checker")
+        g.add_edge("checker", "scribe")
+        g.add_edge("scribe", END)
+        return g.compile()
+
+    shipped = {"solver": "Answer briefly.", "checker": "Say if it is right.", "scribe": "Summarize."}
+    system = maslens.LangGraphSystem(make_graph, shipped)
+    assert maslens.systems.can_resume(system)
+    history = [{"role": "user", "name": "user", "content": TASK}, {"role": "assistant", "name": "solver", "content": "91 is prime."}]
+    changed = _changed(shipped, "checker", "Reply only YES or NO.")
+    run = system.resume(TASK, changed, history, "checker")
+    assert [name for name, _, _ in seen] == ["checker", "scribe"]
+    assert seen[0][1] == changed["checker"] and seen[0][2] == [TASK, "91 is prime."]
+    steps = run.trace.steps
+    assert [s["agent"] for s in steps if s["agent"] != "user"] == ["solver", "checker", "scribe"], steps
+    assert run.output == steps[-1]["content"]
+
+    seen.clear()
+    system.resume(TASK, shipped, history[:1], "solver")
+    assert [name for name, _, _ in seen] == ["solver", "checker", "scribe"] and seen[0][2] == [TASK]
+    with pytest.raises(ValueError, match="no node 'editor'"):
+        system.resume(TASK, shipped, history, "editor")
+
+
 def test_openai_agents_system_takes_the_changed_prompt(serve_model: ServeModel) -> None:
     pytest.importorskip("agents")
     from openai import AsyncOpenAI
