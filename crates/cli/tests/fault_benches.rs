@@ -1,6 +1,7 @@
 //! The fault-figure scripts of issue 16 (bench/, docs/security.md "Fault figures") at a small
 //! scale, so they keep working: the chaos run (SIGKILL and resume of `eval locate`), the LLM
-//! faults through the fault-injecting proxy, and serve-model under load (embedded model: e2e).
+//! faults through the fault-injecting proxy, and serve-model under load (embedded model: e2e); and
+//! the growing-run assembly bench of issue 35.
 //! Each script checks its own figures and exits 1 when one misses.
 
 use std::path::{Path, PathBuf};
@@ -109,4 +110,21 @@ fn e2e_serve_model_load_script_runs_briefly() {
         probes.iter().all(|p| p["server_queue_ms"].is_number()),
         "{out}"
     );
+}
+
+/// `bench/serve_growing_run.py` (docs/serve.md, issue 35 F18) at a tiny scale: both servers take
+/// every batch and end with the whole run assembled, and the script prints its ratio.
+#[test]
+fn serve_growing_run_script_runs_briefly() {
+    let (code, out) = script(
+        "serve_growing_run.py",
+        &["--batches", "3", "--spans", "40", "--gap", "0.05"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("one run of 120 chat spans"), "{out}");
+    assert!(
+        out.contains("baseline (--assembly-pace 0): server CPU"),
+        "{out}"
+    );
+    assert!(out.contains("CPU ratio baseline/paced: "), "{out}");
 }

@@ -488,6 +488,14 @@ fn an_empty_token_and_out_of_range_flags_are_refused_at_start() {
         (vec!["--idle", "1e30"], "--idle must be a number of seconds"),
         (vec!["--job-lease", "1e30"], "--job-lease must be"),
         (
+            vec!["--assembly-pace=-1"],
+            "--assembly-pace must be a number",
+        ),
+        (
+            vec!["--assembly-pace", "NaN"],
+            "--assembly-pace must be a number",
+        ),
+        (
             vec!["--max-body-mib", "17592186044416"],
             "--max-body-mib must be from 1 to",
         ),

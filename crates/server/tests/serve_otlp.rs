@@ -979,3 +979,74 @@ async fn a_job_runs_the_judge_protocol_it_names() {
     assert_eq!((&d["agent"], &d["step"]), (&"B".into(), &1.into()), "{d}");
     assert_eq!(d["params"]["options"]["protocol"], "taxonomy", "{d}");
 }
+
+/// One OTLP/JSON request of `spans` chat spans, all of one trace, numbered from `first`.
+fn chat_batch(first: usize, spans: usize) -> String {
+    let out: Vec<Value> = (first..first + spans)
+        .map(|n| {
+            let msg = serde_json::json!([{"role": "assistant", "parts": [{"type": "text", "content": format!("turn {n}")}]}]);
+            let start = 1_767_225_600_000_000_000u64 + n as u64 * 1_000_000;
+            let agent = if n % 2 == 0 { "Planner" } else { "Coder" };
+            serde_json::json!({
+                "traceId": "6c1a0e2b9d8f4a3b8e7d6c5b4a392817",
+                "spanId": format!("{:016x}", n + 1),
+                "name": "chat gpt-4o-mini",
+                "startTimeUnixNano": start.to_string(),
+                "endTimeUnixNano": (start + 900_000).to_string(),
+                "attributes": [
+                    {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                    {"key": "gen_ai.agent.name", "value": {"stringValue": agent}},
+                    {"key": "gen_ai.output.messages", "value": {"stringValue": msg.to_string()}},
+                ],
+            })
+        })
+        .collect();
+    serde_json::json!({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": out}]}]})
+        .to_string()
+}
+
+/// Issue 35 F18: a run sent in many batches is assembled at a pace (a multiple of its last
+/// assembly's time) rather than on every batch, and its stored trace still ends with every span
+/// once the batches stop (`bench/serve_growing_run.py` measures the CPU it saves).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_sent_in_many_batches_ends_whole_under_the_assembly_pace() {
+    let server = start(fast(ServeConfig {
+        assembly_pace: 8.0,
+        ..ServeConfig::default()
+    }))
+    .await;
+    let client = reqwest::Client::new();
+    let (batches, per) = (12, 300);
+    for b in 0..batches {
+        let r = client
+            .post(format!("{}/v1/traces", server.base))
+            .header("content-type", "application/json")
+            .body(chat_batch(b * per, per))
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status(), 200);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let total = (batches * per) as u64;
+    let mut last = Value::Null;
+    for _ in 0..600 {
+        let list: Value = client
+            .get(format!("{}/api/runs", server.base))
+            .send()
+            .await
+            .expect("list")
+            .json()
+            .await
+            .expect("json");
+        last = list["runs"][0].clone();
+        if last["n_spans"].as_u64() == Some(total) && last["state"] == "complete" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last["n_spans"].as_u64(), Some(total), "{last}");
+    assert_eq!(last["n_steps"].as_u64(), Some(total), "{last}");
+    assert_eq!(last["state"], "complete", "{last}");
+    let _ = server.stop.send(true);
+}

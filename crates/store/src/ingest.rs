@@ -204,19 +204,27 @@ impl Store {
     pub async fn assemble_pending(&self, limit: i64) -> Result<Vec<String>> {
         let mut done = Vec::new();
         for (run, seq) in self.pending_assembly(limit).await? {
-            match self.assemble(&run).await {
-                Ok(Some(_)) => done.push(run),
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(%run, %e, "assembly failed; the run is marked failed");
-                    let reason = format!("assembly: {e}");
-                    if let Err(e) = self.mark_failed(&run, seq, &reason).await {
-                        tracing::warn!(%run, %e, "could not mark the run failed");
-                    }
-                }
+            if self.assemble_or_fail(&run, seq).await {
+                done.push(run);
             }
         }
         Ok(done)
+    }
+
+    /// [`Store::assemble`] `run` (pending at `seq`); when that fails, the run is marked failed
+    /// with the reason ([`Store::mark_failed`]). True when a new trace was stored.
+    pub async fn assemble_or_fail(&self, run: &str, seq: i64) -> bool {
+        match self.assemble(run).await {
+            Ok(stored) => stored.is_some(),
+            Err(e) => {
+                tracing::warn!(%run, %e, "assembly failed; the run is marked failed");
+                let reason = format!("assembly: {e}");
+                if let Err(e) = self.mark_failed(run, seq, &reason).await {
+                    tracing::warn!(%run, %e, "could not mark the run failed");
+                }
+                false
+            }
+        }
     }
 
     /// Mark a run failed with `reason` unless spans arrived after `seq`: it is no longer

@@ -48,6 +48,11 @@ pub struct Args {
     /// Seconds without new spans before a run without a root span counts as complete.
     #[arg(long, default_value_t = 60.0)]
     pub idle: f64,
+    /// A run still receiving spans whose last assembly took T (20 ms or more) is assembled again
+    /// only after this many times T: assembly of a run sent in many batches stays linear in its
+    /// size, and its stored trace lags by up to that long (0: assemble on every pass).
+    #[arg(long, default_value_t = 4.0)]
+    pub assembly_pace: f64,
     /// Seconds after which a job claimed by a server that stopped answering is queued again.
     #[arg(long, default_value_t = 900.0)]
     pub job_lease: f64,
@@ -97,6 +102,13 @@ fn secs(v: f64, flag: &str) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
+fn pace(v: f64) -> anyhow::Result<f64> {
+    if !(v.is_finite() && (0.0..=1000.0).contains(&v)) {
+        anyhow::bail!("--assembly-pace must be a number from 0 to 1000, not {v}");
+    }
+    Ok(v)
+}
+
 /// `--token` as given, refused when empty or blank: an unset variable that expanded to nothing
 /// must not pass for a token (the UI would then sign in anyone with an empty one).
 fn token(given: Option<&str>) -> anyhow::Result<Option<String>> {
@@ -144,6 +156,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         max_body_bytes: args.max_body_mib << 20,
         settle: secs(args.settle, "--settle")?,
         idle: secs(args.idle, "--idle")?,
+        assembly_pace: pace(args.assembly_pace)?,
         lease: secs(args.job_lease, "--job-lease")?,
         job_timeout: match args.job_timeout {
             Some(t) => secs(t, "--job-timeout")?,

@@ -24,6 +24,7 @@ pub mod api;
 pub mod guard;
 pub mod modes;
 pub mod openapi;
+pub mod pace;
 pub mod pipeline;
 pub mod propose;
 pub mod ui;
@@ -179,6 +180,9 @@ pub struct ServeConfig {
     pub worker: String,
     /// Background loop period.
     pub tick: Duration,
+    /// A growing run waits this many times its last assembly's duration before the next one
+    /// ([`pace::AssemblyPace`]; 0: assemble on every pass).
+    pub assembly_pace: f64,
     /// A job claimed longer ago than this is given back (its worker died).
     pub lease: Duration,
     /// A job that runs longer than this fails with the reason (a model that never answers would
@@ -212,6 +216,7 @@ impl Default for ServeConfig {
             writeback: WriteBack::default(),
             worker: format!("maslens-{}", std::process::id()),
             tick: Duration::from_millis(250),
+            assembly_pace: 4.0,
             lease: Duration::from_secs(15 * 60),
             job_timeout: Duration::from_secs(10 * 60),
             sweep: Duration::from_secs(10),
@@ -237,6 +242,8 @@ pub struct AppState {
     pub auth_failures: guard::FailureLimit,
     /// Slots for large request bodies read at once ([`guard::body_slots`]).
     pub body_slots: Arc<tokio::sync::Semaphore>,
+    /// When each large run may be assembled again.
+    pub pace: pace::AssemblyPace,
 }
 
 impl AppState {
@@ -261,7 +268,14 @@ impl AppState {
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| ServeError::Setup(format!("HTTP client: {e}")))?;
+        if !(config.assembly_pace.is_finite() && config.assembly_pace >= 0.0) {
+            return Err(ServeError::Setup(format!(
+                "the assembly pace must be a number of at least 0, not {}",
+                config.assembly_pace
+            )));
+        }
         let config_ttl = config.session_ttl;
+        let pace = pace::AssemblyPace::new(config.assembly_pace);
         Ok(Arc::new(AppState {
             store,
             config,
@@ -272,6 +286,7 @@ impl AppState {
             sessions: guard::Sessions::new(config_ttl),
             auth_failures: guard::FailureLimit::new(20, Duration::from_secs(60)),
             body_slots: Arc::new(tokio::sync::Semaphore::new(guard::LARGE_BODIES_AT_ONCE)),
+            pace,
         }))
     }
 }

@@ -161,7 +161,15 @@ fn nanos(d: std::time::Duration) -> i64 {
 
 /// One pass: assemble, then complete and diagnose what is due.
 pub async fn assemble_once(state: &AppState) -> Result<(), maslens_store::StoreError> {
-    state.store.assemble_pending(200).await?;
+    for (run, seq) in state.store.pending_assembly(200).await? {
+        // A large run still growing waits a multiple of its last assembly's time.
+        if !state.pace.due(&run, Instant::now()) {
+            continue;
+        }
+        let started = Instant::now();
+        state.store.assemble_or_fail(&run, seq).await;
+        state.pace.record(&run, Instant::now(), started.elapsed());
+    }
     let now = maslens_store::now_ns();
     let due = state
         .store
