@@ -165,7 +165,7 @@ Method = Literal["stacked", "llm", "prior"]
 #: Which pair ``eval_locate`` scores: ``coherent`` (the verdict's primary pair, the default) or
 #: ``independent`` (Who&When's tables: the agent-level and step-level answers apart).
 PairRule = Literal["coherent", "independent"]
-Protocol = Literal["all-at-once", "step-by-step", "binary-search", "a2p", "taxonomy", "echo"]
+Protocol = Literal["all-at-once", "step-by-step", "binary-search", "a2p", "taxonomy", "echo", "counterfactual"]
 #: AgentLocate's outputs (section 5): ``verified`` (Variant II, the Evaluators' vote; old name
 #: ``full``), ``judge`` (Variant I, the Judge's hypothesis; old name ``judge-only``), ``judge-ft``
 #: (eq. 6, the Judge with a fine-tuned model), ``evaluators-only`` (maslens's addition).

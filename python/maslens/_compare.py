@@ -27,11 +27,11 @@ from ._results import CompareReport
 #: The methods ``eval_compare`` runs, as ``maslens eval compare --methods`` names them.
 CompareMethod = Literal[
     "prior", "stacked", "agentlocate", "llm", "all-at-once", "step-by-step", "binary-search", "a2p",
-    "taxonomy", "echo",
+    "taxonomy", "echo", "counterfactual",
 ]
 ALL_METHODS: tuple[CompareMethod, ...] = (
     "prior", "stacked", "agentlocate", "all-at-once", "step-by-step", "binary-search", "a2p",
-    "taxonomy", "echo",
+    "taxonomy", "echo", "counterfactual",
 )
 
 

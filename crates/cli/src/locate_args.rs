@@ -32,10 +32,12 @@ pub struct MethodArgs {
     pub stack: Option<String>,
     /// Judge protocol: all-at-once, step-by-step, binary-search (Who&When), a2p
     /// (Abduct-Act-Predict: abduction, action and prediction in one pass), taxonomy (AEGIS-style:
-    /// the failure modes of a fixed taxonomy seen, then the decisive one), or echo (ECHO-style: a
-    /// hierarchical context, six analysts, a consensus vote; docs/locate.md).
+    /// the failure modes of a fixed taxonomy seen, then the decisive one), echo (ECHO-style: a
+    /// hierarchical context, six analysts, a consensus vote), or counterfactual (AgenTracer-style:
+    /// a step and its correction proposed, the corrected run predicted by the model, up to three
+    /// rounds; docs/locate.md).
     #[arg(long, default_value = "all-at-once",
-          value_parser = enum_parser::<Protocol>(&[&["all-at-once", "all_at_once"], &["step-by-step", "step_by_step"], &["binary-search", "binary_search", "binary"], &["a2p", "abduct-act-predict"], &["taxonomy", "aegis-taxonomy"], &["echo"]]))]
+          value_parser = enum_parser::<Protocol>(&[&["all-at-once", "all_at_once"], &["step-by-step", "step_by_step"], &["binary-search", "binary_search", "binary"], &["a2p", "abduct-act-predict"], &["taxonomy", "aegis-taxonomy"], &["echo"], &["counterfactual"]]))]
     pub protocol: Protocol,
     /// Which output the run gives, named as in the paper (section 5): `verified` (Variant II:
     /// Judge + Evaluators, output = their vote, eq. 4; formerly `full`), `judge` (Variant I: the

@@ -178,6 +178,7 @@ fn eval_compare_every_method_in_both_ground_truth_settings_snapshot() {
         "a2p",
         "taxonomy",
         "echo",
+        "counterfactual",
     ] {
         expected.push(m);
         expected.push(Box::leak(format!("{m}+gt").into_boxed_str()));

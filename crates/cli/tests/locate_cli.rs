@@ -244,7 +244,17 @@ fn quoting(u: &str, n: usize) -> String {
 fn fixture_handler() -> Handler {
     Arc::new(|body: &Value, _| {
         let u = last_user(body);
-        let text = if u.contains("You are analyst") || u.contains("by its opening words only") {
+        let text = if u.contains("Your task: predict how the run would go on") {
+            // Counterfactual checking: the check accepts the corrected run.
+            r#"{"continuation":"the product comes out right","solved":true,"confidence":0.8}"#
+                .to_string()
+        } else if u.contains("say how it should have been written") {
+            // Counterfactual checking: the proposal, with its correction.
+            format!(
+                r#"{{"reason":"{}","agent":"x","step":2,"correction":"the right message","confidence":0.6}}"#,
+                quoting(&u, 2)
+            )
+        } else if u.contains("You are analyst") || u.contains("by its opening words only") {
             // ECHO: the scout and the six analysts.
             format!(
                 r#"{{"reason":"{}","agent":"x","step":2,"confidence":0.7}}"#,
@@ -382,6 +392,7 @@ async fn eval_locate_runs_every_protocol_and_exports_refinement() {
         ("a2p", "judge-only", 2),
         ("taxonomy", "judge-only", 0),
         ("echo", "judge-only", 2),
+        ("counterfactual", "judge-only", 2),
         ("all-at-once", "full", 2),
     ] {
         let o = run(maslens(
@@ -419,6 +430,10 @@ async fn eval_locate_runs_every_protocol_and_exports_refinement() {
             if protocol == "taxonomy" {
                 assert_eq!(c["pred"]["error_mode"], "FM-2.5", "{c}");
             }
+        }
+        if protocol == "counterfactual" {
+            // One proposal and one check per case: the check accepted the first step.
+            assert_eq!(r["usage"]["calls"], 6, "{}", r["usage"]);
         }
     }
     // Refinement export on the train side of a split, disjoint from the evaluated cases.

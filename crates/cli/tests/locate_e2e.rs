@@ -107,6 +107,7 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
         ("a2p", "judge-only", 1),
         ("taxonomy", "judge-only", 1),
         ("echo", "judge-only", 1),
+        ("counterfactual", "judge-only", 1),
         ("all-at-once", "full", 2),
     ] {
         let out = dir.path().join(format!("{protocol}-{variant}"));

@@ -42,10 +42,13 @@ pub enum CompareMethod {
     Taxonomy,
     /// ECHO-style: hierarchical context, six analysts, a confidence-weighted consensus.
     Echo,
+    /// AgenTracer-style counterfactual checking: a step with its correction proposed, the
+    /// corrected run predicted by the model, up to three rounds.
+    Counterfactual,
 }
 
 impl CompareMethod {
-    pub const ALL: [CompareMethod; 9] = [
+    pub const ALL: [CompareMethod; 10] = [
         CompareMethod::Prior,
         CompareMethod::Stacked,
         CompareMethod::Agentlocate,
@@ -55,6 +58,7 @@ impl CompareMethod {
         CompareMethod::A2p,
         CompareMethod::Taxonomy,
         CompareMethod::Echo,
+        CompareMethod::Counterfactual,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +72,7 @@ impl CompareMethod {
             CompareMethod::A2p => "a2p",
             CompareMethod::Taxonomy => "taxonomy",
             CompareMethod::Echo => "echo",
+            CompareMethod::Counterfactual => "counterfactual",
         }
     }
 
@@ -83,6 +88,9 @@ impl CompareMethod {
             CompareMethod::A2p => "A2P, Abduct-Act-Predict (West et al., 2025)",
             CompareMethod::Taxonomy => "AEGIS-style taxonomy judge (Kong et al., 2025)",
             CompareMethod::Echo => "ECHO-style panel (Banerjee et al., 2025)",
+            CompareMethod::Counterfactual => {
+                "AgenTracer-style counterfactual check, replay predicted (Zhang et al., 2025)"
+            }
         }
     }
 
@@ -131,6 +139,7 @@ impl CompareMethod {
             CompareMethod::A2p => judge_alone(Protocol::A2p),
             CompareMethod::Taxonomy => judge_alone(Protocol::Taxonomy),
             CompareMethod::Echo => judge_alone(Protocol::Echo),
+            CompareMethod::Counterfactual => judge_alone(Protocol::Counterfactual),
         }
     }
 }

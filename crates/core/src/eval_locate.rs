@@ -245,12 +245,12 @@ pub async fn eval_locate_with(
     if opts.export_refinement.is_some()
         && matches!(
             opts.locate.protocol,
-            Protocol::A2p | Protocol::Taxonomy | Protocol::Echo
+            Protocol::A2p | Protocol::Taxonomy | Protocol::Echo | Protocol::Counterfactual
         )
     {
         return Err(CoreError::Invalid(
             "--export-refinement teaches the Judge in all-at-once, step-by-step or binary-search; \
-             A2P, the taxonomy Judge and ECHO train no Judge (choose another --protocol)"
+             A2P, the taxonomy Judge, ECHO and counterfactual checking train no Judge (choose another --protocol)"
                 .into(),
         ));
     }

@@ -34,6 +34,7 @@
 
 mod a2p;
 mod binary;
+mod counterfactual;
 mod echo;
 mod one_pass;
 mod step_by_step;
@@ -65,6 +66,9 @@ pub enum Protocol {
     Taxonomy,
     /// The ECHO-style panel: hierarchical context, analysts, consensus ([`echo`]).
     Echo,
+    /// AgenTracer-style counterfactual checking, the replay predicted by the model
+    /// ([`counterfactual`]).
+    Counterfactual,
 }
 
 impl Protocol {
@@ -76,9 +80,10 @@ impl Protocol {
             Protocol::A2p => "a2p",
             Protocol::Taxonomy => "taxonomy",
             Protocol::Echo => "echo",
+            Protocol::Counterfactual => "counterfactual",
         }
     }
-    pub fn all() -> [Protocol; 6] {
+    pub fn all() -> [Protocol; 7] {
         [
             Protocol::AllAtOnce,
             Protocol::StepByStep,
@@ -86,6 +91,7 @@ impl Protocol {
             Protocol::A2p,
             Protocol::Taxonomy,
             Protocol::Echo,
+            Protocol::Counterfactual,
         ]
     }
 }
@@ -100,9 +106,10 @@ impl std::str::FromStr for Protocol {
             "a2p" | "abduct-act-predict" => Ok(Protocol::A2p),
             "taxonomy" | "aegis-taxonomy" => Ok(Protocol::Taxonomy),
             "echo" => Ok(Protocol::Echo),
+            "counterfactual" => Ok(Protocol::Counterfactual),
             other => Err(format!(
                 "unknown protocol {other:?} (all-at-once, step-by-step, binary-search, a2p, \
-                 taxonomy, echo)"
+                 taxonomy, echo, counterfactual)"
             )),
         }
     }
@@ -271,6 +278,9 @@ pub async fn judge_guided(
         Protocol::A2p => a2p::a2p(model, trace, settings, prior).await,
         Protocol::Taxonomy => taxonomy::taxonomy(model, trace, settings, prior).await,
         Protocol::Echo => echo::echo(model, trace, settings, prior).await,
+        Protocol::Counterfactual => {
+            counterfactual::counterfactual(model, trace, settings, prior).await
+        }
     }
 }
 

@@ -366,9 +366,13 @@ impl<'a> Locator<'a> {
             Protocol::A2p => prompts::JUDGE_A2P,
             Protocol::Taxonomy => prompts::JUDGE_TAXONOMY,
             Protocol::Echo => prompts::JUDGE_ECHO,
+            Protocol::Counterfactual => prompts::JUDGE_COUNTERFACTUAL,
         });
         if protocol == Protocol::Echo {
             templates.push(prompts::JUDGE_ECHO_SCOUT);
+        }
+        if protocol == Protocol::Counterfactual {
+            templates.push(prompts::JUDGE_COUNTERFACTUAL_CHECK);
         }
         let settings = &self.config.settings;
         let r = judge_guided(self.judge, trace, protocol, settings, guide).await?;

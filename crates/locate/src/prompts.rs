@@ -23,12 +23,15 @@ pub const JUDGE_A2P: Template = prompt_template!("locate/judge_a2p.v1");
 pub const JUDGE_TAXONOMY: Template = prompt_template!("locate/judge_taxonomy.v1");
 pub const JUDGE_ECHO: Template = prompt_template!("locate/judge_echo.v1");
 pub const JUDGE_ECHO_SCOUT: Template = prompt_template!("locate/judge_echo_scout.v1");
+pub const JUDGE_COUNTERFACTUAL: Template = prompt_template!("locate/judge_counterfactual.v1");
+pub const JUDGE_COUNTERFACTUAL_CHECK: Template =
+    prompt_template!("locate/judge_counterfactual_check.v1");
 pub const EVALUATOR_BASE: Template = prompt_template!("locate/evaluator_base.v2");
 pub const EVALUATOR_CONCISE: Template = prompt_template!("locate/evaluator_concise.v2");
 pub const EVALUATOR_EVIDENCE: Template = prompt_template!("locate/evaluator_evidence.v2");
 
 /// Every instruction template (used to reserve room for the longest one).
-pub const INSTRUCTIONS: [Template; 11] = [
+pub const INSTRUCTIONS: [Template; 13] = [
     JUDGE_ALL_AT_ONCE,
     JUDGE_STEP,
     JUDGE_BINARY,
@@ -37,6 +40,8 @@ pub const INSTRUCTIONS: [Template; 11] = [
     JUDGE_TAXONOMY,
     JUDGE_ECHO,
     JUDGE_ECHO_SCOUT,
+    JUDGE_COUNTERFACTUAL,
+    JUDGE_COUNTERFACTUAL_CHECK,
     EVALUATOR_BASE,
     EVALUATOR_CONCISE,
     EVALUATOR_EVIDENCE,

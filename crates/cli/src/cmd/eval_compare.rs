@@ -15,12 +15,12 @@ pub struct CompareArgs {
     #[command(flatten)]
     pub cases: CaseArgs,
     /// The methods, in the report's order: prior, stacked, agentlocate (alias llm), all-at-once,
-    /// step-by-step, binary-search, a2p, taxonomy, echo. Each sets its own --method, --protocol
+    /// step-by-step, binary-search, a2p, taxonomy, echo, counterfactual. Each sets its own --method, --protocol
     /// and --variant.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "prior,stacked,agentlocate,all-at-once,step-by-step,binary-search,a2p,taxonomy,echo"
+        default_value = "prior,stacked,agentlocate,all-at-once,step-by-step,binary-search,a2p,taxonomy,echo,counterfactual"
     )]
     pub methods: Vec<String>,
     /// Seed of the random baseline, the bootstrap intervals and the paired bootstrap.
