@@ -399,4 +399,65 @@ mod tests {
             assert!(err.contains(needle), "{body}: {err}");
         }
     }
+
+    /// The client's body and serve-model's reader agree: whatever request maslens' OpenAI
+    /// client sends (`maslens_llm::openai::chat_body`), serve-model reads back the same messages,
+    /// sampling settings and schema (the two sides of one wire format, checked as one).
+    mod round_trip {
+        use super::*;
+        use maslens_llm::openai::{chat_body, SchemaMode};
+        use proptest::prelude::*;
+
+        fn message() -> impl Strategy<Value = Message> {
+            (
+                prop_oneof![Just(Role::System), Just(Role::User), Just(Role::Assistant)],
+                "[ -~\n\u{e9}\u{4e2d}]{0,40}",
+            )
+                .prop_map(|(role, content)| Message { role, content })
+        }
+
+        fn request() -> impl Strategy<Value = ChatRequest> {
+            (
+                proptest::collection::vec(message(), 1..5),
+                (0u8..=8).prop_map(|q| f32::from(q) * 0.25),
+                proptest::option::of((1u8..=20).prop_map(|q| f32::from(q) * 0.05)),
+                1u32..=8192,
+                proptest::option::of(any::<u32>().prop_map(u64::from)),
+                proptest::collection::vec("[a-zA-Z#]{1,6}", 0..3),
+                proptest::option::of(Just(
+                    json!({"type": "object", "properties": {"step": {"type": "integer"}}}),
+                )),
+            )
+                .prop_map(
+                    |(messages, temperature, top_p, max_tokens, seed, stop, schema)| {
+                        let mut r = ChatRequest::new(messages);
+                        r.temperature = temperature;
+                        r.top_p = top_p;
+                        r.max_tokens = max_tokens;
+                        r.seed = seed;
+                        r.stop = stop;
+                        r.json_schema = schema;
+                        r
+                    },
+                )
+        }
+
+        proptest! {
+            #[test]
+            fn what_the_client_sends_serve_model_reads_back(sent in request()) {
+                let body = chat_body("local:any", &sent, SchemaMode::JsonSchema);
+                let got = parse_request(&body).map_err(TestCaseError::fail)?;
+                prop_assert!(!got.stream);
+                prop_assert!(got.tools.is_none());
+                let got = got.request;
+                prop_assert_eq!(&got.messages, &sent.messages);
+                prop_assert_eq!(got.temperature, sent.temperature);
+                prop_assert_eq!(got.top_p, sent.top_p);
+                prop_assert_eq!(got.max_tokens, sent.max_tokens);
+                prop_assert_eq!(got.seed, sent.seed);
+                prop_assert_eq!(&got.stop, &sent.stop);
+                prop_assert_eq!(&got.json_schema, &sent.json_schema);
+            }
+        }
+    }
 }
