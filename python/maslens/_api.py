@@ -379,6 +379,52 @@ def advantages(records: Iterable[Mapping[str, Any]]) -> Advantages:
     return result
 
 
+def prior_eval(traces: Traces, *, model: PathLike | None = None, seed: int = 7, bootstrap: int = 2000) -> dict[str, Any]:
+    """Evaluate a prior model (the built-in one, or the file ``model`` that :func:`prior_train`
+    wrote) on labelled traces next to the baselines (``maslens prior eval --json``): the report as
+    a dict. When the model was trained on some of these traces the figures are in-sample: the
+    report's ``"in_sample"`` says so and a warning is issued."""
+    path = None if model is None else os.fspath(model)
+    report: dict[str, Any] = json.loads(_native.prior_eval(_traces(traces), path, seed, bootstrap))
+    if report.get("in_sample"):
+        warnings.warn(str(report["in_sample"]), stacklevel=2)
+    return report
+
+
+def prior_train(
+    traces: Traces,
+    out: PathLike,
+    *,
+    folds: int = 10,
+    inner_folds: int = 5,
+    alpha: float | None = None,
+    agent_alpha: float | None = None,
+    objective: Literal["pointwise", "listwise"] | None = None,
+    pair_rule: Literal["independent", "agent-first"] = "independent",
+    agent_head: bool = True,
+    seed: int = 7,
+    bootstrap: int = 2000,
+) -> dict[str, Any]:
+    """Train a prior model on labelled traces and write it to ``out`` (``maslens prior train``):
+    nested cross-validation grouped by task question with the configuration chosen inside, then
+    the model chosen on all traces; ``alpha``, ``agent_alpha`` or ``objective`` fix one
+    configuration instead. ``folds=0`` skips the cross-validation. Returns the report as a dict;
+    the model records the traces it was trained on, so :func:`prior_eval` on them says in-sample."""
+    text = _native.prior_train(
+        _traces(traces), os.fspath(out), folds, inner_folds, alpha, agent_alpha, objective, pair_rule, agent_head, seed, bootstrap
+    )
+    report: dict[str, Any] = json.loads(text)
+    return report
+
+
+def prior_rank(traces: Traces, *, model: PathLike | None = None, top: int = 5) -> list[dict[str, Any]]:
+    """The ``top`` most likely (agent, step) candidates of each trace under a prior model (the
+    built-in one, or the file ``model``), one dict per trace (``maslens prior rank --json``)."""
+    path = None if model is None else os.fspath(model)
+    ranked: list[dict[str, Any]] = json.loads(_native.prior_rank(_traces(traces), path, top))
+    return ranked
+
+
 def eval_locate(
     dataset: str,
     *,

@@ -90,6 +90,38 @@ def test_advantages_leave_out_bad_records_with_a_warning_naming_them() -> None:
     assert adv[0].advantage > 0 > adv[1].advantage
 
 
+def test_prior_eval_train_and_rank_match_the_cli(data: Path, maslens_bin: Path, tmp_path: Path) -> None:
+    """`maslens.prior_eval/prior_train/prior_rank` are the CLI's `prior eval/train/rank`: the same
+    report, the same model file, the same candidates; an evaluation on the training traces warns."""
+    hc = data / "whowhen" / "Hand-Crafted"
+    with pytest.warns(UserWarning, match="built-in prior was trained on 31 of these 31"):
+        report = maslens.prior_eval(hc, bootstrap=100)
+    cli = run_cli(maslens_bin, "prior", "eval", str(hc), "--bootstrap", "100", "--json")
+    assert cli.returncode == 0, cli.stderr
+    assert report == json.loads(cli.stdout)
+    assert report["format_version"] == 4 and report["in_sample"]
+
+    ag = sorted((data / "whowhen" / "Algorithm-Generated").glob("*.json"))[:12]
+    model = tmp_path / "py.json"
+    trained = maslens.prior_train(ag, model, folds=0, alpha=150.0)
+    cli_model = tmp_path / "cli.json"
+    args = ["prior", "train", *map(str, ag), "--folds", "0", "--alpha", "150", "--json", "--out", str(cli_model)]
+    cli = run_cli(maslens_bin, *args)
+    assert cli.returncode == 0, cli.stderr
+    assert trained == json.loads(cli.stdout)
+    py_m, cli_m = json.loads(model.read_text()), json.loads(cli_model.read_text())
+    py_m["training"].pop("note"), cli_m["training"].pop("note")  # each names its own inputs
+    assert py_m == cli_m and len(py_m["training"]["trace_sha256"]) == 12
+
+    with pytest.warns(UserWarning, match="this prior model was trained on 12 of these 12"):
+        maslens.prior_eval(ag, model=model, bootstrap=50)
+    ranked = maslens.prior_rank(ag[:2], model=model, top=3)
+    cli = run_cli(maslens_bin, "prior", "rank", *map(str, ag[:2]), "--model", str(model), "--top", "3", "--json")
+    assert ranked == [json.loads(line) for line in cli.stdout.splitlines() if line.strip()]
+    with pytest.raises(maslens.OptionsError, match="pair_rule"):
+        maslens.prior_train(ag, model, pair_rule="sideways")  # type: ignore[arg-type]
+
+
 def test_eval_locate_prior_matches_the_cli(data: Path, maslens_bin: Path, tmp_path: Path) -> None:
     spec = f"aegis:{data / 'aegis' / 'sample.jsonl'}"
     report = maslens.eval_locate(spec, method="prior", out=tmp_path / "ev", progress=False)

@@ -26,6 +26,7 @@ mod improve;
 mod methods;
 mod model;
 mod options;
+mod prior;
 mod trace;
 
 create_exception!(
@@ -207,6 +208,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compare::eval_compare, m)?)?;
     m.add_function(wrap_pyfunction!(compare::compare_methods, m)?)?;
     m.add_function(wrap_pyfunction!(methods::modes, m)?)?;
+    m.add_function(wrap_pyfunction!(prior::prior_eval, m)?)?;
+    m.add_function(wrap_pyfunction!(prior::prior_train, m)?)?;
+    m.add_function(wrap_pyfunction!(prior::prior_rank, m)?)?;
     m.add_function(wrap_pyfunction!(improve::modes_propose, m)?)?;
     m.add_function(wrap_pyfunction!(debate::debate_prompts, m)?)?;
     m.add_function(wrap_pyfunction!(debate::debate_run, m)?)?;
