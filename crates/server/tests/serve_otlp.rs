@@ -90,7 +90,17 @@ fn fast(config: ServeConfig) -> ServeConfig {
 }
 
 async fn poll<F: Fn(&Value) -> bool>(client: &reqwest::Client, url: &str, ok: F) -> Value {
-    for _ in 0..200 {
+    poll_within(client, url, 200, ok).await
+}
+
+/// [`poll`] `tries` times, 50 ms apart.
+async fn poll_within<F: Fn(&Value) -> bool>(
+    client: &reqwest::Client,
+    url: &str,
+    tries: usize,
+    ok: F,
+) -> Value {
+    for _ in 0..tries {
         if let Ok(r) = client.get(url).send().await {
             if let Ok(v) = r.json::<Value>().await {
                 if ok(&v) {
@@ -1029,22 +1039,11 @@ async fn a_run_sent_in_many_batches_ends_whole_under_the_assembly_pace() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let total = (batches * per) as u64;
-    let mut last = Value::Null;
-    for _ in 0..600 {
-        let list: Value = client
-            .get(format!("{}/api/runs", server.base))
-            .send()
-            .await
-            .expect("list")
-            .json()
-            .await
-            .expect("json");
-        last = list["runs"][0].clone();
-        if last["n_spans"].as_u64() == Some(total) && last["state"] == "complete" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let list = poll_within(&client, &format!("{}/api/runs", server.base), 600, |v| {
+        v["runs"][0]["n_spans"].as_u64() == Some(total) && v["runs"][0]["state"] == "complete"
+    })
+    .await;
+    let last = &list["runs"][0];
     assert_eq!(last["n_spans"].as_u64(), Some(total), "{last}");
     assert_eq!(last["n_steps"].as_u64(), Some(total), "{last}");
     assert_eq!(last["state"], "complete", "{last}");
