@@ -187,6 +187,11 @@ impl Bar {
     pub fn was_stopped(&self) -> bool {
         self.stopped.load(Ordering::Relaxed)
     }
+
+    /// Run `f` (which prints) with the bar hidden, so its lines do not mix with the bar's.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.meter.suspend(f)
+    }
 }
 
 impl Progress for Bar {

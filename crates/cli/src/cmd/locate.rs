@@ -8,6 +8,7 @@ use crate::Global;
 use anyhow::Context;
 use maslens_core::localize::{LocateRun, Setup};
 use maslens_core::locate::{Method, Models};
+use maslens_eval::run::Progress;
 use maslens_store::{NewDiagnosis, Provenance};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,11 +75,13 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         }
         let chosen = setup.localizer;
         let mut problems = problems + setup.warnings.len();
-        let pb = crate::progress::Meter::new("locate", traces.len(), quiet);
+        // The one progress mechanism every corpus command uses (maslens_eval::run::Progress).
+        let pb = crate::progress::Bar::new("locate", quiet);
+        pb.start(traces.len());
         let mut steered_traces = 0usize;
         let mut each = LocateRun::new(&chosen);
         for t in traces.iter_mut() {
-            pb.set_message(t.id.as_str());
+            pb.case(&t.id);
             let started = std::time::Instant::now();
             let hash = match &store {
                 Some(s) => Some(crate::db::ensure(s, t).await?),
@@ -90,7 +93,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
                 // Export mode: its calls are in the batch file; the rerun answers it.
                 Err(e) if e.is_deferred() => None,
                 Err(e) => {
-                    pb.suspend(|| eprintln!("error: {e}"));
+                    pb.error(&t.id, &e.to_string());
                     problems += 1;
                     None
                 }
@@ -137,7 +140,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             if let Some(w) = out.as_mut() {
                 maslens_trace::export::write_jsonl(&mut *w, t).context("writing --out")?;
             }
-            pb.inc(1);
+            pb.case_done();
         }
         pb.finish();
         if let Some(m) = chosen.models() {
