@@ -508,3 +508,67 @@ fn an_empty_token_and_out_of_range_flags_are_refused_at_start() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// GET `url` with a bearer token and, when given, an `X-Forwarded-For` header: the status.
+fn get_as(url: &str, token: &str, forwarded_for: Option<&str>) -> u16 {
+    let auth = format!("authorization: Bearer {token}");
+    let mut args = vec!["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", &auth];
+    let xff = forwarded_for.map(|f| format!("x-forwarded-for: {f}"));
+    if let Some(h) = &xff {
+        args.extend(["-H", h.as_str()]);
+    }
+    args.push(url);
+    let out = Command::new("curl").args(&args).output().expect("curl");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Issue 35: behind a reverse proxy every client has the proxy's address, so 20 wrong tokens
+/// from anyone locked every client out. With `--trusted-proxy` the client is the address the
+/// proxy put in `X-Forwarded-For`, and only the one that failed is limited; without it the
+/// header is not believed (a client cannot pick its own address).
+#[test]
+fn behind_a_trusted_proxy_the_failure_limit_is_per_forwarded_client() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let db = home.path().join("m.db");
+    let db = db.to_str().expect("utf-8");
+    let base = ["--token", "s3cret"];
+    let mut proxied = serve(
+        db,
+        home.path(),
+        &[&base[..], &["--trusted-proxy", "127.0.0.1"]].concat(),
+    );
+    let url = format!("{}/api/runs", proxied.url);
+    let stranger = Some("198.51.100.1, 203.0.113.7");
+    for _ in 0..20 {
+        assert_eq!(get_as(&url, "wrong", stranger), 401);
+    }
+    assert_eq!(
+        get_as(&url, "s3cret", stranger),
+        429,
+        "the failing client is limited"
+    );
+    assert_eq!(
+        get_as(&url, "s3cret", Some("198.51.100.2")),
+        200,
+        "another is not"
+    );
+    assert_eq!(get_as(&url, "s3cret", None), 200, "nor the proxy itself");
+    proxied.kill9();
+
+    let home = tempfile::tempdir().expect("tempdir");
+    let db = home.path().join("m.db");
+    let mut direct = serve(db.to_str().expect("utf-8"), home.path(), &base);
+    let url = format!("{}/api/runs", direct.url);
+    for _ in 0..20 {
+        assert_eq!(get_as(&url, "wrong", stranger), 401);
+    }
+    assert_eq!(
+        get_as(&url, "s3cret", Some("198.51.100.2")),
+        429,
+        "without --trusted-proxy the header names no one"
+    );
+    direct.kill9();
+}

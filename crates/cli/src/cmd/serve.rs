@@ -32,6 +32,12 @@ pub struct Args {
     /// rebinding (repeat the flag). On a non-loopback `--host` without it, any name is answered.
     #[arg(long = "allow-host", value_name = "NAME")]
     pub allow_host: Vec<String>,
+    /// The address of a reverse proxy in front of this server (repeat the flag): from such a
+    /// peer the client is the nearest address in `X-Forwarded-For` that is not a trusted proxy,
+    /// so failed sign-ins and tokens are limited per client rather than per proxy. Never give an
+    /// address clients can connect from directly.
+    #[arg(long = "trusted-proxy", value_name = "IP")]
+    pub trusted_proxies: Vec<IpAddr>,
     /// Bearer token required on every route but /health.
     #[arg(long, env = "MASLENS_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -153,6 +159,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
     let config = ServeConfig {
         token,
         allowed_hosts: allowed_hosts(&args),
+        trusted_proxies: args.trusted_proxies.clone(),
         max_body_bytes: args.max_body_mib << 20,
         settle: secs(args.settle, "--settle")?,
         idle: secs(args.idle, "--idle")?,

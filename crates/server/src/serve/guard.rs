@@ -218,29 +218,61 @@ impl FailureLimit {
     }
 }
 
-/// The client's address as an extractor (`None` when the server did not record it).
+/// The client's address as an extractor ([`client_address`]; `None` when the server did not
+/// record it).
 pub struct Client(pub Option<IpAddr>);
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Client {
+impl axum::extract::FromRequestParts<Arc<AppState>> for Client {
     type Rejection = std::convert::Infallible;
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
-        _state: &S,
+        state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        Ok(Client(client_in(&parts.extensions)))
+        Ok(Client(client_address(
+            &parts.extensions,
+            &parts.headers,
+            &state.config.trusted_proxies,
+        )))
     }
 }
 
-/// The address of the client that sent `req`, when the server recorded it.
-pub fn client_of<B>(req: &axum::http::Request<B>) -> Option<IpAddr> {
-    client_in(req.extensions())
+/// The address of the client that sent `req` ([`client_address`]).
+pub fn client_of<B>(req: &axum::http::Request<B>, trusted: &[IpAddr]) -> Option<IpAddr> {
+    client_address(req.extensions(), req.headers(), trusted)
 }
 
-/// The client address the accept loop put in a request's extensions.
-fn client_in(extensions: &axum::http::Extensions) -> Option<IpAddr> {
-    extensions
+/// The client's address: the peer the accept loop recorded, unless that peer is one of the
+/// `trusted` reverse proxies (`maslens serve --trusted-proxy`). Then it is the nearest address in
+/// `X-Forwarded-For` that is not a trusted proxy, read from the right (each proxy appends the
+/// address it received the request from, so entries to the left of the last untrusted one
+/// are the client's own claims and are not believed). A header that does not parse there, or
+/// none, leaves the peer: every client behind that proxy then shares its limit, as without the
+/// option. A peer that is not trusted is the client whatever the header says.
+pub fn client_address(
+    extensions: &axum::http::Extensions,
+    headers: &HeaderMap,
+    trusted: &[IpAddr],
+) -> Option<IpAddr> {
+    let peer = extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip())
+        .map(|c| c.0.ip())?;
+    if !trusted.contains(&peer) {
+        return Some(peer);
+    }
+    let mut client = peer;
+    for value in headers.get_all("x-forwarded-for").iter().rev() {
+        let Ok(text) = value.to_str() else {
+            return Some(peer);
+        };
+        for hop in text.rsplit(',') {
+            match hop.trim().parse::<IpAddr>() {
+                Ok(ip) if trusted.contains(&ip) => client = ip,
+                Ok(ip) => return Some(ip),
+                Err(_) => return Some(peer),
+            }
+        }
+    }
+    Some(client)
 }
 
 /// Large request bodies read and handled at once, at most; more wait their turn.
@@ -339,5 +371,60 @@ mod tests {
         assert!(limit.blocked(stranger));
         assert!(!limit.blocked(exporter), "another client is not blocked");
         assert!(!limit.blocked(None));
+    }
+
+    fn with_peer(peer: [u8; 4], forwarded: &[&str]) -> (axum::http::Extensions, HeaderMap) {
+        let mut ext = axum::http::Extensions::new();
+        ext.insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            peer, 4318,
+        ))));
+        let mut headers = HeaderMap::new();
+        for f in forwarded {
+            headers.append("x-forwarded-for", f.parse().unwrap());
+        }
+        (ext, headers)
+    }
+
+    /// The client behind trusted proxies is the nearest untrusted hop, read from the right; an
+    /// untrusted peer is the client whatever it claims; a bad header leaves the peer.
+    #[test]
+    fn the_client_address_believes_only_trusted_proxies() {
+        let proxy = IpAddr::from([10, 0, 0, 1]);
+        let inner = IpAddr::from([10, 0, 0, 2]);
+        let trusted = [proxy, inner];
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let at = |peer: [u8; 4], fwd: &[&str]| {
+            let (e, h) = with_peer(peer, fwd);
+            client_address(&e, &h, &trusted)
+        };
+        assert_eq!(at([203, 0, 113, 7], &["1.2.3.4"]), ip("203.0.113.7"));
+        assert_eq!(at([10, 0, 0, 1], &["203.0.113.7"]), ip("203.0.113.7"));
+        // The client's own claim (left) is not believed; the proxy's entry (right) is.
+        assert_eq!(
+            at([10, 0, 0, 1], &["1.2.3.4, 203.0.113.7"]),
+            ip("203.0.113.7")
+        );
+        // Chained proxies are skipped, over several header lines too.
+        assert_eq!(
+            at([10, 0, 0, 1], &["203.0.113.7, 10.0.0.2"]),
+            ip("203.0.113.7")
+        );
+        assert_eq!(
+            at([10, 0, 0, 1], &["203.0.113.7", "10.0.0.2"]),
+            ip("203.0.113.7")
+        );
+        assert_eq!(at([10, 0, 0, 1], &["2001:db8::1"]), ip("2001:db8::1"));
+        // Nothing to go by: the peer.
+        assert_eq!(at([10, 0, 0, 1], &[]), ip("10.0.0.1"));
+        assert_eq!(at([10, 0, 0, 1], &["not-an-address"]), ip("10.0.0.1"));
+        assert_eq!(at([10, 0, 0, 1], &["10.0.0.2"]), ip("10.0.0.2"));
+        let (e, h) = with_peer([10, 0, 0, 1], &["203.0.113.7"]);
+        assert_eq!(
+            client_address(&e, &h, &[]),
+            ip("10.0.0.1"),
+            "no trusted proxy"
+        );
+        let none = axum::http::Extensions::new();
+        assert_eq!(client_address(&none, &h, &trusted), None);
     }
 }

@@ -162,6 +162,9 @@ pub struct ServeConfig {
     pub allowed_hosts: Option<Vec<String>>,
     /// How long a browser session lasts after sign-in.
     pub session_ttl: Duration,
+    /// Reverse proxies whose `X-Forwarded-For` names the client ([`guard::client_address`]):
+    /// failed sign-ins and tokens are then limited per client, not per proxy.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Largest request body, before and after decompression.
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
@@ -205,6 +208,7 @@ impl Default for ServeConfig {
                     .collect(),
             ),
             session_ttl: Duration::from_secs(12 * 3600),
+            trusted_proxies: Vec::new(),
             max_body_bytes: 64 << 20,
             request_timeout: Duration::from_secs(60),
             settle: Duration::from_secs(2),
@@ -381,7 +385,7 @@ async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         let ui_route = path == "/" || path == "/ui" || path.starts_with("/ui/");
-        let client = guard::client_of(&req);
+        let client = guard::client_of(&req, &state.config.trusted_proxies);
         let session = ui_route && ui::has_session(req.headers(), &state.sessions);
         let ok = session
             || match given {
