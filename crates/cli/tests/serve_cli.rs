@@ -572,3 +572,38 @@ fn behind_a_trusted_proxy_the_failure_limit_is_per_forwarded_client() {
     );
     direct.kill9();
 }
+
+/// `bench/serve_chaos.py` (docs/security.md, issue 35) at a small scale: two servers on one
+/// PostgreSQL store, load, a `kill -9` or two; every acknowledged span stored, every run
+/// diagnosed, every diagnosis written back exactly once (the script checks and exits 1).
+#[test]
+fn serve_chaos_script_runs_briefly() {
+    let Ok(pg) = std::env::var("MASLENS_TEST_PG_URL") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "MASLENS_TEST_PG_URL is set by .ci/run (scripts/pg.sh)"
+        );
+        eprintln!("skipped: MASLENS_TEST_PG_URL not set (scripts/pg.sh start)");
+        return;
+    };
+    let Some(venv) = venv("bin/python") else {
+        return;
+    };
+    let log = tempfile::NamedTempFile::new().expect("log");
+    let out = Command::new(venv.join("bin/python"))
+        .arg(repo().join("bench/serve_chaos.py"))
+        .args(["--bin", env!("CARGO_BIN_EXE_maslens")])
+        .args(["--minutes", "0.25", "--drain-minutes", "1", "--seed", "1"])
+        .arg("--log")
+        .arg(log.path())
+        .env("MASLENS_TEST_PG_URL", pg)
+        .output()
+        .expect("python runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("kill -9") && text.ends_with("PASS\n"),
+        "{text}"
+    );
+}

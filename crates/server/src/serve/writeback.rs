@@ -36,9 +36,20 @@ pub async fn loop_(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
 
 /// One pass over a target's due deliveries.
 pub async fn deliver_due(state: &AppState, target: &str) -> Result<(), maslens_store::StoreError> {
-    // Claimed for 10 minutes (10 sends of at most 30 s each fit): another server skips them.
-    const LEASE_NS: i64 = 600_000_000_000;
-    for d in state.store.outbox_claim(target, 10, LEASE_NS).await? {
+    // One delivery at a time, claimed for 60 s (one send, whose client times out at 30 s,
+    // fits): another server skips it, and one claimed by a server that died is sent by another
+    // a minute later, not after the lease of a whole batch. At most 10 a pass.
+    const LEASE_NS: i64 = 60_000_000_000;
+    for _ in 0..10 {
+        let Some(d) = state
+            .store
+            .outbox_claim(target, 1, LEASE_NS)
+            .await?
+            .into_iter()
+            .next()
+        else {
+            break;
+        };
         let Some(diag) = state.store.diagnosis(&d.diagnosis_id).await? else {
             state.store.outbox_done(&d.id).await?;
             continue;
