@@ -167,10 +167,8 @@ pub fn read_predictions(
         #[serde(default)]
         error_mode: Option<String>,
     }
-    let text = std::fs::read_to_string(path).map_err(|source| CoreError::Io {
-        what: format!("reading {}", path.display()),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(CoreError::io(format!("reading {}", path.display())))?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let mut map = HashMap::new();
     let mut skipped = Vec::new();

@@ -88,8 +88,7 @@ fn outcome_line(o: &QuestionOutcome) -> String {
 }
 
 fn io(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> CoreError {
-    let what = format!("{what} {}", path.display());
-    move |source| CoreError::Io { what, source }
+    CoreError::io(format!("{what} {}", path.display()))
 }
 
 /// Run the injections on `questions` and write `dir/traces.jsonl` and `dir/summary.json`.
@@ -126,7 +125,8 @@ pub async fn inject_to(
                 for t in &o.traces {
                     let line = serde_json::to_string(t)
                         .map_err(|e| CoreError::Invalid(format!("trace of {}: {e}", o.question)))?;
-                    writeln!(file, "{line}").map_err(io("writing", &traces_path))?;
+                    // The error is built only when one happens (one line per trace).
+                    writeln!(file, "{line}").map_err(|e| io("writing", &traces_path)(e))?;
                 }
                 summary.add(&o);
                 progress.summary(&o.question, &outcome_line(&o));

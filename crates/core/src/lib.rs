@@ -87,3 +87,11 @@ pub enum CoreError {
     #[error("{0}")]
     NotFound(String),
 }
+
+impl CoreError {
+    /// The error of an I/O operation on `what` (e.g. `writing out/summary.json`), for `map_err`.
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> CoreError {
+        let what = what.into();
+        move |source| CoreError::Io { what, source }
+    }
+}

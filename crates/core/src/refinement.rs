@@ -160,10 +160,7 @@ pub async fn export_refinement(
     progress: &dyn Progress,
 ) -> Result<usize, CoreError> {
     let dir = &export.dir;
-    let io = |what: &str| {
-        let what = format!("{what} in {}", dir.display());
-        move |source| CoreError::Io { what, source }
-    };
+    let io = |what: &str| CoreError::io(format!("{what} in {}", dir.display()));
     std::fs::create_dir_all(dir).map_err(io("creating the directory"))?;
     let mut train = String::new();
     let mut trl = String::new();

@@ -456,10 +456,8 @@ pub fn read_verdicts(
     let mut map = std::collections::HashMap::new();
     let mut problems = Vec::new();
     for path in paths {
-        let text = std::fs::read_to_string(path).map_err(|source| CoreError::Io {
-            what: format!("reading {}", path.display()),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(CoreError::io(format!("reading {}", path.display())))?;
         for (i, line) in text
             .lines()
             .enumerate()

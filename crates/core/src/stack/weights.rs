@@ -85,10 +85,8 @@ impl StackWeights {
             "builtin" => builtin(),
             "generic" => Ok(StackWeights::generic()),
             path => {
-                let text = std::fs::read_to_string(path).map_err(|source| CoreError::Io {
-                    what: format!("reading stack weights {path}"),
-                    source,
-                })?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(CoreError::io(format!("reading stack weights {path}")))?;
                 StackWeights::from_json(&text, path)
             }
         }
@@ -113,10 +111,8 @@ impl StackWeights {
     /// Write as pretty JSON.
     pub fn save(&self, path: &Path) -> Result<(), CoreError> {
         let text = serde_json::to_string_pretty(self).unwrap_or_default() + "\n";
-        maslens_eval::atomic::write_atomic(path, text).map_err(|source| CoreError::Io {
-            what: format!("writing {}", path.display()),
-            source,
-        })
+        maslens_eval::atomic::write_atomic(path, text)
+            .map_err(CoreError::io(format!("writing {}", path.display())))
     }
 }
 
