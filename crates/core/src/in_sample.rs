@@ -44,6 +44,10 @@ pub fn note(prior_spec: Option<&str>, traces: &[&Trace]) -> Option<String> {
 /// ([`maslens_prior::model::TrainingInfo::trace_sha256`]; files written before it was recorded
 /// cannot tell, and get no note).
 pub fn model_note(model: &PriorModel, builtin: bool, traces: &[&Trace]) -> Option<String> {
+    if builtin {
+        let seen = traces.iter().filter(|t| trained_on(t)).count();
+        return say(seen, traces.len(), "the built-in prior");
+    }
     let recorded: HashSet<&str> = model
         .training
         .trace_sha256
@@ -52,20 +56,9 @@ pub fn model_note(model: &PriorModel, builtin: bool, traces: &[&Trace]) -> Optio
         .collect();
     let seen = traces
         .iter()
-        .filter(|t| {
-            if builtin {
-                trained_on(t)
-            } else {
-                recorded.contains(maslens_eval::run::steps_sha256(t).as_str())
-            }
-        })
+        .filter(|t| recorded.contains(maslens_eval::run::steps_sha256(t).as_str()))
         .count();
-    let who = if builtin {
-        "the built-in prior"
-    } else {
-        "this prior model"
-    };
-    say(seen, traces.len(), who)
+    say(seen, traces.len(), "this prior model")
 }
 
 fn say(seen: usize, of: usize, who: &str) -> Option<String> {

@@ -83,7 +83,7 @@ pub fn eval_config(seed: u64, bootstrap: usize) -> EvalConfig {
 
 /// Train: the evaluation protocols, then the model chosen on all traces, which records the
 /// traces it was trained on (so a later evaluation on them says it is in-sample).
-pub fn train(traces: &[Trace], skipped: usize, req: &TrainRequest) -> Result<Trained, CoreError> {
+pub fn train(traces: &[&Trace], skipped: usize, req: &TrainRequest) -> Result<Trained, CoreError> {
     Ok(maslens_prior::run::train(traces, skipped, &req.options())?)
 }
 
@@ -112,15 +112,14 @@ pub fn load_model(path: Option<&Path>) -> Result<LoadedModel, CoreError> {
 /// Evaluate a fixed model on labelled traces next to the baselines; the report's `in_sample`
 /// says when the model was trained on some of them ([`crate::in_sample::model_note`]).
 pub fn evaluate(
-    traces: &[Trace],
+    traces: &[&Trace],
     skipped: usize,
     model: &LoadedModel,
     ecfg: &EvalConfig,
 ) -> Result<EvalReport, CoreError> {
     let mut report =
         maslens_prior::run::evaluate(traces, skipped, &model.model, model.path.as_deref(), ecfg)?;
-    let refs: Vec<&Trace> = traces.iter().collect();
-    report.in_sample = crate::in_sample::model_note(&model.model, model.path.is_none(), &refs);
+    report.in_sample = crate::in_sample::model_note(&model.model, model.path.is_none(), traces);
     Ok(report)
 }
 

@@ -180,13 +180,12 @@ pub fn model_note(opts: &TrainOptions, chosen: &Setting) -> String {
 /// question (when `folds >= 2`), leave-one-group-out with the selection inside, then the
 /// selection on every trace and the chosen configuration trained on all of them.
 /// `skipped` is the number of unreadable records (reported, not used).
-pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Trained, RunError> {
-    let refs: Vec<&Trace> = traces.iter().collect();
-    let labelled = crate::eval::sides(&refs).0.len();
+pub fn train(traces: &[&Trace], skipped: usize, opts: &TrainOptions) -> Result<Trained, RunError> {
+    let labelled = crate::eval::sides(traces).0.len();
     if labelled == 0 {
         return Err(RunError::NoDecisiveLabel(traces.len()));
     }
-    let injected = refs.iter().filter(|t| t.is_injected()).count();
+    let injected = traces.iter().filter(|t| t.is_injected()).count();
     let injected_note = if injected == 0 {
         String::new()
     } else {
@@ -203,15 +202,15 @@ pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Tr
     let (ecfg, k, inner) = (&opts.eval, opts.folds, opts.inner_folds.max(2));
     let seed = opts.train.seed;
     let candidates = if opts.candidates.is_empty() {
-        with_injected_choice(&refs, &protocol_settings(&opts.train))
+        with_injected_choice(traces, &protocol_settings(&opts.train))
     } else {
         opts.candidates.clone()
     };
     let mut protocols = Vec::new();
     let mut oof_probs = None;
     if k >= 2 {
-        let mut methods = baseline_reports(&refs, ecfg);
-        let nested = nested_out_of_fold(&refs, k, inner, seed, &candidates, |m, t| {
+        let mut methods = baseline_reports(traces, ecfg);
+        let nested = nested_out_of_fold(traces, k, inner, seed, &candidates, |m, t| {
             (
                 model_prediction(m, t),
                 opts.oof_probs.then(|| crate::probs::line(m, t)),
@@ -222,10 +221,10 @@ pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Tr
         if opts.oof_probs {
             oof_probs = Some(lines.into_iter().flatten().collect());
         }
-        methods.push(report("prior/nested", &refs, &preds, ecfg));
-        let (lgo, lgo_chosen) = leave_group_out_selected(&refs, inner, seed, &candidates)?;
+        methods.push(report("prior/nested", traces, &preds, ecfg));
+        let (lgo, lgo_chosen) = leave_group_out_selected(traces, inner, seed, &candidates)?;
         if !lgo.is_empty() {
-            methods.push(report("prior/leave-group-out", &refs, &lgo, ecfg));
+            methods.push(report("prior/leave-group-out", traces, &lgo, ecfg));
         }
         let selection = if candidates.len() > 1 {
             format!(
@@ -260,21 +259,21 @@ pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Tr
             methods,
         });
     }
-    let selection = select(&refs, inner, seed, &candidates)?;
+    let selection = select(traces, inner, seed, &candidates)?;
     let chosen = &candidates[selection.chosen];
-    let mut model = PriorModel::train(&refs, &chosen.cfg)?;
+    let mut model = PriorModel::train(traces, &chosen.cfg)?;
     if oof_probs.is_none() && opts.oof_probs {
-        oof_probs = Some(crate::probs::out_of_fold(&refs, k.max(2), &chosen.cfg)?);
+        oof_probs = Some(crate::probs::out_of_fold(traces, k.max(2), &chosen.cfg)?);
     }
-    let fit: Vec<Prediction> = refs.iter().map(|t| model_prediction(&model, t)).collect();
+    let fit: Vec<Prediction> = traces.iter().map(|t| model_prediction(&model, t)).collect();
     protocols.push(Protocol {
         protocol: "training-fit".into(),
         description: "the final model on its own training traces (optimistic; for reference only)"
             .into(),
-        methods: vec![report("prior/training-fit", &refs, &fit, ecfg)],
+        methods: vec![report("prior/training-fit", traces, &fit, ecfg)],
     });
     model.training.note = Some(model_note(opts, chosen));
-    model.training.trace_sha256 = training_hashes(&refs);
+    model.training.trace_sha256 = training_hashes(traces);
     let mut report = EvalReport::new(traces.len(), labelled, skipped, ecfg, protocols);
     if candidates.len() > 1 {
         report.selection = Some(selection);
@@ -286,13 +285,15 @@ pub fn train(traces: &[Trace], skipped: usize, opts: &TrainOptions) -> Result<Tr
     })
 }
 
-/// The content hashes of the traces a model trains on (every trace with a label, injected ones
-/// included), sorted and without repeats: [`crate::model::TrainingInfo::trace_sha256`].
+/// The content hashes of the traces a model trains on (both [`crate::eval::sides`]: the scored
+/// traces and the training-only ones), sorted and without repeats:
+/// [`crate::model::TrainingInfo::trace_sha256`].
 fn training_hashes(traces: &[&Trace]) -> Vec<String> {
-    let mut hashes: Vec<String> = traces
-        .iter()
-        .filter(|t| t.gold().is_some() || !t.labels.faulty_agents.is_empty())
-        .map(|t| maslens_eval::run::steps_sha256(t))
+    let (scored, training_only) = crate::eval::sides(traces);
+    let mut hashes: Vec<String> = scored
+        .into_iter()
+        .chain(training_only)
+        .map(maslens_eval::run::steps_sha256)
         .collect();
     hashes.sort_unstable();
     hashes.dedup();
@@ -302,20 +303,19 @@ fn training_hashes(traces: &[&Trace]) -> Vec<String> {
 /// Evaluate a fixed model on labelled traces, next to the baselines. `model_name` names it in the
 /// protocol description (`None`: the built-in model).
 pub fn evaluate(
-    traces: &[Trace],
+    traces: &[&Trace],
     skipped: usize,
     model: &PriorModel,
     model_name: Option<&str>,
     ecfg: &EvalConfig,
 ) -> Result<EvalReport, RunError> {
-    let refs: Vec<&Trace> = traces.iter().collect();
-    let labelled = refs.iter().filter(|t| is_labelled(t)).count();
+    let labelled = traces.iter().filter(|t| is_labelled(t)).count();
     if labelled == 0 {
         return Err(RunError::NoLabel(traces.len()));
     }
-    let mut methods = baseline_reports(&refs, ecfg);
-    let preds: Vec<Prediction> = refs.iter().map(|t| model_prediction(model, t)).collect();
-    methods.push(report("prior", &refs, &preds, ecfg));
+    let mut methods = baseline_reports(traces, ecfg);
+    let preds: Vec<Prediction> = traces.iter().map(|t| model_prediction(model, t)).collect();
+    methods.push(report("prior", traces, &preds, ecfg));
     Ok(EvalReport::new(
         traces.len(),
         labelled,
@@ -520,7 +520,7 @@ mod tests {
         for (i, t) in data.iter_mut().enumerate() {
             t.id = format!("{}/{i}", if i % 2 == 0 { "even" } else { "odd" });
         }
-        let t = train(&data, 1, &opts(3)).unwrap();
+        let t = train(&data.iter().collect::<Vec<_>>(), 1, &opts(3)).unwrap();
         let names: Vec<&str> = t.report.protocols[0]
             .methods
             .iter()
@@ -576,14 +576,14 @@ mod tests {
 
     #[test]
     fn unlabelled_inputs_are_errors_and_rank_truncates() {
-        let plain = vec![Trace::new("u")];
+        let plain = Trace::new("u");
         assert!(matches!(
-            train(&plain, 0, &opts(0)),
+            train(&[&plain], 0, &opts(0)),
             Err(RunError::NoDecisiveLabel(1))
         ));
         let model = crate::load_default().unwrap();
         assert!(matches!(
-            evaluate(&plain, 0, &model, None, &EvalConfig::default()),
+            evaluate(&[&plain], 0, &model, None, &EvalConfig::default()),
             Err(RunError::NoLabel(1))
         ));
         let data = synthetic_corpus(2, 4);

@@ -12,8 +12,9 @@ use pyo3::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;
 
-fn owned(traces: &[Bound<'_, Trace>]) -> Vec<RsTrace> {
-    traces.iter().map(|t| (*t.get().inner).clone()).collect()
+/// The traces as the core takes them: borrowed from the Python objects, not copied.
+fn borrowed<'a>(traces: &'a [Bound<'_, Trace>]) -> Vec<&'a RsTrace> {
+    traces.iter().map(|t| t.get().inner.as_ref()).collect()
 }
 
 fn options_error(e: impl std::fmt::Display) -> PyErr {
@@ -38,7 +39,7 @@ pub fn prior_eval(
     guarded(|| {
         let model = load(model_path)?;
         let report = prior::evaluate(
-            &owned(&traces),
+            &borrowed(&traces),
             0,
             &model,
             &prior::eval_config(seed, bootstrap),
@@ -96,7 +97,7 @@ pub fn prior_train(
             oof_probs: false,
             inputs: vec!["python".into()],
         };
-        let trained = prior::train(&owned(&traces), 0, &request).map_err(options_error)?;
+        let trained = prior::train(&borrowed(&traces), 0, &request).map_err(options_error)?;
         trained
             .model
             .save(&out)

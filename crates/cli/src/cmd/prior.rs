@@ -159,7 +159,8 @@ fn train(args: TrainArgs, global: &Global) -> anyhow::Result<ExitCode> {
             .map(|p| p.display().to_string())
             .collect(),
     };
-    let trained = prior::train(&traces, skipped, &request)?;
+    let refs: Vec<&Trace> = traces.iter().collect();
+    let trained = prior::train(&refs, skipped, &request)?;
     if let (Some(path), Some(lines)) = (&args.oof_probs, &trained.oof_probs) {
         maslens_prior::probs::write(path, lines)?;
         eprintln!(
@@ -187,7 +188,8 @@ fn eval(args: EvalArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let model = prior::load_model(args.model.as_deref())?;
     let (traces, skipped) = load(&args.input, global)?;
     let ecfg = prior::eval_config(args.common.seed, args.common.bootstrap);
-    let report = prior::evaluate(&traces, skipped, &model, &ecfg)?;
+    let refs: Vec<&Trace> = traces.iter().collect();
+    let report = prior::evaluate(&refs, skipped, &model, &ecfg)?;
     print_report(&report, global)?;
     Ok(exit(skipped))
 }

@@ -1,6 +1,10 @@
 use super::*;
 use maslens_trace::Format;
 
+fn refs(traces: &[Trace]) -> Vec<&Trace> {
+    traces.iter().collect()
+}
+
 fn whowhen(part: &str) -> Vec<Trace> {
     let dir = std::path::PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -32,7 +36,7 @@ fn fixed(seed: u64) -> TrainRequest {
 fn the_built_in_model_on_its_training_traces_says_in_sample() {
     let traces = whowhen("Hand-Crafted");
     let builtin = load_model(None).unwrap();
-    let report = evaluate(&traces, 0, &builtin, &eval_config(7, 50)).unwrap();
+    let report = evaluate(&refs(&traces), 0, &builtin, &eval_config(7, 50)).unwrap();
     let note = report.in_sample.as_deref().expect("in-sample");
     assert!(
         note.contains(&format!(
@@ -52,7 +56,7 @@ fn a_trained_model_records_its_traces_and_knows_them_again() {
     let mut traces = whowhen("Algorithm-Generated");
     let rest = traces.split_off(40);
     let dir = tempfile::tempdir().unwrap();
-    let trained = train(&traces, 0, &fixed(3)).unwrap();
+    let trained = train(&refs(&traces), 0, &fixed(3)).unwrap();
     let hashes = &trained.model.training.trace_sha256;
     assert!(!hashes.is_empty() && hashes.len() <= traces.len());
     assert!(hashes.windows(2).all(|w| w[0] < w[1]), "sorted, no repeats");
@@ -62,7 +66,7 @@ fn a_trained_model_records_its_traces_and_knows_them_again() {
     let loaded = load_model(Some(&path)).unwrap();
     assert_eq!(&loaded.model.training.trace_sha256, hashes);
     let ecfg = eval_config(7, 50);
-    let on_training = evaluate(&traces, 0, &loaded, &ecfg).unwrap();
+    let on_training = evaluate(&refs(&traces), 0, &loaded, &ecfg).unwrap();
     let note = on_training
         .in_sample
         .expect("in-sample on its training traces");
@@ -71,7 +75,7 @@ fn a_trained_model_records_its_traces_and_knows_them_again() {
         "{note}"
     );
     // On traces it never saw (content, not ids: the last 61 differ from the first 40), no note.
-    let elsewhere = evaluate(&rest, 0, &loaded, &ecfg).unwrap();
+    let elsewhere = evaluate(&refs(&rest), 0, &loaded, &ecfg).unwrap();
     let unseen = rest
         .iter()
         .filter(|t| !hashes.contains(&maslens_eval::run::steps_sha256(t)))
@@ -81,7 +85,7 @@ fn a_trained_model_records_its_traces_and_knows_them_again() {
     // A model file from before the list: nothing is known, nothing is claimed.
     let mut old = loaded.clone();
     old.model.training.trace_sha256.clear();
-    assert!(evaluate(&traces, 0, &old, &ecfg)
+    assert!(evaluate(&refs(&traces), 0, &old, &ecfg)
         .unwrap()
         .in_sample
         .is_none());
