@@ -155,14 +155,23 @@ fn kill_9_loses_no_acknowledged_span_and_queued_jobs_resume() {
     assert!(status["jobs"].get("failed").is_none(), "{status}");
 }
 
-#[test]
-fn two_servers_share_one_postgres_store() {
-    let Ok(pg) = std::env::var("MASLENS_TEST_PG_URL") else {
+/// The PostgreSQL of `scripts/pg.sh` (`MASLENS_TEST_PG_URL`, which `.ci/run` sets); outside CI a
+/// missing one skips the test with a message.
+fn pg_url() -> Option<String> {
+    let url = std::env::var("MASLENS_TEST_PG_URL").ok();
+    if url.is_none() {
         assert!(
             std::env::var_os("CI").is_none(),
             "MASLENS_TEST_PG_URL is set by .ci/run (scripts/pg.sh)"
         );
         eprintln!("skipped: MASLENS_TEST_PG_URL not set (scripts/pg.sh start)");
+    }
+    url
+}
+
+#[test]
+fn two_servers_share_one_postgres_store() {
+    let Some(pg) = pg_url() else {
         return;
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -578,12 +587,7 @@ fn behind_a_trusted_proxy_the_failure_limit_is_per_forwarded_client() {
 /// diagnosed, every diagnosis written back exactly once (the script checks and exits 1).
 #[test]
 fn serve_chaos_script_runs_briefly() {
-    let Ok(pg) = std::env::var("MASLENS_TEST_PG_URL") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "MASLENS_TEST_PG_URL is set by .ci/run (scripts/pg.sh)"
-        );
-        eprintln!("skipped: MASLENS_TEST_PG_URL not set (scripts/pg.sh start)");
+    let Some(pg) = pg_url() else {
         return;
     };
     let Some(venv) = venv("bin/python") else {
