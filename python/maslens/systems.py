@@ -205,10 +205,9 @@ async def _next_speaker(team: Any, agent: str) -> None:
     they are (their manager's state has no ``next_speaker_index``)."""
     state = dict(await team.save_state())
     agents = dict(state.get("agent_states", {}))
-    names = [n for n in agents if n != list(agents)[-1]]
+    *names, manager_name = list(agents) or [""]
     if agent not in names:
         raise ValueError(f"the team has no participant named {agent!r} (it has {names})")
-    manager_name = list(agents)[-1]
     manager = dict(agents[manager_name])
     if "next_speaker_index" in manager:
         manager["next_speaker_index"] = names.index(agent)
