@@ -99,7 +99,8 @@ def test_prior_eval_train_and_rank_match_the_cli(data: Path, maslens_bin: Path, 
     cli = run_cli(maslens_bin, "prior", "eval", str(hc), "--bootstrap", "100", "--json")
     assert cli.returncode == 0, cli.stderr
     assert report == json.loads(cli.stdout)
-    assert report["format_version"] == 4 and report["in_sample"]
+    assert report["format_version"] == 5 and report["in_sample"]
+    assert report["protocols"][0]["methods"][0]["in_sample"] == report["in_sample"]
 
     ag = sorted((data / "whowhen" / "Algorithm-Generated").glob("*.json"))[:12]
     model = tmp_path / "py.json"

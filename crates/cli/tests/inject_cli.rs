@@ -127,7 +127,7 @@ fn inject_simulation_writes_labelled_traces_that_prior_train_only_trains_on() {
         "{nested}"
     );
     for m in nested["methods"].as_array().unwrap() {
-        assert_eq!(m["groups"]["all"]["step"]["n"], 31, "{}", m["method"]);
+        assert_eq!(m["step_accuracy"]["n"], 31, "{}", m["method"]);
     }
     // The frozen protocol (no fixed settings) also weighs every candidate with the injected
     // traces for the agent head only and without them, and the model file says which it chose

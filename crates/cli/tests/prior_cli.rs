@@ -58,17 +58,13 @@ fn eval_reports_metrics_with_intervals_next_to_baselines() {
         .iter()
         .map(|m| m["method"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "baseline/random",
-            "baseline/first-agent",
-            "baseline/last-agent",
-            "baseline/error-keyword",
-            "prior"
-        ]
-    );
-    let agent = &methods[4]["groups"]["all"]["agent"];
+    assert_eq!(names, ["prior"]);
+    // the eval report's format: the baselines on the same cases inside it
+    let prior = &methods[0];
+    let baselines = prior["baselines"].as_object().unwrap();
+    assert_eq!(baselines.len(), 4, "{baselines:?}");
+    assert!(baselines["first-agent"]["agent_accuracy"]["n"] == 67);
+    let agent = &prior["agent_accuracy"];
     assert_eq!(agent["n"], 67);
     let (lo, val, hi) = (
         agent["ci95"][0].as_f64().unwrap(),
@@ -76,7 +72,7 @@ fn eval_reports_metrics_with_intervals_next_to_baselines() {
         agent["ci95"][1].as_f64().unwrap(),
     );
     assert!(lo <= val && val <= hi);
-    assert!(methods[4]["groups"]["all"]["tolerance"][0]["within"] == 1);
+    assert!(prior["tolerance"]["1"]["n"] == 67);
     // The built-in prior was trained on these traces: the report and stderr say so.
     let note = v["in_sample"].as_str().unwrap();
     assert!(note.contains("trained on 67 of these 67 traces"), "{note}");
@@ -183,7 +179,7 @@ fn train_runs_the_frozen_protocol() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["format_version"], 4);
+    assert_eq!(v["format_version"], 5);
     let p = &v["protocols"][0];
     assert_eq!(p["protocol"], "nested-cv3x2-grouped");
     let d = p["description"].as_str().unwrap();
@@ -202,8 +198,8 @@ fn train_runs_the_frozen_protocol() {
     assert!(methods.contains(&"prior/nested"), "{methods:?}");
     assert!(methods.contains(&"prior/leave-group-out"), "{methods:?}");
     let nested = &p["methods"][methods.iter().position(|m| *m == "prior/nested").unwrap()];
-    assert_eq!(nested["groups"]["all"]["step"]["n"], 24);
-    assert_eq!(nested["groups"]["Hand-Crafted"]["agent"]["n"], 8);
+    assert_eq!(nested["step_accuracy"]["n"], 24);
+    assert_eq!(nested["subsets"]["Hand-Crafted"]["agent_accuracy"]["n"], 8);
     let sel = &v["selection"];
     assert_eq!(sel["scores"].as_array().unwrap().len(), 18);
     let chosen = sel["name"].as_str().unwrap();

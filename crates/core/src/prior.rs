@@ -120,6 +120,9 @@ pub fn evaluate(
     let mut report =
         maslens_prior::run::evaluate(traces, skipped, &model.model, model.path.as_deref(), ecfg)?;
     report.in_sample = crate::in_sample::model_note(&model.model, model.path.is_none(), traces);
+    for method in report.protocols.iter_mut().flat_map(|p| &mut p.methods) {
+        method.in_sample.clone_from(&report.in_sample);
+    }
     Ok(report)
 }
 

@@ -58,7 +58,20 @@ pub struct SubsetReport {
     pub cases: usize,
     pub agent_accuracy: Option<Accuracy>,
     pub step_accuracy: Option<Accuracy>,
+    /// Agent and step both right; absent in reports before format 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joint_accuracy: Option<Accuracy>,
+    /// Step accuracy within +-k, as the report's `tolerance`; absent in reports before format 5.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tolerance: BTreeMap<String, Accuracy>,
     pub baselines: BTreeMap<String, BaselineScores>,
+}
+
+/// Step accuracy within +-k for each k, keyed by k as text (the reports' `tolerance`).
+fn tolerances(cases: &[Case], ks: &[usize], boot: Boot) -> BTreeMap<String, Accuracy> {
+    (tolerance_curve(cases, ks, boot).into_iter())
+        .map(|(k, a)| (k.to_string(), a))
+        .collect()
 }
 
 /// One bin of the deviation histogram.
@@ -259,6 +272,8 @@ pub fn build(
                     cases: sub.len(),
                     agent_accuracy: accuracy(&sub, |c| agent_correct(c, s), boot),
                     step_accuracy: accuracy(&sub, |c| step_correct(c, s), boot),
+                    joint_accuracy: accuracy(&sub, |c| joint_correct(c, s), boot),
+                    tolerance: tolerances(&sub, &opts.tolerances, boot),
                     baselines: sb,
                 },
             );
@@ -277,10 +292,7 @@ pub fn build(
         step_accuracy: accuracy(cases, |c| step_correct(c, s), boot),
         pair_accuracy: accuracy(cases, pair_correct, boot),
         joint_accuracy: accuracy(cases, |c| joint_correct(c, s), boot),
-        tolerance: tolerance_curve(cases, &opts.tolerances, boot)
-            .into_iter()
-            .map(|(k, a)| (k.to_string(), a))
-            .collect(),
+        tolerance: tolerances(cases, &opts.tolerances, boot),
         deviation_histogram: if cases.iter().any(|c| c.gold.step.is_some()) {
             deviation_histogram(cases)
                 .into_iter()

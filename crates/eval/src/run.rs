@@ -20,8 +20,9 @@ use std::future::Future;
 /// Version of the report JSON ([`LocateReport::format_version`]). 1: reports before the field
 /// existed; 2: provenance (maslens version, git revision, dataset hashes, prompt hashes), typed
 /// `stopped_early`; 3: `joint_accuracy` (agent and step both right); 4:
-/// `deviation_histogram_paper` and `by_length_paper` (AgentLocate's fixed intervals and ranges).
-pub const REPORT_FORMAT_VERSION: u32 = 4;
+/// `deviation_histogram_paper` and `by_length_paper` (AgentLocate's fixed intervals and ranges);
+/// 5: `joint_accuracy` and `tolerance` per subset (the prior's reports are these reports since).
+pub const REPORT_FORMAT_VERSION: u32 = 5;
 
 /// A trace with its gold label.
 #[derive(Debug, Clone)]

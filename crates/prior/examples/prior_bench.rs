@@ -160,8 +160,8 @@ fn main() {
             .sum::<usize>();
         let s = Instant::now();
         for t in &corpus {
-            let p = maslens_prior::eval::baseline_prediction("first-agent", t, seed);
-            checksum += p.step.unwrap_or(0) as f64;
+            let p = maslens_eval::baselines::run("first-agent", t, seed);
+            checksum += p.map_or(0, |g| g.step) as f64;
         }
         t_base += s.elapsed();
         let s = Instant::now();

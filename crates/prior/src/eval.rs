@@ -7,30 +7,12 @@
 
 use crate::model::{InjectedUse, PriorModel, RowCache, TrainConfig};
 use crate::PriorError;
-use maslens_eval::metrics::{Accuracy, Scorer};
+use maslens_eval::metrics::Scorer;
+use maslens_eval::report::LocateReport;
 use maslens_eval::run::{evaluate_now, EvalSpec, LabelledCase, Table};
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// Step accuracy when a prediction within +-`within` steps of the label counts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Tolerance {
-    pub within: usize,
-    #[serde(flatten)]
-    pub metric: Accuracy,
-}
-
-/// The metrics of one method on one set of labelled traces.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LocateMetrics {
-    pub agent: Accuracy,
-    pub step: Accuracy,
-    /// Agent and step both right (`pair` in reports of format 1).
-    #[serde(alias = "pair")]
-    pub joint: Accuracy,
-    pub tolerance: Vec<Tolerance>,
-}
 
 /// One method's prediction for one trace (`None`: abstained, counted wrong).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,12 +43,6 @@ impl Default for EvalConfig {
     }
 }
 
-/// An accuracy from 0/1 outcomes (the one `maslens eval locate` reports), with this
-/// configuration's bootstrap resamples and seed.
-pub fn metric(hits: &[bool], cfg: &EvalConfig) -> Accuracy {
-    Accuracy::with_resamples(hits, cfg.bootstrap, cfg.seed)
-}
-
 /// Whether a trace carries a label the metrics can use: a decisive (agent, step) label, or
 /// faulty agents (Aegis-style, agent level only). Fault-injected traces (`Trace::is_injected`)
 /// are training data only and never scored.
@@ -84,72 +60,6 @@ pub fn sides<'a>(traces: &[&'a Trace]) -> (Vec<&'a Trace>, Vec<&'a Trace>) {
         .copied()
         .filter(|t| t.labels.decisive.is_some() || !t.labels.faulty_agents.is_empty())
         .partition(|t| t.labels.decisive.is_some() && !t.is_injected())
-}
-
-/// Score predictions against the labels of `traces` (matched by trace id; unlabelled traces are
-/// ignored, a labelled trace without prediction counts as wrong), through the evaluation path
-/// of `maslens eval locate` ([`maslens_eval::run::evaluate_now`], exact scorer): decisive labels
-/// score agent (exact name), step (exact index), joint (both) and step tolerance; traces with
-/// only faulty-agent labels score the agent level alone (right when the predicted agent is one
-/// of the faulty agents, names compared case-insensitively as Aegis labels differ in case).
-pub fn score(traces: &[&Trace], preds: &[Prediction], cfg: &EvalConfig) -> LocateMetrics {
-    let cases: Vec<LabelledCase> = traces
-        .iter()
-        .filter_map(|t| {
-            Some(LabelledCase {
-                gold: t.gold()?,
-                trace: (*t).clone(),
-            })
-        })
-        .collect();
-    let table = Table {
-        label: "prior".into(),
-        predictions: preds
-            .iter()
-            .map(|p| {
-                let pred = maslens_eval::metrics::Prediction {
-                    agent: p.agent.clone(),
-                    step: p.step,
-                    abstained: p.step.is_none() && p.agent.is_none(),
-                    ..Default::default()
-                };
-                (p.trace.clone(), pred)
-            })
-            .collect(),
-    };
-    let steps = |t: &Trace| t.steps.len();
-    let spec = EvalSpec {
-        title: String::new(),
-        dataset: String::new(),
-        scorer: Scorer::Exact,
-        seed: cfg.seed,
-        resamples: cfg.bootstrap,
-        tolerances: cfg.tolerances.clone(),
-        top_mislocalized: 0,
-        split: None,
-        config: serde_json::Value::Null,
-        trace_tokens: &steps,
-        git_revision: None,
-    };
-    let r = evaluate_now(&cases, &table, &[], &spec).report;
-    let none = || metric(&[], cfg);
-    LocateMetrics {
-        agent: r.agent_accuracy.unwrap_or_else(none),
-        step: r.step_accuracy.unwrap_or_else(none),
-        joint: r.joint_accuracy.unwrap_or_else(none),
-        tolerance: cfg
-            .tolerances
-            .iter()
-            .map(|&w| Tolerance {
-                within: w,
-                metric: r
-                    .tolerance
-                    .get(&w.to_string())
-                    .copied()
-                    .unwrap_or_else(none),
-            })
-            .collect(),
-    }
 }
 
 /// The model's prediction for a trace.
@@ -682,61 +592,57 @@ pub fn leave_group_out(
     Ok(preds)
 }
 
-/// One method's metrics per group and pooled.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MethodReport {
-    pub method: String,
-    /// Group name -> metrics; `all` is every labelled trace pooled.
-    pub groups: BTreeMap<String, LocateMetrics>,
-}
-
-/// Metrics of `preds` for each group of `traces` and pooled (`all`).
+/// One method's evaluation report, in the format of `maslens eval locate`
+/// ([`LocateReport`], built by [`maslens_eval::run::evaluate_now`], exact scorer), on the
+/// labelled traces of `traces` ([`is_labelled`]; fault-injected ones are never scored): agent,
+/// step, joint and step-tolerance accuracy pooled, the same per group (`subsets`, by
+/// [`Trace::group`]), and the trivial baselines on the same cases (`baselines`). Predictions
+/// are matched by trace id; a labelled trace without one counts as wrong (an abstention).
+/// Traces with only faulty-agent labels (Aegis-style) score the agent level alone.
 pub fn report(
     method: &str,
     traces: &[&Trace],
     preds: &[Prediction],
     cfg: &EvalConfig,
-) -> MethodReport {
-    let mut groups: BTreeMap<String, Vec<&Trace>> = BTreeMap::new();
-    for t in traces.iter().filter(|t| is_labelled(t)) {
-        groups.entry(group_of(t)).or_default().push(t);
-    }
-    let mut out = BTreeMap::new();
-    let pooled: Vec<&Trace> = traces.iter().copied().filter(|t| is_labelled(t)).collect();
-    if groups.len() > 1 {
-        for (g, ts) in &groups {
-            out.insert(g.clone(), score(ts, preds, cfg));
-        }
-    }
-    out.insert("all".to_string(), score(&pooled, preds, cfg));
-    MethodReport {
-        method: method.to_string(),
-        groups: out,
-    }
-}
-
-/// A baseline's prediction for a trace (the one baseline set, `maslens_eval::baselines`).
-pub fn baseline_prediction(name: &str, trace: &Trace, seed: u64) -> Prediction {
-    let g = maslens_eval::baselines::run(name, trace, seed);
-    Prediction {
-        trace: trace.id.clone(),
-        agent: g.as_ref().map(|g| g.agent.clone()),
-        step: g.map(|g| g.step),
-    }
-}
-
-/// Reports for the baselines of `maslens_eval::baselines` on `traces`, named `baseline/NAME`.
-pub fn baseline_reports(traces: &[&Trace], cfg: &EvalConfig) -> Vec<MethodReport> {
-    maslens_eval::baselines::NAMES
-        .iter()
-        .map(|name| {
-            let preds: Vec<Prediction> = traces
-                .iter()
-                .map(|t| baseline_prediction(name, t, cfg.seed))
-                .collect();
-            report(&format!("baseline/{name}"), traces, &preds, cfg)
+) -> LocateReport {
+    let cases: Vec<LabelledCase> = (traces.iter().filter(|t| is_labelled(t)))
+        .filter_map(|t| {
+            Some(LabelledCase {
+                gold: t.gold()?,
+                trace: (*t).clone(),
+            })
         })
-        .collect()
+        .collect();
+    let table = Table {
+        label: method.into(),
+        predictions: preds
+            .iter()
+            .map(|p| {
+                let pred = maslens_eval::metrics::Prediction {
+                    agent: p.agent.clone(),
+                    step: p.step,
+                    abstained: p.step.is_none() && p.agent.is_none(),
+                    ..Default::default()
+                };
+                (p.trace.clone(), pred)
+            })
+            .collect(),
+    };
+    let steps = |t: &Trace| t.steps.len();
+    let spec = EvalSpec {
+        title: method.to_string(),
+        dataset: String::new(),
+        scorer: Scorer::Exact,
+        seed: cfg.seed,
+        resamples: cfg.bootstrap,
+        tolerances: cfg.tolerances.clone(),
+        top_mislocalized: 0,
+        split: None,
+        config: serde_json::Value::Null,
+        trace_tokens: &steps,
+        git_revision: None,
+    };
+    evaluate_now(&cases, &table, &[], &spec).report
 }
 
 #[cfg(test)]
@@ -753,24 +659,16 @@ mod tests {
         b.decisive(label.0, label.1).build()
     }
 
-    #[test]
-    fn bootstrap_is_seeded_and_brackets_the_estimate() {
-        let hits: Vec<bool> = (0..50).map(|i| i % 3 == 0).collect();
-        let cfg = EvalConfig {
-            bootstrap: 1000,
-            seed: 1,
-            ..EvalConfig::default()
-        };
-        let a = metric(&hits, &cfg).ci95;
-        assert_eq!(a, metric(&hits, &cfg).ci95);
-        let v = 17.0 / 50.0;
-        assert!(a[0] < v && v < a[1], "{a:?}");
-        assert_eq!(metric(&[true; 10], &cfg).ci95, [1.0, 1.0]);
-        assert_eq!(metric(&[], &cfg).ci95, [0.0, 0.0]);
+    fn pred(trace: &str, agent: &str, step: usize) -> Prediction {
+        Prediction {
+            trace: trace.into(),
+            agent: Some(agent.into()),
+            step: Some(step),
+        }
     }
 
     #[test]
-    fn baselines_and_exact_scoring() {
+    fn reports_score_exactly_next_to_the_baselines() {
         use AgentKind::*;
         let t = labelled(
             "g/1",
@@ -783,29 +681,32 @@ mod tests {
             ],
             ("A", 1),
         );
-        let first = baseline_prediction("first-agent", &t, 0);
-        assert_eq!((first.agent.as_deref(), first.step), (Some("A"), Some(1)));
-        let last = baseline_prediction("last-agent", &t, 0);
-        assert_eq!((last.agent.as_deref(), last.step), (Some("B"), Some(3)));
-        let r1 = baseline_prediction("random", &t, 9);
-        assert_eq!(r1, baseline_prediction("random", &t, 9));
-        assert!(matches!(r1.step, Some(1) | Some(3)), "acting steps only");
-
         let cfg = EvalConfig {
             bootstrap: 100,
             ..EvalConfig::default()
         };
-        let m = score(&[&t], std::slice::from_ref(&last), &cfg);
-        assert_eq!((m.agent.k, m.agent.n, m.step.k), (0, 1, 0));
-        assert_eq!(m.tolerance[0].within, 1);
-        assert_eq!(m.tolerance[0].metric.k, 0, "|3-1| = 2 > 1");
-        assert_eq!(m.tolerance[1].metric.k, 1, "|3-1| = 2 <= 3");
-        let m = score(&[&t], &[first], &cfg);
-        assert_eq!((m.agent.k, m.step.k, m.agent.value), (1, 1, 1.0));
-        assert_eq!((m.joint.k, m.joint.n), (1, 1));
-        // a trace without prediction counts as wrong
-        let m = score(&[&t], &[], &cfg);
-        assert_eq!((m.agent.k, m.agent.n), (0, 1));
+        let hits = |r: &LocateReport| {
+            let (a, s) = (r.agent_accuracy.unwrap(), r.step_accuracy.unwrap());
+            (a.k, a.n, s.k)
+        };
+        let r = report("m", &[&t], &[pred("g/1", "B", 3)], &cfg);
+        assert_eq!(
+            (r.method.as_str(), r.format_version),
+            ("m", maslens_eval::run::REPORT_FORMAT_VERSION)
+        );
+        assert_eq!(hits(&r), (0, 1, 0));
+        assert_eq!(r.tolerance["1"].k, 0, "|3-1| = 2 > 1");
+        assert_eq!(r.tolerance["3"].k, 1, "|3-1| = 2 <= 3");
+        // the baselines on the same case: first-agent names A at step 1, last-agent B at 3
+        let base = |name: &str| r.baselines[name].step_accuracy.unwrap().k;
+        assert_eq!((base("first-agent"), base("last-agent")), (1, 0));
+        let r = report("m", &[&t], &[pred("g/1", "A", 1)], &cfg);
+        assert_eq!(hits(&r), (1, 1, 1));
+        let joint = r.joint_accuracy.unwrap();
+        assert_eq!((joint.k, joint.n), (1, 1));
+        // a trace without prediction counts as wrong, as an abstention
+        let r = report("m", &[&t], &[], &cfg);
+        assert_eq!((hits(&r), r.abstentions), ((0, 1, 0), 1));
     }
 
     #[test]
@@ -815,18 +716,15 @@ mod tests {
             .faulty("solver", None)
             .build();
         assert!(is_labelled(&t));
-        let pred = Prediction {
-            trace: "aegis/1".into(),
-            agent: Some("Solver".into()),
-            step: Some(0),
-        };
         let cfg = EvalConfig {
             bootstrap: 50,
             ..EvalConfig::default()
         };
-        let m = score(&[&t], &[pred], &cfg);
-        assert_eq!((m.agent.k, m.agent.n), (1, 1));
-        assert_eq!((m.step.n, m.joint.n), (0, 0));
+        let r = report("m", &[&t], &[pred("aegis/1", "Solver", 0)], &cfg);
+        let agent = r.agent_accuracy.unwrap();
+        assert_eq!((agent.k, agent.n), (1, 1));
+        assert_eq!(r.step_accuracy.map_or(0, |a| a.n), 0);
+        assert_eq!(r.joint_accuracy.map_or(0, |a| a.n), 0);
         assert!(!is_labelled(&Trace::new("none")));
     }
 
@@ -925,11 +823,8 @@ mod tests {
             ..EvalConfig::default()
         };
         let r = report("prior/nested", &refs, &nested.out, &ecfg);
-        assert!(
-            r.groups["all"].step.value > 0.8,
-            "{:?}",
-            r.groups["all"].step
-        );
+        let step = r.step_accuracy.unwrap();
+        assert!(step.value > 0.8, "{step:?}");
         let (lgo, chosen) = leave_group_out_selected(&refs, 3, 7, &settings).unwrap();
         assert_eq!(lgo.len(), 30);
         assert_eq!(chosen.len(), 2);
@@ -992,7 +887,7 @@ mod tests {
             ..EvalConfig::default()
         };
         let r = report("prior/nested", &refs, &nested.out, &ecfg);
-        assert_eq!(r.groups["all"].step.n, 20);
+        assert_eq!(r.step_accuracy.unwrap().n, 20);
     }
 
     #[test]
@@ -1080,16 +975,16 @@ mod tests {
             ..EvalConfig::default()
         };
         let r = report("prior", &refs, &preds, &ecfg);
-        assert_eq!(r.groups.len(), 3, "even, odd, all");
-        assert_eq!(r.groups["all"].step.n, 30);
-        assert!(r.groups["all"].step.value > 0.8);
+        let subsets: Vec<&str> = r.subsets.keys().map(String::as_str).collect();
+        assert_eq!(subsets, ["even", "odd"]);
+        assert_eq!(r.subsets["even"].step_accuracy.unwrap().n, 15);
+        let step = r.step_accuracy.unwrap();
+        assert_eq!(step.n, 30);
+        assert!(step.value > 0.8);
         let lgo = leave_group_out(&refs, &cfg).unwrap();
         assert_eq!(lgo.len(), 30);
         assert!(cross_validate(&refs, 1, &cfg).is_err());
-        assert_eq!(
-            baseline_reports(&refs, &ecfg).len(),
-            maslens_eval::baselines::NAMES.len()
-        );
+        assert_eq!(r.baselines.len(), maslens_eval::baselines::NAMES.len());
         assert_eq!(group_of(&Trace::new("plain")), "default");
     }
 }

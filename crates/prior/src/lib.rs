@@ -17,7 +17,7 @@ pub mod probs;
 pub mod run;
 pub mod text;
 
-pub use eval::{EvalConfig, LocateMetrics, Prediction};
+pub use eval::{EvalConfig, Prediction};
 pub use features::{extract, FEATURE_NAMES, N_FEATURES};
 pub use maslens_eval::metrics::Accuracy;
 pub use model::AGENT_FEATURE_NAMES;

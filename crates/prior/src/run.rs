@@ -5,16 +5,17 @@
 //! [`EvalReport`], versioned by [`REPORT_FORMAT_VERSION`], with a text rendering ([`render_text`]).
 
 use crate::eval::{
-    baseline_reports, is_labelled, leave_group_out_selected, model_prediction, nested_out_of_fold,
-    protocol_settings, report, select, with_injected_choice, EvalConfig, MethodReport, Prediction,
-    Selection, Setting,
+    is_labelled, leave_group_out_selected, model_prediction, nested_out_of_fold, protocol_settings,
+    report, select, with_injected_choice, EvalConfig, Prediction, Selection, Setting,
 };
 use crate::model::{Candidate, Objective, PairRule, PriorModel, TrainConfig};
 use crate::probs::ProbsLine;
 use crate::PriorError;
 use maslens_eval::metrics::Accuracy;
+use maslens_eval::report::LocateReport;
 use maslens_trace::Trace;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Version of the evaluation report this build writes.
 /// 1: first; 2: `pair` (agent and step both right) renamed `joint`, the name the locate report uses
@@ -23,8 +24,11 @@ use serde::{Deserialize, Serialize};
 /// task question (protocol `nested-cvKxI-grouped`, methods `prior/nested` and
 /// `prior/leave-group-out` with the selection inside), and `selection` (the candidates' inner-CV
 /// hits on all traces, which chose the trained model); 4: `in_sample` (a fixed model evaluated on
-/// traces it was trained on says so).
-pub const REPORT_FORMAT_VERSION: u32 = 4;
+/// traces it was trained on says so); 5: each method's scores are the report of `maslens eval
+/// locate` ([`LocateReport`]: groups in its `subsets`, the trivial baselines in its `baselines`),
+/// no longer a table of its own (`groups` of agent/step/joint/tolerance) with the baselines as
+/// methods.
+pub const REPORT_FORMAT_VERSION: u32 = 5;
 
 /// Errors of a prior run.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +46,10 @@ pub enum RunError {
 pub struct Protocol {
     pub protocol: String,
     pub description: String,
-    pub methods: Vec<MethodReport>,
+    /// Each method's report, in the format of `maslens eval locate` (one format for every
+    /// localizer's scores), built by [`crate::eval::report`]: the trivial baselines are inside
+    /// each (scored on the same cases), and the groups are its `subsets`.
+    pub methods: Vec<LocateReport>,
 }
 
 /// The evaluation report of `train` and `eval`.
@@ -209,7 +216,6 @@ pub fn train(traces: &[&Trace], skipped: usize, opts: &TrainOptions) -> Result<T
     let mut protocols = Vec::new();
     let mut oof_probs = None;
     if k >= 2 {
-        let mut methods = baseline_reports(traces, ecfg);
         let nested = nested_out_of_fold(traces, k, inner, seed, &candidates, |m, t| {
             (
                 model_prediction(m, t),
@@ -221,7 +227,7 @@ pub fn train(traces: &[&Trace], skipped: usize, opts: &TrainOptions) -> Result<T
         if opts.oof_probs {
             oof_probs = Some(lines.into_iter().flatten().collect());
         }
-        methods.push(report("prior/nested", traces, &preds, ecfg));
+        let mut methods = vec![report("prior/nested", traces, &preds, ecfg)];
         let (lgo, lgo_chosen) = leave_group_out_selected(traces, inner, seed, &candidates)?;
         if !lgo.is_empty() {
             methods.push(report("prior/leave-group-out", traces, &lgo, ecfg));
@@ -300,6 +306,9 @@ fn training_hashes(traces: &[&Trace]) -> Vec<String> {
     hashes
 }
 
+/// The built-in model's name in reports.
+const BUILT_IN: &str = "built-in whowhen-v1";
+
 /// Evaluate a fixed model on labelled traces, next to the baselines. `model_name` names it in the
 /// protocol description (`None`: the built-in model).
 pub fn evaluate(
@@ -313,9 +322,9 @@ pub fn evaluate(
     if labelled == 0 {
         return Err(RunError::NoLabel(traces.len()));
     }
-    let mut methods = baseline_reports(traces, ecfg);
     let preds: Vec<Prediction> = traces.iter().map(|t| model_prediction(model, t)).collect();
-    methods.push(report("prior", traces, &preds, ecfg));
+    let mut scored = report("prior", traces, &preds, ecfg);
+    scored.model = Some(model_name.unwrap_or(BUILT_IN).to_string());
     Ok(EvalReport::new(
         traces.len(),
         labelled,
@@ -325,9 +334,9 @@ pub fn evaluate(
             protocol: "fixed-model".into(),
             description: format!(
                 "model {} applied to every labelled trace (only meaningful on traces it was not trained on)",
-                model_name.unwrap_or("built-in whowhen-v1")
+                model_name.unwrap_or(BUILT_IN)
             ),
-            methods,
+            methods: vec![scored],
         }],
     ))
 }
@@ -392,15 +401,85 @@ fn pct(x: f64) -> String {
     format!("{:.1}", 100.0 * x)
 }
 
-fn cell(x: &Accuracy) -> String {
-    format!(
-        "{} [{},{}] ({}/{})",
-        pct(x.value),
-        pct(x.ci95[0]),
-        pct(x.ci95[1]),
-        x.k,
-        x.n
+fn cell(x: Option<&Accuracy>) -> String {
+    x.map_or_else(
+        || "-".to_string(),
+        |x| {
+            format!(
+                "{} [{},{}] ({}/{})",
+                pct(x.value),
+                pct(x.ci95[0]),
+                pct(x.ci95[1]),
+                x.k,
+                x.n
+            )
+        },
     )
+}
+
+/// The last column: step within +-k for each k (in order of k), then joint.
+fn tolerance_cell(tolerance: &BTreeMap<String, Accuracy>, joint: Option<&Accuracy>) -> String {
+    let mut ks: Vec<(usize, &Accuracy)> = (tolerance.iter())
+        .filter_map(|(k, a)| Some((k.parse().ok()?, a)))
+        .collect();
+    ks.sort_by_key(|(k, _)| *k);
+    let mut parts: Vec<String> = (ks.iter())
+        .map(|(k, a)| format!("+-{k}: {}", pct(a.value)))
+        .collect();
+    parts.extend(joint.map(|j| format!("joint: {}", pct(j.value))));
+    parts.join("  ")
+}
+
+/// The table rows of one protocol: the baselines (from its first method's report: every method
+/// of a protocol is scored on the same traces), then each method; each pooled (`all`), then per
+/// group when there are several.
+fn protocol_rows(p: &Protocol) -> Vec<[String; 5]> {
+    let mut rows = Vec::new();
+    if let Some(first) = p.methods.first() {
+        for (name, b) in &first.baselines {
+            let method = format!("baseline/{name}");
+            let (agent, step) = (b.agent_accuracy.as_ref(), b.step_accuracy.as_ref());
+            rows.push([
+                method.clone(),
+                "all".into(),
+                cell(agent),
+                cell(step),
+                String::new(),
+            ]);
+            for (g, sub) in &first.subsets {
+                let Some(b) = sub.baselines.get(name) else {
+                    continue;
+                };
+                let (agent, step) = (b.agent_accuracy.as_ref(), b.step_accuracy.as_ref());
+                rows.push([
+                    method.clone(),
+                    g.clone(),
+                    cell(agent),
+                    cell(step),
+                    String::new(),
+                ]);
+            }
+        }
+    }
+    for m in &p.methods {
+        rows.push([
+            m.method.clone(),
+            "all".into(),
+            cell(m.agent_accuracy.as_ref()),
+            cell(m.step_accuracy.as_ref()),
+            tolerance_cell(&m.tolerance, m.joint_accuracy.as_ref()),
+        ]);
+        for (g, sub) in &m.subsets {
+            rows.push([
+                m.method.clone(),
+                g.clone(),
+                cell(sub.agent_accuracy.as_ref()),
+                cell(sub.step_accuracy.as_ref()),
+                tolerance_cell(&sub.tolerance, sub.joint_accuracy.as_ref()),
+            ]);
+        }
+    }
+    rows
 }
 
 /// The report as text: a heading per protocol and a table of method x group.
@@ -423,22 +502,8 @@ pub fn render_text(out: &EvalReport) -> String {
             "step % [95% CI] (k/n)",
             "step within +-k",
         ]);
-        for m in &p.methods {
-            for (g, r) in &m.groups {
-                let mut tol: Vec<String> = r
-                    .tolerance
-                    .iter()
-                    .map(|t| format!("+-{}: {}", t.within, pct(t.metric.value)))
-                    .collect();
-                tol.push(format!("joint: {}", pct(r.joint.value)));
-                table.add_row(vec![
-                    m.method.clone(),
-                    g.clone(),
-                    cell(&r.agent),
-                    cell(&r.step),
-                    tol.join("  "),
-                ]);
-            }
+        for row in protocol_rows(p) {
+            table.add_row(row.to_vec());
         }
         for i in [2, 3] {
             if let Some(c) = table.column_mut(i) {
@@ -526,16 +591,24 @@ mod tests {
             .iter()
             .map(|m| m.method.as_str())
             .collect();
+        assert_eq!(names, ["prior/nested", "prior/leave-group-out"]);
+        // each method's report is the eval report, the baselines and the groups inside
+        let nested = &t.report.protocols[0].methods[0];
         assert_eq!(
-            names,
-            [
-                "baseline/random",
-                "baseline/first-agent",
-                "baseline/last-agent",
-                "baseline/error-keyword",
-                "prior/nested",
-                "prior/leave-group-out"
-            ]
+            nested.format_version,
+            maslens_eval::run::REPORT_FORMAT_VERSION
+        );
+        let baselines: Vec<&str> = nested.baselines.keys().map(String::as_str).collect();
+        assert_eq!(
+            baselines,
+            ["error-keyword", "first-agent", "last-agent", "random"]
+        );
+        let groups: Vec<&str> = nested.subsets.keys().map(String::as_str).collect();
+        assert_eq!(groups, ["even", "odd"]);
+        assert_eq!(
+            nested.subsets["odd"].tolerance.len(),
+            2,
+            "+-1 and +-3 per group"
         );
         assert_eq!(t.report.protocols[0].protocol, "nested-cv3x3-grouped");
         let d = &t.report.protocols[0].description;
@@ -571,6 +644,8 @@ mod tests {
         assert!(text.contains("## nested-cv3x3-grouped: out-of-fold"));
         assert!(text.contains("<- chosen"));
         assert!(text.contains("baseline/error-keyword"));
+        assert!(text.contains("prior/nested"));
+        assert!(text.contains("joint: "));
         assert!(text.contains("agent % [95% CI] (k/n)"));
     }
 

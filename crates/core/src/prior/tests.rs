@@ -47,8 +47,15 @@ fn the_built_in_model_on_its_training_traces_says_in_sample() {
     );
     assert!(render_text(&report).contains("IN-SAMPLE: the built-in prior"));
     let json = serde_json::to_value(&report).unwrap();
-    assert_eq!(json["format_version"], 4);
+    assert_eq!(json["format_version"], 5);
     assert_eq!(json["in_sample"].as_str(), Some(note));
+    // the method's own report (the eval report's format) says so too
+    let prior = &json["protocols"][0]["methods"][0];
+    assert_eq!(
+        (prior["method"].as_str(), prior["in_sample"].as_str()),
+        (Some("prior"), Some(note))
+    );
+    assert_eq!(prior["model"], "built-in whowhen-v1");
 }
 
 #[test]

@@ -82,8 +82,11 @@ impl SeedHits {
                 .methods
                 .iter()
                 .find(|m| m.method == name)
-                .and_then(|m| m.groups.get("all"))
-                .map_or(([0, 0], 0), |g| ([g.agent.k, g.step.k], g.agent.n))
+                .map_or(([0, 0], 0), |m| {
+                    let (agent, step) = (m.agent_accuracy.as_ref(), m.step_accuracy.as_ref());
+                    let k = |a: Option<&maslens_eval::metrics::Accuracy>| a.map_or(0, |a| a.k);
+                    ([k(agent), k(step)], agent.map_or(0, |a| a.n))
+                })
         };
         let (stacked, cases) = hits(STACKED_METHOD);
         SeedHits {
@@ -187,9 +190,7 @@ pub(crate) fn nested_protocol(
     cache: &maslens_prior::model::RowCache,
     ecfg: &maslens_prior::EvalConfig,
 ) -> Result<(maslens_prior::run::Protocol, Vec<StackWeights>), CoreError> {
-    use maslens_prior::eval::{
-        baseline_reports, fold_assignment, report, select_and_train_cached, Prediction,
-    };
+    use maslens_prior::eval::{fold_assignment, report, select_and_train_cached, Prediction};
     let (k, inner) = (opts.folds.max(2), opts.inner_folds.max(2));
     let folds = fold_assignment(labelled, k, seed);
     let n = labelled.len();
@@ -241,10 +242,11 @@ pub(crate) fn nested_protocol(
     }
     let flat =
         |p: Vec<Option<Prediction>>| -> Vec<Prediction> { p.into_iter().flatten().collect() };
-    let mut methods = baseline_reports(labelled, ecfg);
-    methods.push(report(PRIOR_METHOD, labelled, &flat(prior_preds), ecfg));
-    methods.push(report(LLM_METHOD, labelled, &flat(llm_preds), ecfg));
-    methods.push(report(STACKED_METHOD, labelled, &flat(stack_preds), ecfg));
+    let methods = vec![
+        report(PRIOR_METHOD, labelled, &flat(prior_preds), ecfg),
+        report(LLM_METHOD, labelled, &flat(llm_preds), ecfg),
+        report(STACKED_METHOD, labelled, &flat(stack_preds), ecfg),
+    ];
     let with_verdict = labelled
         .iter()
         .filter(|t| verdicts.contains_key(&t.id))
