@@ -217,7 +217,7 @@ pub fn serve_tools(data: &[u8]) {
         let _ = tools::calls_as_text(calls, 0);
     }
     let _ = maslens_server::parse_request(&Value::Object(obj.clone()));
-    let Ok(Some(t)) = tools::parse_tools(&obj) else {
+    let Ok(Some(t)) = tools::parse_tools(obj.get("tools"), obj.get("tool_choice")) else {
         return;
     };
     let _ = t.instructions();

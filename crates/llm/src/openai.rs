@@ -10,7 +10,7 @@
 use crate::retry::{RetryModel, RetryPolicy};
 use crate::{ChatModel, ChatRequest, ChatResponse, LlmError};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Semaphore;
@@ -87,41 +87,48 @@ pub fn chat_body(model: &str, request: &ChatRequest, schema_mode: SchemaMode) ->
 }
 
 fn body_at_level(model: &str, request: &ChatRequest, level: u8) -> Value {
-    let mut body = json!({
-        "model": model,
-        "messages": request.messages,
-        "temperature": request.temperature,
-        "max_tokens": request.max_tokens,
-    });
-    let obj = match body.as_object_mut() {
-        Some(o) => o,
-        None => return body,
+    use crate::openai_wire::{ChatBody, Content, JsonSchemaFormat, RequestMessage, ResponseFormat};
+    let messages = (request.messages.iter())
+        .map(|m| RequestMessage {
+            role: role_name(m.role).to_string(),
+            content: Some(Content::Text(m.content.clone())),
+            ..RequestMessage::default()
+        })
+        .collect();
+    let response_format = match (&request.json_schema, level) {
+        (Some(schema), LEVEL_SCHEMA) => Some(ResponseFormat::JsonSchema {
+            json_schema: JsonSchemaFormat {
+                name: "response".into(),
+                schema: schema.clone(),
+                strict: Some(false),
+            },
+        }),
+        (Some(_), LEVEL_OBJECT) => Some(ResponseFormat::JsonObject),
+        _ => None,
     };
-    if let Some(p) = request.top_p {
-        obj.insert("top_p".into(), json!(p));
+    let body = ChatBody {
+        model: model.to_string(),
+        messages,
+        temperature: Some(request.temperature),
+        top_p: request.top_p,
+        max_tokens: Some(u64::from(request.max_tokens)),
+        seed: request.seed,
+        stop: (!request.stop.is_empty())
+            .then(|| crate::openai_wire::Stop::Many(request.stop.clone())),
+        response_format,
+        ..ChatBody::default()
+    };
+    // A body of plain fields and JSON values always serializes.
+    serde_json::to_value(&body).unwrap_or(Value::Null)
+}
+
+/// A role's name on the wire.
+fn role_name(role: crate::Role) -> &'static str {
+    match role {
+        crate::Role::System => "system",
+        crate::Role::User => "user",
+        crate::Role::Assistant => "assistant",
     }
-    if let Some(s) = request.seed {
-        obj.insert("seed".into(), json!(s));
-    }
-    if !request.stop.is_empty() {
-        obj.insert("stop".into(), json!(request.stop));
-    }
-    if let Some(schema) = &request.json_schema {
-        match level {
-            LEVEL_SCHEMA => {
-                obj.insert(
-                    "response_format".into(),
-                    json!({"type": "json_schema",
-                           "json_schema": {"name": "response", "schema": schema, "strict": false}}),
-                );
-            }
-            LEVEL_OBJECT => {
-                obj.insert("response_format".into(), json!({"type": "json_object"}));
-            }
-            _ => {}
-        }
-    }
-    body
 }
 
 /// Parse a chat-completions response body (the [`crate::openai_wire`] types `serve-model` writes).
@@ -474,6 +481,7 @@ fn parse_http_date(v: &str) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::{Message, Usage};
+    use serde_json::json;
 
     #[test]
     fn retry_after_forms() {

@@ -1,4 +1,5 @@
-//! The OpenAI chat-completions answer on the wire, one set of types for both ends: the client
+//! The OpenAI chat-completions request ([`ChatBody`], in `request.rs`) and answer on the wire,
+//! one set of types for both ends. The answer: the client
 //! ([`crate::openai`], and OpenAI Batch output in [`crate::batch`]) reads a [`Completion`], and
 //! `maslens serve-model` writes a [`Completion`] or a stream of [`Chunk`]s and its errors as an
 //! [`ErrorBody`]. A change to a field is then a change to both ends, and a round-trip test holds
@@ -6,6 +7,12 @@
 //!
 //! Reading is lenient where servers differ: missing ids, a `usage` that is absent or `null`,
 //! token counts that are missing, `null` or not integers all read as absent or 0.
+
+mod request;
+
+pub use request::{
+    ChatBody, Content, ContentPart, JsonSchemaFormat, RequestMessage, ResponseFormat, Stop,
+};
 
 use crate::{ChatResponse, Usage};
 use serde::{Deserialize, Deserializer, Serialize};

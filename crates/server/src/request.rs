@@ -1,9 +1,11 @@
 //! Reading an OpenAI chat-completions body (`POST /v1/chat/completions`) into a
-//! [`ChatRequest`]: the messages, the sampling settings, the output constraints; every error
-//! names the field.
+//! [`ChatRequest`]: the body is read as the wire type maslens' own client writes
+//! ([`maslens_llm::openai_wire::ChatBody`], whose errors name the field), then checked for what a
+//! type cannot say (ranges, roles, tool calls) and turned into the request the model runs.
 
+use maslens_llm::openai_wire::{ChatBody, Content, RequestMessage, ResponseFormat};
 use maslens_llm::{ChatRequest, Message, Role};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::{tools, DEFAULT_MAX_TOKENS};
 
@@ -23,21 +25,19 @@ pub struct ParsedRequest {
 /// llama.cpp's server takes it) is honoured. `tools`, `tool_choice`, `tool` messages and
 /// assistant `tool_calls` are read as [`tools`] says.
 pub fn parse_request(v: &Value) -> Result<ParsedRequest, String> {
-    let obj = v.as_object().ok_or("the body must be a JSON object")?;
-    let mut messages = parse_messages(obj)?;
-    let tools = tools::parse_tools(obj)?;
+    if !v.is_object() {
+        return Err("the body must be a JSON object".into());
+    }
+    let body = ChatBody::read(v)?;
+    let mut messages = parse_messages(&body.messages)?;
+    let tools = tools::parse_tools(body.tools.as_ref(), body.tool_choice.as_ref())?;
     if let Some(t) = &tools {
         tools::add_instructions(&mut messages, t);
     }
     let mut request = ChatRequest::new(messages);
     request.seed = None;
-    parse_sampling(obj, &mut request)?;
-    parse_output_format(obj, &mut request)?;
-    let stream = match obj.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err("`stream` must be a boolean".into()),
-    };
+    parse_sampling(&body, &mut request)?;
+    parse_output_format(&body, &mut request)?;
     if let Some(schema) = tools.as_ref().and_then(tools::Tools::call_schema) {
         if request.json_schema.is_some() || request.grammar.is_some() {
             return Err(
@@ -50,44 +50,34 @@ pub fn parse_request(v: &Value) -> Result<ParsedRequest, String> {
     request.stage = "serve".into();
     Ok(ParsedRequest {
         request,
-        stream,
+        stream: body.stream.unwrap_or(false),
         tools,
     })
 }
 
-/// `messages`: a non-empty array, each read by [`parse_message`].
-fn parse_messages(obj: &Map<String, Value>) -> Result<Vec<Message>, String> {
-    let messages_v = obj.get("messages").ok_or("missing field `messages`")?;
-    let messages_a = messages_v.as_array().ok_or("`messages` must be an array")?;
-    if messages_a.is_empty() {
+/// `messages`: non-empty, each read by [`parse_message`].
+fn parse_messages(messages: &[RequestMessage]) -> Result<Vec<Message>, String> {
+    if messages.is_empty() {
         return Err("`messages` is empty".into());
     }
-    messages_a
-        .iter()
-        .enumerate()
+    (messages.iter().enumerate())
         .map(|(i, m)| parse_message(i, m))
         .collect()
 }
 
 /// `messages[i]`: its role, its text, a `tool` result or an assistant's `tool_calls` as text.
-fn parse_message(i: usize, m: &Value) -> Result<Message, String> {
-    let role = m
-        .get("role")
-        .and_then(Value::as_str)
-        .ok_or(format!("messages[{i}].role is missing"))?;
-    let role = match role {
+fn parse_message(i: usize, m: &RequestMessage) -> Result<Message, String> {
+    let role = match m.role.as_str() {
         "system" | "developer" => Role::System,
-        "user" => Role::User,
+        "user" | "tool" => Role::User,
         "assistant" => Role::Assistant,
-        "tool" => Role::User,
         other => return Err(format!("messages[{i}].role {other:?} is not supported (system, developer, user, assistant, tool)")),
     };
-    let is_tool = m.get("role").and_then(Value::as_str) == Some("tool");
-    let content = message_content(i, m)?;
-    if is_tool {
+    let content = message_content(i, m.content.as_ref())?;
+    if m.role == "tool" {
         return Ok(tools::tool_result_message(m, content));
     }
-    let content = match m.get("tool_calls") {
+    let content = match &m.tool_calls {
         Some(calls) if !calls.is_null() && role == Role::Assistant => {
             let call_text = tools::calls_as_text(calls, i)?;
             if content.is_empty() {
@@ -101,19 +91,16 @@ fn parse_message(i: usize, m: &Value) -> Result<Message, String> {
     Ok(Message { role, content })
 }
 
-/// `messages[i].content`: a string, null, or an array of text parts (joined).
-fn message_content(i: usize, m: &Value) -> Result<String, String> {
-    match m.get("content") {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(parts)) => {
+/// `messages[i].content`: a string, nothing, or text parts (joined).
+fn message_content(i: usize, content: Option<&Content>) -> Result<String, String> {
+    match content {
+        None => Ok(String::new()),
+        Some(Content::Text(s)) => Ok(s.clone()),
+        Some(Content::Parts(parts)) => {
             let mut text = String::new();
             for (j, p) in parts.iter().enumerate() {
-                match (
-                    p.get("type").and_then(Value::as_str),
-                    p.get("text").and_then(Value::as_str),
-                ) {
-                    (Some("text"), Some(t)) => text.push_str(t),
+                match (p.kind.as_str(), &p.text) {
+                    ("text", Some(t)) => text.push_str(t),
                     _ => {
                         return Err(format!(
                             "messages[{i}].content[{j}]: only text parts are supported"
@@ -123,116 +110,68 @@ fn message_content(i: usize, m: &Value) -> Result<String, String> {
             }
             Ok(text)
         }
-        Some(_) => Err(format!(
-            "messages[{i}].content must be a string or an array of text parts"
-        )),
     }
 }
 
 /// `temperature`, `top_p`, `max_completion_tokens` / `max_tokens`, `seed`, `stop`, `n`.
-fn parse_sampling(obj: &Map<String, Value>, request: &mut ChatRequest) -> Result<(), String> {
-    let num = |key: &str| -> Result<Option<f64>, String> {
-        match obj.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(x) => x
-                .as_f64()
-                .map(Some)
-                .ok_or(format!("`{key}` must be a number")),
-        }
-    };
-    if let Some(t) = num("temperature")? {
+fn parse_sampling(body: &ChatBody, request: &mut ChatRequest) -> Result<(), String> {
+    if let Some(t) = body.temperature {
         if !(0.0..=2.0).contains(&t) {
             return Err(format!("`temperature` {t} is outside [0, 2]"));
         }
-        request.temperature = t as f32;
+        request.temperature = t;
     }
-    if let Some(p) = num("top_p")? {
+    if let Some(p) = body.top_p {
         if !(0.0..=1.0).contains(&p) {
             return Err(format!("`top_p` {p} is outside [0, 1]"));
         }
-        request.top_p = Some(p as f32);
+        request.top_p = Some(p);
     }
-    request.max_tokens = parse_max_tokens(obj)?;
-    if let Some(seed) = obj.get("seed").filter(|s| !s.is_null()) {
-        request.seed = Some(
-            seed.as_u64()
-                .or_else(|| seed.as_i64().map(|s| s as u64))
-                .ok_or("`seed` must be an integer")?,
-        );
-    }
-    request.stop = match obj.get("stop") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|s| {
-                s.as_str()
-                    .map(str::to_string)
-                    .ok_or("`stop` entries must be strings")
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err("`stop` must be a string or an array of strings".into()),
-    };
-    if let Some(n) = obj.get("n").filter(|n| !n.is_null()) {
-        if n.as_u64() != Some(1) {
-            return Err("only `n`: 1 is supported".into());
-        }
+    request.max_tokens = max_tokens(body)?;
+    request.seed = body.seed;
+    request.stop = body.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
+    if body.n.is_some_and(|n| n != 1) {
+        return Err("only `n`: 1 is supported".into());
     }
     Ok(())
 }
 
 /// `max_completion_tokens` (preferred) or `max_tokens`; [`DEFAULT_MAX_TOKENS`] when neither.
-fn parse_max_tokens(obj: &Map<String, Value>) -> Result<u32, String> {
-    let max_tokens = match (obj.get("max_completion_tokens"), obj.get("max_tokens")) {
-        (Some(x), _) if !x.is_null() => Some(("max_completion_tokens", x)),
-        (_, Some(x)) if !x.is_null() => Some(("max_tokens", x)),
-        _ => None,
+fn max_tokens(body: &ChatBody) -> Result<u32, String> {
+    let given = match (body.max_completion_tokens, body.max_tokens) {
+        (Some(n), _) => Some(("max_completion_tokens", n)),
+        (None, Some(n)) => Some(("max_tokens", n)),
+        (None, None) => None,
     };
-    match max_tokens {
-        Some((key, x)) => match x.as_u64() {
-            Some(0) => Err(format!("`{key}` must be at least 1, got 0")),
-            Some(n) => u32::try_from(n).map_err(|_| {
-                format!(
-                    "`{key}` {n} is too large: at most {} (an answer also ends where the model's \
-                     context window does; leave it out for the default of {DEFAULT_MAX_TOKENS})",
-                    u32::MAX
-                )
-            }),
-            None => Err(format!("`{key}` must be a positive integer, got {x}")),
-        },
+    match given {
         None => Ok(DEFAULT_MAX_TOKENS),
+        Some((key, 0)) => Err(format!("`{key}` must be at least 1, got 0")),
+        Some((key, n)) => u32::try_from(n).map_err(|_| {
+            format!(
+                "`{key}` {n} is too large: at most {} (an answer also ends where the model's \
+                 context window does; leave it out for the default of {DEFAULT_MAX_TOKENS})",
+                u32::MAX
+            )
+        }),
     }
 }
 
 /// `response_format` (text, a JSON object, a JSON schema) and the non-standard `grammar`.
-fn parse_output_format(obj: &Map<String, Value>, request: &mut ChatRequest) -> Result<(), String> {
-    match obj.get("response_format") {
-        None | Some(Value::Null) => {}
-        Some(rf) => match rf.get("type").and_then(Value::as_str) {
-            Some("text") => {}
-            Some("json_object") => request.json_schema = Some(json!({"type": "object"})),
-            Some("json_schema") => {
-                let schema = rf
-                    .get("json_schema")
-                    .and_then(|j| j.get("schema"))
-                    .ok_or("`response_format.json_schema.schema` is missing")?;
-                if !schema.is_object() && !schema.is_boolean() {
-                    return Err("`response_format.json_schema.schema` must be a JSON schema object".into());
-                }
-                request.json_schema = Some(schema.clone());
+fn parse_output_format(body: &ChatBody, request: &mut ChatRequest) -> Result<(), String> {
+    match &body.response_format {
+        None | Some(ResponseFormat::Text) => {}
+        Some(ResponseFormat::JsonObject) => request.json_schema = Some(json!({"type": "object"})),
+        Some(ResponseFormat::JsonSchema { json_schema }) => {
+            let schema = &json_schema.schema;
+            if !schema.is_object() && !schema.is_boolean() {
+                return Err(
+                    "`response_format.json_schema.schema` must be a JSON schema object".into(),
+                );
             }
-            other => {
-                return Err(format!(
-                    "`response_format.type` {other:?} is not supported (text, json_object, json_schema)"
-                ))
-            }
-        },
+            request.json_schema = Some(schema.clone());
+        }
     }
-    match obj.get("grammar") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(g)) => request.grammar = Some(g.clone()),
-        Some(_) => return Err("`grammar` must be a GBNF string".into()),
-    }
+    request.grammar.clone_from(&body.grammar);
     Ok(())
 }
 
@@ -367,7 +306,7 @@ mod tests {
             ),
             (
                 json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5}),
-                "`max_tokens` must be a positive integer, got 1.5",
+                "`max_tokens`: must be a positive integer, got 1.5",
             ),
             (
                 json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999999u64}),
@@ -375,7 +314,7 @@ mod tests {
             ),
             (
                 json!({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -3}),
-                "`max_completion_tokens` must be a positive integer, got -3",
+                "`max_completion_tokens`: must be a positive integer, got -3",
             ),
             (
                 json!({"messages": [{"role": "user", "content": "x"}], "n": 2}),

@@ -18,8 +18,9 @@
 //!   in text: set `tool_choice` when a call must happen);
 //! - `none`: tools are described but no call is taken from the answer.
 
+use maslens_llm::openai_wire::RequestMessage;
 use maslens_llm::{Message, Role};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// One function a request offers.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,9 +47,12 @@ pub struct Tools {
     pub choice: ToolChoice,
 }
 
-/// Read `tools` and `tool_choice` (absent `tools`: `None`); errors name the field.
-pub fn parse_tools(obj: &Map<String, Value>) -> Result<Option<Tools>, String> {
-    let list = match obj.get("tools") {
+/// Read a request's `tools` and `tool_choice` (absent `tools`: `None`); errors name the field.
+pub fn parse_tools(
+    tools: Option<&Value>,
+    tool_choice: Option<&Value>,
+) -> Result<Option<Tools>, String> {
+    let list = match tools {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Array(a)) => a,
         Some(_) => return Err("`tools` must be an array".into()),
@@ -92,7 +96,7 @@ pub fn parse_tools(obj: &Map<String, Value>) -> Result<Option<Tools>, String> {
             parameters,
         });
     }
-    let choice = match obj.get("tool_choice") {
+    let choice = match tool_choice {
         None | Some(Value::Null) => ToolChoice::Auto,
         Some(Value::String(s)) => match s.as_str() {
             "none" => ToolChoice::None,
@@ -264,9 +268,8 @@ pub fn calls_as_text(calls: &Value, i: usize) -> Result<String, String> {
 }
 
 /// A `tool` message as the user message a model without a tool template reads.
-pub fn tool_result_message(m: &Value, content: String) -> Message {
-    let name = m.get("name").and_then(Value::as_str);
-    let id = m.get("tool_call_id").and_then(Value::as_str);
+pub fn tool_result_message(m: &RequestMessage, content: String) -> Message {
+    let (name, id) = (m.name.as_deref(), m.tool_call_id.as_deref());
     let head = match (name, id) {
         (Some(n), Some(id)) => format!("Result of {n} (call {id}):"),
         (Some(n), None) => format!("Result of {n}:"),
@@ -311,7 +314,9 @@ mod tests {
             ],
             "tool_choice": choice,
         });
-        parse_tools(body.as_object().unwrap()).unwrap().unwrap()
+        parse_tools(body.get("tools"), body.get("tool_choice"))
+            .unwrap()
+            .unwrap()
     }
 
     #[test]
@@ -343,7 +348,7 @@ mod tests {
             ),
             (json!({"tools": [], "tool_choice": "required"}), "empty"),
         ] {
-            let e = parse_tools(body.as_object().unwrap()).unwrap_err();
+            let e = parse_tools(body.get("tools"), body.get("tool_choice")).unwrap_err();
             assert!(e.contains(field), "{e} should name {field}");
         }
     }
@@ -404,10 +409,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(text, r#"{"name": "add", "arguments": {"a":1}}"#);
-        let m = tool_result_message(
-            &json!({"role": "tool", "tool_call_id": "c1", "name": "add"}),
-            "3".into(),
-        );
+        let tool = RequestMessage {
+            role: "tool".into(),
+            name: Some("add".into()),
+            tool_call_id: Some("c1".into()),
+            ..RequestMessage::default()
+        };
+        let m = tool_result_message(&tool, "3".into());
         assert_eq!(m.role, Role::User);
         assert_eq!(m.content, "Result of add (call c1):\n3");
         let mut msgs = vec![Message {
