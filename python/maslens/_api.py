@@ -417,6 +417,48 @@ def prior_train(
     return report
 
 
+def inject(
+    out: PathLike,
+    debate: str | PathLike | None = None,
+    *,
+    dataset: str | None = None,
+    model: ModelArg = None,
+    questions: int = 20,
+    kinds: Sequence[Literal["wrong-fact", "dropped-instruction"]] = ("wrong-fact", "dropped-instruction"),
+    per_run: int = 4,
+    seed: int = 0,
+    simulation: bool = False,
+    progress: ProgressArg = None,
+    **llm: Unpack[LlmOptions],
+) -> dict[str, Any]:
+    """Fault injection into a debate's successful runs (``maslens inject``, docs/inject.md): for
+    the first ``questions`` of ``dataset`` (``mmlu:PATH``, ...; else the configuration's
+    ``[data]``) in a seeded order, a clean debate, then up to ``per_run`` runs with one fault put
+    into one role's turn. The runs a fault turned wrong are written to ``out/traces.jsonl`` as
+    labelled failure traces (training data for :func:`prior_train`), every question's outcome to
+    ``out/summary.json``; returns what ``summary.json`` holds, as a dict. ``debate`` is the debate
+    configuration (a TOML file's path, or its text, as ``maslens inject CONFIG`` takes it); every
+    role calls ``model``.
+    ``simulation=True`` runs the simulated system (a deterministic test environment, not a model)
+    on synthetic questions. Records of the dataset that cannot be read are warned about and
+    skipped; a rerun resumes through the model's cache."""
+    _check_llm("inject", llm)
+    text = path = None
+    if isinstance(debate, str) and "\n" in debate:
+        text = debate
+    elif debate is not None:
+        path = os.fspath(debate)
+    m = None if simulation and model is None and not llm else _model(model, llm)
+    with progress_callback(progress, "inject", questions) as cb:
+        result = json.loads(
+            _native.inject(os.fspath(out), text, path, dataset, m, questions, list(kinds), per_run, seed, simulation, cb)
+        )
+    for skipped in result["skipped"]:
+        warnings.warn(f"skipped {skipped}", stacklevel=2)
+    summary: dict[str, Any] = result["summary"]
+    return summary
+
+
 def prior_rank(traces: Traces, *, model: PathLike | None = None, top: int = 5) -> list[dict[str, Any]]:
     """The ``top`` most likely (agent, step) candidates of each trace under a prior model (the
     built-in one, or the file ``model``), one dict per trace (``maslens prior rank --json``)."""

@@ -90,6 +90,19 @@ def credit(
     progress: _ProgressCallback | None = None,
 ) -> str: ...
 def advantages(jsonl: str, name: str = "<records>") -> str: ...
+def inject(
+    out: str,
+    config_toml: str | None = None,
+    config_path: str | None = None,
+    dataset: str | None = None,
+    model: Model | None = None,
+    questions: int = 20,
+    kinds: list[str] = ...,
+    per_run: int = 4,
+    seed: int = 0,
+    simulation: bool = False,
+    progress: _ProgressCallback | None = None,
+) -> str: ...
 def prior_eval(traces: Sequence[Trace], model_path: str | None = None, seed: int = 7, bootstrap: int = 2000) -> str: ...
 def prior_train(
     traces: Sequence[Trace],

@@ -1,4 +1,4 @@
-"""Every Python block of docs/python.md (and README.md, docs/improve.md) runs, in order, in one interpreter started from the
+"""Every Python block of docs/python.md (and README.md, docs/improve.md, docs/inject.md) runs, in order, in one interpreter started from the
 checkout's root (as a reader would paste them), with the default model pointed at a real
 `maslens serve-model`."""
 
@@ -30,7 +30,7 @@ def run_blocks(root: Path, serve_model: ServeModel, tmp_path: Path, page: str, l
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
 
-@pytest.mark.parametrize(("page", "least"), [("docs/python.md", 3), ("README.md", 1), ("docs/improve.md", 1)])
+@pytest.mark.parametrize(("page", "least"), [("docs/python.md", 3), ("README.md", 1), ("docs/improve.md", 1), ("docs/inject.md", 1)])
 def test_python_blocks_run(root: Path, serve_model: ServeModel, tmp_path: Path, page: str, least: int) -> None:
     run_blocks(root, serve_model, tmp_path, page, least, sys.executable)
 

@@ -123,6 +123,41 @@ def test_prior_eval_train_and_rank_match_the_cli(data: Path, maslens_bin: Path, 
         maslens.prior_train(ag, model, pair_rule="sideways")  # type: ignore[arg-type]
 
 
+def test_inject_matches_the_cli_and_runs_on_a_real_model(root: Path, serve_model: ServeModel, maslens_bin: Path, tmp_path: Path) -> None:
+    """`maslens.inject` is `maslens inject`: on the simulated system, the same summary and the
+    same labelled traces; against a real model (the embedded one behind `serve-model`), the
+    summary it returns is the file it wrote, with the clean and the injected runs counted."""
+    py_out, cli_out = tmp_path / "py", tmp_path / "cli"
+    summary = maslens.inject(py_out, simulation=True, questions=4, per_run=2, seed=1, progress=False)
+    cli = run_cli(maslens_bin, "inject", "--simulation", "--questions", "4", "--per-run", "2", "--seed", "1", "-o", str(cli_out))
+    assert cli.returncode == 0, cli.stderr
+    assert summary == json.loads((py_out / "summary.json").read_text()) == json.loads((cli_out / "summary.json").read_text())
+    assert (py_out / "traces.jsonl").read_text() == (cli_out / "traces.jsonl").read_text()
+    labelled = maslens.read(py_out / "traces.jsonl")
+    assert summary["summary"]["labelled"] == len(labelled) > 0
+    assert all(t.labels["decisive"] for t in labelled)
+    with pytest.raises(maslens.OptionsError, match="kinds: unknown fault kind"):
+        maslens.inject(tmp_path / "x", simulation=True, kinds=["bad-tool"])  # type: ignore[list-item]
+    with pytest.raises(maslens.OptionsError, match="no dataset"):
+        maslens.inject(tmp_path / "x", root / "examples/debate-smoke.toml", model=serve_model.spec)
+
+    real = tmp_path / "real"
+    seen: list[tuple[int, int]] = []
+    summary = maslens.inject(
+        real,
+        root / "examples/debate-smoke.toml",
+        dataset=f"jsonl:{root / 'examples/inputs/easy-mcq.jsonl'}",
+        model=serve_model.spec,
+        questions=1,
+        per_run=1,
+        progress=lambda done, total, _label: seen.append((done, total)),
+    )
+    assert summary == json.loads((real / "summary.json").read_text())
+    assert summary["summary"]["questions"] == 1 and seen[-1] == (1, 1)
+    (question,) = summary["questions"]
+    assert len(question["tried"]) == (1 if question["clean_correct"] else 0)
+
+
 def test_eval_locate_prior_matches_the_cli(data: Path, maslens_bin: Path, tmp_path: Path) -> None:
     spec = f"aegis:{data / 'aegis' / 'sample.jsonl'}"
     report = maslens.eval_locate(spec, method="prior", out=tmp_path / "ev", progress=False)

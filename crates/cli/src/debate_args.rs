@@ -3,9 +3,8 @@
 
 use crate::llm_args::{LlmArgs, Stack};
 use anyhow::Context;
-use maslens_core::optimize::dataset_spec;
 use maslens_credit::config::DebateConfig;
-use maslens_credit::data::{load_spec, Mcq};
+use maslens_credit::data::Mcq;
 use maslens_credit::debate::ModelSet;
 use maslens_credit::simulation::SimulatedMas;
 use std::path::Path;
@@ -18,8 +17,7 @@ pub(crate) fn load_questions(
     cfg: &DebateConfig,
     config_path: Option<&Path>,
 ) -> anyhow::Result<(Vec<Mcq>, String)> {
-    let spec = dataset_spec(dataset, cfg.data.as_ref(), config_path)?;
-    let loaded = load_spec(&spec)?;
+    let (loaded, spec) = maslens_core::optimize::load_questions(dataset, cfg, config_path)?;
     for p in &loaded.problems {
         eprintln!("warning: skipped {p}");
     }

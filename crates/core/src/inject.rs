@@ -25,6 +25,44 @@ pub fn pick_questions(mut questions: Vec<Mcq>, seed: u64, n: usize) -> Vec<Mcq> 
     questions
 }
 
+/// The questions of an injection run and where they came from.
+#[derive(Debug, Clone)]
+pub struct Questions {
+    pub items: Vec<Mcq>,
+    /// The dataset spec read, or `simulation`.
+    pub dataset: String,
+    /// Records of the dataset that could not be read (file, record and why), for the caller
+    /// to report.
+    pub skipped: Vec<String>,
+}
+
+/// The questions of an injection run, as every front end picks them: with `simulation` and no
+/// `dataset`, `n` synthetic questions of the simulated system; else the dataset's
+/// ([`crate::optimize::load_questions`]: `dataset`, else the configuration's `[data]`). Then the
+/// first `n` in the seeded order ([`pick_questions`]).
+pub fn questions(
+    dataset: Option<&str>,
+    cfg: &DebateConfig,
+    config_path: Option<&Path>,
+    simulation: bool,
+    n: usize,
+    seed: u64,
+) -> Result<Questions, CoreError> {
+    let (items, dataset, skipped) = if simulation && dataset.is_none() {
+        let items = maslens_credit::simulation::questions(n, seed);
+        (items, "simulation".to_string(), Vec::new())
+    } else {
+        let (loaded, spec) = crate::optimize::load_questions(dataset, cfg, config_path)?;
+        let skipped = loaded.problems.iter().map(ToString::to_string).collect();
+        (loaded.items, spec, skipped)
+    };
+    Ok(Questions {
+        items: pick_questions(items, seed, n),
+        dataset,
+        skipped,
+    })
+}
+
 /// A finished injection run.
 #[derive(Debug, Clone)]
 pub struct InjectRun {

@@ -5,8 +5,9 @@
 //! `traces/<method>-seed<S>.jsonl`). The experiment itself (verbalized block coordinate descent
 //! against the unoptimized prompts and the black box) is `maslens_credit::experiment`.
 
+use crate::CoreError;
 use maslens_credit::config::{Blocks, DataConfig, DebateConfig, RoleSelection};
-use maslens_credit::data::{Mcq, Split};
+use maslens_credit::data::{load_spec, Loaded, Mcq, Split};
 use maslens_credit::debate::{to_trace, ModelSet};
 use maslens_credit::experiment::{run_experiment, Experiment, ExperimentOptions};
 use maslens_credit::CreditError;
@@ -328,10 +329,23 @@ pub fn dataset_spec(
         .or(data.map(|d| d.dataset.clone()))
         .ok_or_else(|| {
             CreditError::Other(
-                "no dataset: pass --dataset or set [data] dataset in the configuration".into(),
+                "no dataset: pass one (`--dataset`; `dataset=` in Python) or set [data] dataset in the configuration".into(),
             )
         })?;
     Ok(resolve_dataset(&spec, config_path.and_then(Path::parent)))
+}
+
+/// The questions of a debate's dataset: `dataset`, else the configuration's `[data]` (relative to
+/// the configuration file at `config_path`). Returns what was read (records that could not be,
+/// in its `problems`, for the caller to report) and the spec read.
+pub fn load_questions(
+    dataset: Option<&str>,
+    cfg: &DebateConfig,
+    config_path: Option<&Path>,
+) -> Result<(Loaded, String), CoreError> {
+    let spec = dataset_spec(dataset, cfg.data.as_ref(), config_path)?;
+    let loaded = load_spec(&spec).map_err(CreditError::from)?;
+    Ok((loaded, spec))
 }
 
 /// The split: options, else `[data]`, else seed 0, 100 optimization examples, all the rest tested.

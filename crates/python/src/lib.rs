@@ -23,6 +23,7 @@ use std::time::Duration;
 mod compare;
 mod debate;
 mod improve;
+mod inject;
 mod methods;
 mod model;
 mod options;
@@ -208,6 +209,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compare::eval_compare, m)?)?;
     m.add_function(wrap_pyfunction!(compare::compare_methods, m)?)?;
     m.add_function(wrap_pyfunction!(methods::modes, m)?)?;
+    m.add_function(wrap_pyfunction!(inject::inject, m)?)?;
     m.add_function(wrap_pyfunction!(prior::prior_eval, m)?)?;
     m.add_function(wrap_pyfunction!(prior::prior_train, m)?)?;
     m.add_function(wrap_pyfunction!(prior::prior_rank, m)?)?;

@@ -241,10 +241,14 @@ pub(crate) fn eval_setup(
     Ok((opts, opened, e))
 }
 
-/// A failed evaluation as the Python exception: the model's error, else bad options.
+/// A failed evaluation (or injection run) as the Python exception: the model's error, else bad
+/// options.
 pub(crate) fn eval_error(err: maslens_core::CoreError) -> PyErr {
+    use maslens_credit::CreditError;
     match err {
-        maslens_core::CoreError::Llm(l) => model_error(&l),
+        maslens_core::CoreError::Llm(l) | maslens_core::CoreError::Credit(CreditError::Llm(l)) => {
+            model_error(&l)
+        }
         other => OptionsError::new_err(other.to_string()),
     }
 }

@@ -2,13 +2,12 @@
 //! turned wrong as labelled failure traces (training data for `maslens prior train`; docs/inject.md).
 
 use crate::cmd::{block_on, EXIT_OK};
-use crate::debate_args::{debate_models, load_questions};
+use crate::debate_args::debate_models;
 use crate::llm_args::LlmArgs;
 use crate::Global;
 use anyhow::bail;
 use maslens_core::inject;
 use maslens_credit::config::DebateConfig;
-use maslens_credit::data::Mcq;
 use maslens_credit::inject::{FaultKind, InjectOptions};
 use maslens_credit::simulation;
 use std::io::Write;
@@ -60,15 +59,18 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         (None, true) => simulation::config(2, 0, 0)?,
         (None, false) => bail!("a debate configuration file is required (or --simulation)"),
     };
-    let (questions, dataset): (Vec<Mcq>, String) = if args.simulation && args.dataset.is_none() {
-        (
-            simulation::questions(args.questions, args.seed),
-            "simulation".into(),
-        )
-    } else {
-        load_questions(args.dataset.as_deref(), &cfg, args.config.as_deref())?
-    };
-    let questions = inject::pick_questions(questions, args.seed, args.questions);
+    let picked = inject::questions(
+        args.dataset.as_deref(),
+        &cfg,
+        args.config.as_deref(),
+        args.simulation,
+        args.questions,
+        args.seed,
+    )?;
+    for p in &picked.skipped {
+        eprintln!("warning: skipped {p}");
+    }
+    let (questions, dataset) = (picked.items, picked.dataset);
     let opts = InjectOptions {
         kinds: args.kinds.clone(),
         per_run: args.per_run,
