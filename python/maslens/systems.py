@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import json
 import os
 import threading
+import uuid
 import warnings
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -382,6 +384,65 @@ class CrewAISystem:
 
         output = self.make_crew(dict(prompts)).kickoff(inputs={"task": task})
         return Run(from_crewai(output, task=task, outcome=self.outcome), str(getattr(output, "raw", "")), {"result": output})
+
+    def resume(self, task: str, prompts: Mapping[str, str], history: Sequence[Message], agent: str) -> Run:
+        """Go on after ``history`` as CrewAI resumes a crew from a checkpoint: the tasks whose
+        agents answered in the history keep those answers as their outputs (the context of the
+        tasks after them), and the crew runs from the first task left, which must be
+        ``agent``'s. The history's answers are read in task order, an agent's consecutive
+        answers as one task (the last is its output), so a sequential crew resumes; a
+        hierarchical crew, or one with two tasks in a row for one agent, raises ``ValueError``."""
+        check_prompts(self, prompts)
+        from .adapters import from_crewai
+
+        # CrewAI needs openai<3 and lives in its own venv (docs/improve.md): imported by name.
+        task_output: Any = importlib.import_module("crewai.tasks.task_output").TaskOutput
+        crew = self.make_crew(dict(prompts))
+        roles = _crew_task_roles(crew)
+        done = _crew_outputs(roles, history)
+        if len(done) == len(roles):
+            raise ValueError("the history answers every task of the crew: nothing is left to run")
+        if roles[len(done)] != agent:
+            raise ValueError(f"the crew's next task after the history is {roles[len(done)]!r}'s, not {agent!r}'s")
+        for t, raw in zip(crew.tasks, done):
+            t.output = task_output(description=str(t.description), agent=t.agent.role, raw=raw)
+        # The tasks with an output are skipped, their outputs passed on as context (CrewAI's
+        # resume from a checkpoint: Crew._get_execution_start_index).
+        crew.checkpoint_kickoff_event_id = f"maslens-resume-{uuid.uuid4()}"
+        output = crew.kickoff(inputs={"task": task})
+        return Run(from_crewai(output, task=task, outcome=self.outcome), str(getattr(output, "raw", "")), {"result": output})
+
+
+def _crew_task_roles(crew: Any) -> list[str]:
+    """The role of each task's agent, in order; ``ValueError`` where a resume could not tell the
+    tasks apart (a hierarchical crew, a task without agent, two tasks in a row for one agent)."""
+    if "hierarchical" in str(getattr(crew, "process", "")):
+        raise ValueError("a hierarchical crew's manager chooses who works next: only a sequential crew resumes")
+    roles: list[str] = []
+    for i, t in enumerate(crew.tasks):
+        if t.agent is None:
+            raise ValueError(f"task {i + 1} of the crew has no agent")
+        if roles and roles[-1] == t.agent.role:
+            raise ValueError(f"tasks {i} and {i + 1} of the crew are both {t.agent.role!r}'s: the history cannot say where one ends")
+        roles.append(str(t.agent.role))
+    return roles
+
+
+def _crew_outputs(roles: Sequence[str], history: Sequence[Message]) -> list[str]:
+    """The outputs of the tasks the history answered: the agents' answers in task order (the
+    crew's own prompts and the user's messages are left out), an agent's consecutive answers
+    one task, the last its output."""
+    answers = [m for m in history if m.get("name") in roles and m.get("role") != "user"]
+    outputs: list[str] = []
+    for i, m in enumerate(answers):
+        if i > 0 and answers[i - 1]["name"] == m["name"]:
+            outputs[-1] = str(m["content"])
+            continue
+        if len(outputs) == len(roles) or roles[len(outputs)] != m["name"]:
+            expected = roles[len(outputs)] if len(outputs) < len(roles) else "no one (every task answered)"
+            raise ValueError(f"the history's answers do not follow the crew's tasks: {m['name']!r} answered where {expected!r} works")
+        outputs.append(str(m["content"]))
+    return outputs
 
 
 class DebateSystem:

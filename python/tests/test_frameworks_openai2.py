@@ -107,3 +107,61 @@ def test_crewai_system_in_the_improvement_loop(serve_model: ServeModel, tmp_path
     # differing in the chosen agent only.
     changed = [p for p in built if p != dict(system.prompts)]
     assert all({a for a in p if p[a] != system.prompts[a]} <= set(it["chosen"]) for p in changed)
+    # The crew resumes, so the candidate was replayed (or each run says why not).
+    replay = r.report["replay"]
+    assert "unsupported" not in replay and (replay["rows"] or replay["skipped"]), replay
+
+
+def test_crewai_system_resumes_at_the_named_task(serve_model: ServeModel) -> None:
+    """A crew resumes as CrewAI resumes from a checkpoint: the history's answers become the
+    outputs of the tasks before the replayed one (kept, not run again, and passed on as
+    context), and the crew runs from the named agent's task with its changed prompt."""
+    os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+    pytest.importorskip("crewai")
+    from crewai import LLM, Agent, Crew, Process, Task
+
+    llm = LLM(model="openai/smollm2-135m", base_url=serve_model.base_url, api_key="unused", max_tokens=24, temperature=0)
+    built: list[dict[str, str]] = []
+
+    def make_crew(prompts: Any) -> Any:
+        built.append(dict(prompts))
+        agents = {
+            name: Agent(role=name, goal=goal, backstory=prompts[name], llm=llm, allow_delegation=False, max_iter=1)
+            for name, goal in (("Solver", "Answer the question."), ("Checker", "Check the answer."), ("Scribe", "State the final number."))
+        }
+        tasks = [
+            Task(description="{task}", expected_output="A number.", agent=agents["Solver"]),
+            Task(description="Is the answer right?", expected_output="YES or NO.", agent=agents["Checker"]),
+            Task(description="Repeat the final number.", expected_output="A number.", agent=agents["Scribe"]),
+        ]
+        return Crew(agents=list(agents.values()), tasks=tasks, process=Process.sequential, verbose=False)
+
+    shipped = {"Solver": "You answer with a number.", "Checker": "You check answers.", "Scribe": "You repeat numbers."}
+    system = maslens.CrewAISystem(make_crew, shipped)
+    assert maslens.systems.can_resume(system)
+    task = "What is 2 + 3?"
+    history = [
+        {"role": "user", "name": "user", "content": task},
+        {"role": "assistant", "name": "Crew", "content": task},
+        {"role": "assistant", "name": "Solver", "content": "The answer is 41."},
+    ]
+    changed = {**shipped, "Checker": "You are Checker. Reply only YES or NO."}
+    run = system.resume(task, changed, history, "Checker")
+    assert built[-1] == changed
+    out = run.extra["result"]
+    assert [t.agent for t in out.tasks_output] == ["Solver", "Checker", "Scribe"]
+    assert out.tasks_output[0].raw == "The answer is 41.", "the history's answer is kept, not run again"
+    checker = out.tasks_output[1].messages
+    assert any(changed["Checker"] in str(m["content"]) for m in checker if m["role"] == "system"), checker
+    assert any("The answer is 41." in str(m["content"]) for m in checker if m["role"] == "user"), "the history is the Checker's context"
+    steps = run.trace.steps
+    assert steps[-1]["agent"] == "Scribe" and run.output == out.raw
+
+    with pytest.raises(ValueError, match="next task after the history is 'Checker''s, not 'Scribe''s"):
+        system.resume(task, shipped, history, "Scribe")
+    with pytest.raises(ValueError, match="'Checker' answered where 'Solver' works"):
+        system.resume(task, shipped, [{"role": "assistant", "name": "Checker", "content": "YES"}], "Scribe")
+    every = history + [{"role": "assistant", "name": "Checker", "content": "NO"}, {"role": "assistant", "name": "Scribe", "content": "5"}]
+    with pytest.raises(ValueError, match="nothing is left to run"):
+        system.resume(task, shipped, every, "Solver")
