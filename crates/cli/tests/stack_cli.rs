@@ -116,6 +116,14 @@ fn eval_stack_reports_three_methods_on_the_same_folds_and_fits_weights() {
         methods,
         ["prior (nested)", "llm pipeline", "stacked (nested)"]
     );
+    let rules: Vec<&str> = (p["methods"].as_array().unwrap().iter())
+        .map(|m| m["config"]["pair_rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        rules[1..],
+        ["coherent", "independent"],
+        "the verdict's pair; the stack's levels"
+    );
     // each method's report is the eval report, with the baselines on the same cases inside
     assert!(
         p["methods"][2]["baselines"]["first-agent"]["step_accuracy"]["n"]

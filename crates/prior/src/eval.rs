@@ -645,6 +645,14 @@ pub fn report(
     evaluate_now(&cases, &table, &[], &spec).report
 }
 
+/// `report` with the pair rule that made its predictions in `config.pair_rule` (`independent`,
+/// `agent-first`, `coherent`), as `maslens eval locate` records the rule it scored: the reports
+/// say which (agent, step) pairs their figures are for.
+pub fn scored_pairs(mut report: LocateReport, rule: &str) -> LocateReport {
+    report.config = serde_json::json!({ "pair_rule": rule });
+    report
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,16 @@ pub enum PairRule {
     Independent,
 }
 
+impl PairRule {
+    /// Its name on the command line and in reports (`agent-first`, `independent`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PairRule::AgentFirst => "agent-first",
+            PairRule::Independent => "independent",
+        }
+    }
+}
+
 /// How a head's weights are fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -6,7 +6,7 @@
 
 use crate::eval::{
     is_labelled, leave_group_out_selected, model_prediction, nested_out_of_fold, protocol_settings,
-    report, select, with_injected_choice, EvalConfig, Prediction, Selection, Setting,
+    report, scored_pairs, select, with_injected_choice, EvalConfig, Prediction, Selection, Setting,
 };
 use crate::model::{Candidate, Objective, PairRule, PriorModel, TrainConfig};
 use crate::probs::ProbsLine;
@@ -173,10 +173,7 @@ pub fn model_note(opts: &TrainOptions, chosen: &Setting) -> String {
         opts.inputs.join(" "),
         opts.folds,
         opts.inner_folds,
-        match c.pair_rule {
-            PairRule::AgentFirst => "agent-first",
-            PairRule::Independent => "independent",
-        },
+        c.pair_rule.name(),
         c.seed,
         if c.agent_head { "" } else { " --no-agent-head" },
         chosen.name,
@@ -227,10 +224,15 @@ pub fn train(traces: &[&Trace], skipped: usize, opts: &TrainOptions) -> Result<T
         if opts.oof_probs {
             oof_probs = Some(lines.into_iter().flatten().collect());
         }
-        let mut methods = vec![report("prior/nested", traces, &preds, ecfg)];
+        let rule = opts.train.pair_rule;
+        let mut methods = vec![scored_pairs(
+            report("prior/nested", traces, &preds, ecfg),
+            rule.name(),
+        )];
         let (lgo, lgo_chosen) = leave_group_out_selected(traces, inner, seed, &candidates)?;
         if !lgo.is_empty() {
-            methods.push(report("prior/leave-group-out", traces, &lgo, ecfg));
+            let lgo = report("prior/leave-group-out", traces, &lgo, ecfg);
+            methods.push(scored_pairs(lgo, rule.name()));
         }
         let selection = if candidates.len() > 1 {
             format!(
@@ -276,7 +278,10 @@ pub fn train(traces: &[&Trace], skipped: usize, opts: &TrainOptions) -> Result<T
         protocol: "training-fit".into(),
         description: "the final model on its own training traces (optimistic; for reference only)"
             .into(),
-        methods: vec![report("prior/training-fit", traces, &fit, ecfg)],
+        methods: vec![scored_pairs(
+            report("prior/training-fit", traces, &fit, ecfg),
+            chosen.cfg.pair_rule.name(),
+        )],
     });
     model.training.note = Some(model_note(opts, chosen));
     model.training.trace_sha256 = training_hashes(traces);
@@ -323,7 +328,10 @@ pub fn evaluate(
         return Err(RunError::NoLabel(traces.len()));
     }
     let preds: Vec<Prediction> = traces.iter().map(|t| model_prediction(model, t)).collect();
-    let mut scored = report("prior", traces, &preds, ecfg);
+    let mut scored = scored_pairs(
+        report("prior", traces, &preds, ecfg),
+        model.pair_rule.name(),
+    );
     scored.model = Some(model_name.unwrap_or(BUILT_IN).to_string());
     Ok(EvalReport::new(
         traces.len(),
@@ -482,6 +490,27 @@ fn protocol_rows(p: &Protocol) -> Vec<[String; 5]> {
     rows
 }
 
+/// Which (agent, step) pairs a protocol's methods were scored on (their reports'
+/// `config.pair_rule`), as a line under its heading; `None` when no method says.
+fn pair_rules_line(p: &Protocol) -> Option<String> {
+    let rules: Vec<String> = (p.methods.iter())
+        .filter_map(|m| {
+            Some(format!(
+                "{} {}",
+                m.method,
+                m.config.get("pair_rule")?.as_str()?
+            ))
+        })
+        .collect();
+    (!rules.is_empty()).then(|| {
+        format!(
+            "pairs scored: {} (independent: agent and step each from its own head, the agent need not \
+             act at the step; `maslens locate` and `eval locate` score the coherent pair by default)\n",
+            rules.join(", ")
+        )
+    })
+}
+
 /// The report as text: a heading per protocol and a table of method x group.
 pub fn render_text(out: &EvalReport) -> String {
     use comfy_table::{presets, CellAlignment, Table};
@@ -494,6 +523,9 @@ pub fn render_text(out: &EvalReport) -> String {
     }
     for p in &out.protocols {
         s.push_str(&format!("\n## {}: {}\n", p.protocol, p.description));
+        if let Some(line) = pair_rules_line(p) {
+            s.push_str(&line);
+        }
         let mut table = Table::new();
         table.load_preset(presets::NOTHING).set_header(vec![
             "method",
@@ -610,6 +642,14 @@ mod tests {
             2,
             "+-1 and +-3 per group"
         );
+        // each report says which pairs it scored: the training configuration's pair rule
+        let rules: Vec<&str> = (t.report.protocols.iter().flat_map(|p| &p.methods))
+            .filter_map(|m| m.config["pair_rule"].as_str())
+            .collect();
+        assert_eq!(
+            rules, ["independent"; 3],
+            "nested, leave-group-out, training fit"
+        );
         assert_eq!(t.report.protocols[0].protocol, "nested-cv3x3-grouped");
         let d = &t.report.protocols[0].description;
         assert!(d.contains("grouped by task question"), "{d}");
@@ -646,6 +686,12 @@ mod tests {
         assert!(text.contains("baseline/error-keyword"));
         assert!(text.contains("prior/nested"));
         assert!(text.contains("joint: "));
+        assert!(
+            text.contains(
+                "pairs scored: prior/nested independent, prior/leave-group-out independent"
+            ),
+            "{text}"
+        );
         assert!(text.contains("agent % [95% CI] (k/n)"));
     }
 

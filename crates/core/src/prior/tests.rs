@@ -56,6 +56,12 @@ fn the_built_in_model_on_its_training_traces_says_in_sample() {
         (Some("prior"), Some(note))
     );
     assert_eq!(prior["model"], "built-in whowhen-v1");
+    // the report says which pairs it scored: the shipped model's pair rule
+    assert_eq!(prior["config"]["pair_rule"], builtin.model.pair_rule.name());
+    assert!(render_text(&report).contains(&format!(
+        "pairs scored: prior {}",
+        builtin.model.pair_rule.name()
+    )));
 }
 
 #[test]

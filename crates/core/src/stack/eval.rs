@@ -190,7 +190,9 @@ pub(crate) fn nested_protocol(
     cache: &maslens_prior::model::RowCache,
     ecfg: &maslens_prior::EvalConfig,
 ) -> Result<(maslens_prior::run::Protocol, Vec<StackWeights>), CoreError> {
-    use maslens_prior::eval::{fold_assignment, report, select_and_train_cached, Prediction};
+    use maslens_prior::eval::{
+        fold_assignment, report, scored_pairs, select_and_train_cached, Prediction,
+    };
     let (k, inner) = (opts.folds.max(2), opts.inner_folds.max(2));
     let folds = fold_assignment(labelled, k, seed);
     let n = labelled.len();
@@ -242,10 +244,24 @@ pub(crate) fn nested_protocol(
     }
     let flat =
         |p: Vec<Option<Prediction>>| -> Vec<Prediction> { p.into_iter().flatten().collect() };
+    // The pairs each method answers: the prior's by its pair rule, the pipeline's verdict its
+    // coherent primary pair, the stack's step and agent levels each on its own.
+    let prior_rule = settings
+        .first()
+        .map_or("independent", |s| s.cfg.pair_rule.name());
     let methods = vec![
-        report(PRIOR_METHOD, labelled, &flat(prior_preds), ecfg),
-        report(LLM_METHOD, labelled, &flat(llm_preds), ecfg),
-        report(STACKED_METHOD, labelled, &flat(stack_preds), ecfg),
+        scored_pairs(
+            report(PRIOR_METHOD, labelled, &flat(prior_preds), ecfg),
+            prior_rule,
+        ),
+        scored_pairs(
+            report(LLM_METHOD, labelled, &flat(llm_preds), ecfg),
+            "coherent",
+        ),
+        scored_pairs(
+            report(STACKED_METHOD, labelled, &flat(stack_preds), ecfg),
+            "independent",
+        ),
     ];
     let with_verdict = labelled
         .iter()
