@@ -46,13 +46,19 @@ def test_ag2_group_chat(serve_model: ServeModel) -> None:
     assert v.error is None and v.step is not None
 
 
-def test_crewai_crew_output(serve_model: ServeModel) -> None:
+def _crewai_llm(serve_model: ServeModel, max_tokens: int) -> Any:
+    """CrewAI's LLM pointed at `serve-model` (greedy), with CrewAI's telemetry off; skips the
+    test where CrewAI is not installed."""
     os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("OTEL_SDK_DISABLED", "true")
     crewai = pytest.importorskip("crewai")
-    from crewai import LLM, Agent, Crew, Process, Task
+    return crewai.LLM(model="openai/smollm2-135m", base_url=serve_model.base_url, api_key="unused", max_tokens=max_tokens, temperature=0)
 
-    llm = LLM(model="openai/smollm2-135m", base_url=serve_model.base_url, api_key="unused", max_tokens=60, temperature=0)
+
+def test_crewai_crew_output(serve_model: ServeModel) -> None:
+    llm = _crewai_llm(serve_model, 60)
+    from crewai import Agent, Crew, Process, Task
+
     researcher = Agent(role="Researcher", goal="Find out whether 91 is prime.", backstory="A careful mathematician.", llm=llm, allow_delegation=False, max_iter=2)
     writer = Agent(role="Writer", goal="Write a one-sentence answer.", backstory="A concise writer.", llm=llm, allow_delegation=False, max_iter=2)
     tasks = [
@@ -70,18 +76,14 @@ def test_crewai_crew_output(serve_model: ServeModel) -> None:
         assert contents and any(t.raw.strip() in c or c.strip() in t.raw for c in contents), (t.agent, t.raw)
     (v,) = maslens.locate(trace, method="prior", progress=False)
     assert v.error is None and v.step is not None
-    assert crewai is not None
 
 
 def test_crewai_system_in_the_improvement_loop(serve_model: ServeModel, tmp_path: Any) -> None:
     """A CrewAI crew as a maslens.System: each run builds the crew from the prompts (the agents'
     backstories); the loop rewrites only the chosen agent and writes its report."""
-    os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("OTEL_SDK_DISABLED", "true")
-    pytest.importorskip("crewai")
-    from crewai import LLM, Agent, Crew, Process, Task
+    llm = _crewai_llm(serve_model, 24)
+    from crewai import Agent, Crew, Process, Task
 
-    llm = LLM(model="openai/smollm2-135m", base_url=serve_model.base_url, api_key="unused", max_tokens=24, temperature=0)
     built: list[dict[str, str]] = []
 
     def make_crew(prompts: Any) -> Any:
@@ -116,12 +118,9 @@ def test_crewai_system_resumes_at_the_named_task(serve_model: ServeModel) -> Non
     """A crew resumes as CrewAI resumes from a checkpoint: the history's answers become the
     outputs of the tasks before the replayed one (kept, not run again, and passed on as
     context), and the crew runs from the named agent's task with its changed prompt."""
-    os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("OTEL_SDK_DISABLED", "true")
-    pytest.importorskip("crewai")
-    from crewai import LLM, Agent, Crew, Process, Task
+    llm = _crewai_llm(serve_model, 24)
+    from crewai import Agent, Crew, Process, Task
 
-    llm = LLM(model="openai/smollm2-135m", base_url=serve_model.base_url, api_key="unused", max_tokens=24, temperature=0)
     built: list[dict[str, str]] = []
 
     def make_crew(prompts: Any) -> Any:
