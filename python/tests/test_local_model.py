@@ -1,6 +1,5 @@
-"""The optional embedded-model build (`maturin build --features local`, docs/python.md): run by
-scripts/python-test.sh after it installs that wheel, not in the main pytest run (whose wheel is the
-default, HTTP-only one)."""
+"""The embedded model in the wheel (the default build, docs/python.md): the package runs it itself,
+with no server (the other tests use `maslens serve-model`, shared across tests)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import maslens
 
 
 def test_the_local_wheel_runs_the_embedded_model(root: Path) -> None:
-    assert maslens.has_local_model(), "this run needs the --features local wheel installed"
+    assert maslens.has_local_model(), "the installed wheel was built without the embedded model (--no-default-features)"
     traces = maslens.read(root / "examples" / "whowhen-style.json")
     verdicts = maslens.locate(
         traces,

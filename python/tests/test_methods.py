@@ -292,21 +292,6 @@ def test_budget_stops_cleanly_and_says_so(root: Path, serve_model: ServeModel, c
     assert v.stopped is not None and "budget" in v.stopped.lower()
 
 
-def test_the_default_wheel_says_how_to_get_a_model_without_the_embedded_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The default wheel (no `local` feature): the embedded default cannot open, and the error
-    # gives wheel advice (an OpenAI-compatible server, serve-model, the --features local wheel),
-    # never the CLI's `cargo build` advice. The local wheel's own tests are test_local_model.py.
-    if maslens.has_local_model():
-        pytest.skip("this wheel has the embedded model (test_local_model.py covers it)")
-    monkeypatch.delenv("MASLENS_MODEL", raising=False)
-    with pytest.raises(maslens.ModelError) as e:
-        maslens.Model("local:smollm2-135m")
-    text = str(e.value)
-    assert "wheel was built without the embedded model" in text, text
-    assert "serve-model" in text and "openai:NAME@http://HOST:PORT/v1" in text, text
-    assert "cargo build" not in text, text
-
-
 def test_eval_compare_on_a_real_model_matches_the_cli(data: Path, maslens_bin: Path, serve_model: ServeModel, tmp_path: Path) -> None:
     spec = f"aegis:{data / 'aegis' / 'sample.jsonl'}"
     cache = str(tmp_path / "cache.sqlite")
