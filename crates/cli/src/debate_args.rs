@@ -8,7 +8,6 @@ use maslens_credit::data::Mcq;
 use maslens_credit::debate::ModelSet;
 use maslens_credit::simulation::SimulatedMas;
 use std::path::Path;
-use std::sync::Arc;
 
 /// The questions of a debate's dataset: `--dataset`, else the configuration's `[data]` (relative
 /// to the configuration file); skipped records are reported on stderr. Returns the spec read.
@@ -18,10 +17,15 @@ pub(crate) fn load_questions(
     config_path: Option<&Path>,
 ) -> anyhow::Result<(Vec<Mcq>, String)> {
     let (loaded, spec) = maslens_core::optimize::load_questions(dataset, cfg, config_path)?;
-    for p in &loaded.problems {
+    warn_skipped(&loaded.problems);
+    Ok((loaded.items, spec))
+}
+
+/// One stderr line per dataset record a debate command skipped (the file, record and why).
+pub(crate) fn warn_skipped<T: std::fmt::Display>(skipped: &[T]) {
+    for p in skipped {
         eprintln!("warning: skipped {p}");
     }
-    Ok((loaded.items, spec))
 }
 
 /// The models a debate uses: the SIMULATED system over `simulated` questions, or the `--model`
@@ -33,7 +37,7 @@ pub(crate) async fn debate_models(
     simulated: Option<&[Mcq]>,
 ) -> anyhow::Result<(ModelSet, Vec<Stack>)> {
     if let Some(questions) = simulated {
-        let set = ModelSet::single(Arc::new(SimulatedMas::new(questions)));
+        let set = SimulatedMas::models(questions);
         return Ok((set, Vec::new()));
     }
     let default = llm.build().await?;

@@ -196,7 +196,7 @@ mod tests {
     use super::*;
     use maslens_credit::inject::FaultKind;
     use maslens_credit::simulation::{self, SimulatedMas};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
     #[derive(Default)]
     struct Heard(Mutex<Vec<String>>);
@@ -221,7 +221,7 @@ mod tests {
         let mut cfg = simulation::config(2, 0, 0).unwrap();
         cfg.concurrency = concurrency;
         let questions = pick_questions(simulation::questions(6, 1), 1, 4);
-        let models = ModelSet::single(Arc::new(SimulatedMas::new(&questions)));
+        let models = SimulatedMas::models(&questions);
         let opts = InjectOptions {
             kinds: vec![FaultKind::WrongFact, FaultKind::DroppedInstruction],
             per_run: 2,
@@ -277,7 +277,7 @@ mod tests {
         let out = dir.path().join("out");
         let cfg = simulation::config(2, 0, 0).unwrap();
         let questions = simulation::questions(2, 0);
-        let models = ModelSet::single(Arc::new(SimulatedMas::new(&questions)));
+        let models = SimulatedMas::models(&questions);
         let opts = InjectOptions {
             kinds: Vec::new(),
             ..InjectOptions::default()

@@ -390,12 +390,11 @@ impl InjectSummary {
 mod tests {
     use super::*;
     use crate::simulation::{self, SimulatedMas};
-    use std::sync::Arc;
 
     fn setup() -> (DebateConfig, Vec<Mcq>, ModelSet) {
         let cfg = simulation::config(2, 0, 0).unwrap();
         let qs = simulation::questions(12, 0);
-        let models = ModelSet::single(Arc::new(SimulatedMas::new(&qs)));
+        let models = SimulatedMas::models(&qs);
         (cfg, qs, models)
     }
 

@@ -204,6 +204,12 @@ pub struct SimulatedMas {
 }
 
 impl SimulatedMas {
+    /// The models of a debate whose whole system is simulated: the simulation answers for every
+    /// role (what `--simulation` runs, from the CLI and Python alike).
+    pub fn models(questions: &[Mcq]) -> crate::debate::ModelSet {
+        crate::debate::ModelSet::single(std::sync::Arc::new(SimulatedMas::new(questions)))
+    }
+
     /// A simulation that knows the gold answers of `questions`.
     pub fn new(questions: &[Mcq]) -> Self {
         SimulatedMas {

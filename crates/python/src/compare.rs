@@ -1,6 +1,7 @@
 //! `eval_compare`: several localizers on the same cases, as `maslens eval compare` runs them.
 
-use crate::methods::{eval_error, eval_setup, report_text, write_reports, PyProgress};
+use crate::methods::{eval_setup, report_text, write_reports, PyProgress};
+use crate::model::core_error;
 use crate::model::Model;
 use crate::{guarded, Interrupt, OptionsError};
 use maslens_core::eval_compare::{eval_compare_with, CompareMethod, CompareOptions};
@@ -57,7 +58,7 @@ pub fn eval_compare(
         let interrupt = Interrupt::default();
         let p = PyProgress::new(&progress, &interrupt);
         let out = crate::run(py, &interrupt, eval_compare_with(&opts, opened, &p))?
-            .map_err(eval_error)?;
+            .map_err(core_error)?;
         write_reports(e.out.as_deref(), |dir| out.write(dir))?;
         report_text(&out.report, &out.problems, &out.report.to_markdown())
     })

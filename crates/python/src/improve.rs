@@ -3,12 +3,11 @@
 //! baseline's proposal, the held-out acceptance and the report. JSON in, JSON out.
 
 use crate::methods::{attach_verdicts, verdict_of};
-use crate::model::{model_error, Model};
+use crate::model::{core_error, Model};
 use crate::options::{from_dict, ModesOpts};
 use crate::trace::Trace;
 use crate::{guarded, InternalError, Interrupt, OptionsError};
 use maslens_core::improve::{self, blackbox::FailedTask, Evidence, ImproveReport};
-use maslens_core::CoreError;
 use maslens_trace::Verdict;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -23,14 +22,6 @@ fn parse<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> PyResult<T> 
 
 fn text(v: &Value) -> PyResult<String> {
     serde_json::to_string(v).map_err(|e| InternalError::new_err(e.to_string()))
-}
-
-fn core_error(e: CoreError) -> PyErr {
-    match e {
-        CoreError::Llm(e) => model_error(&e),
-        CoreError::Invalid(m) | CoreError::NotFound(m) => OptionsError::new_err(m),
-        e => InternalError::new_err(e.to_string()),
-    }
 }
 
 /// Credit of the prompted `agents` from failed `traces` and their `verdicts` (a JSON array in the

@@ -2,7 +2,8 @@
 //! runs, writing the runs a fault turned wrong as labelled failure traces, through
 //! `maslens_core::inject` as the CLI runs it (the same questions, files and summary).
 
-use crate::methods::{eval_error, to_text, PyProgress};
+use crate::methods::{to_text, PyProgress};
+use crate::model::core_error;
 use crate::model::Model;
 use crate::{guarded, Interrupt, OptionsError};
 use maslens_core::inject as core_inject;
@@ -13,7 +14,6 @@ use maslens_credit::simulation::{self, SimulatedMas};
 use pyo3::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 /// The debate configuration: the TOML text, the file at `config_path`, or (with `simulation`)
 /// the simulated system's.
@@ -80,9 +80,9 @@ pub fn inject(
         questions,
         seed,
     )
-    .map_err(eval_error)?;
+    .map_err(core_error)?;
     let models = match (simulation, &model) {
-        (true, _) => ModelSet::single(Arc::new(SimulatedMas::new(&picked.items))),
+        (true, _) => SimulatedMas::models(&picked.items),
         (false, None) => {
             return Err(OptionsError::new_err(
                 "a model is needed (or simulation=True)",
@@ -103,7 +103,7 @@ pub fn inject(
         let (items, name) = (&picked.items, &picked.dataset);
         core_inject::inject_to(&out, &models, &cfg, items, &opts, name, &progress).await
     })?
-    .map_err(eval_error)?;
+    .map_err(core_error)?;
     guarded(|| {
         to_text(&json!({
             "summary": run.to_json(),

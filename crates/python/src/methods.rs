@@ -3,7 +3,7 @@
 //! Each takes traces and opened models, an options dict and an optional progress callback, and
 //! returns JSON text that `python/maslens` turns into typed results.
 
-use crate::model::{model_error, Model};
+use crate::model::{core_error, model_error, Model};
 use crate::options::{from_dict, CreditOpts, EvalOpts, LocateOpts, ModesOpts, ScanOpts};
 use crate::trace::Trace;
 use crate::{guarded, report_progress, InternalError, Interrupt, OptionsError};
@@ -241,18 +241,6 @@ pub(crate) fn eval_setup(
     Ok((opts, opened, e))
 }
 
-/// A failed evaluation (or injection run) as the Python exception: the model's error, else bad
-/// options.
-pub(crate) fn eval_error(err: maslens_core::CoreError) -> PyErr {
-    use maslens_credit::CreditError;
-    match err {
-        maslens_core::CoreError::Llm(l) | maslens_core::CoreError::Credit(CreditError::Llm(l)) => {
-            model_error(&l)
-        }
-        other => OptionsError::new_err(other.to_string()),
-    }
-}
-
 /// Progress of a run (`eval_locate`, `eval_compare`, `scan`, `credit`) to a Python callback
 /// `progress(done, total, trace id)`.
 pub(crate) struct PyProgress<'a> {
@@ -328,7 +316,7 @@ pub fn eval_locate(
         let interrupt = Interrupt::default();
         let p = PyProgress::new(&progress, &interrupt);
         let out =
-            crate::run(py, &interrupt, eval_locate_with(&opts, opened, &p))?.map_err(eval_error)?;
+            crate::run(py, &interrupt, eval_locate_with(&opts, opened, &p))?.map_err(core_error)?;
         write_reports(e.out.as_deref(), |dir| {
             maslens_eval::run::write_run(&out.run, dir)
         })?;

@@ -7,6 +7,22 @@ use maslens_llm::{LlmError, Stack};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+/// The Python exception for an error of the application layer (`maslens-core`), the one mapping
+/// every function uses: the model's failure (`ModelError`, `BudgetExceeded`), a file's (`OSError`),
+/// ours (`InternalError`: a compiled-in prompt that does not render), else what was asked for does
+/// not fit the input (`OptionsError`: a bad option, nothing to work on, a name that does not exist).
+pub(crate) fn core_error(err: maslens_core::CoreError) -> PyErr {
+    use maslens_core::CoreError;
+    match err {
+        CoreError::Llm(l) | CoreError::Credit(maslens_credit::CreditError::Llm(l)) => {
+            model_error(&l)
+        }
+        CoreError::Io { .. } => pyo3::exceptions::PyOSError::new_err(err.to_string()),
+        CoreError::Prompt(_) => crate::InternalError::new_err(err.to_string()),
+        other => crate::OptionsError::new_err(other.to_string()),
+    }
+}
+
 /// The Python exception for a model error: budget stops apart, since a rerun resumes them.
 pub(crate) fn model_error(e: &LlmError) -> PyErr {
     match e {

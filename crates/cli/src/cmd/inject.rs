@@ -67,9 +67,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
         args.questions,
         args.seed,
     )?;
-    for p in &picked.skipped {
-        eprintln!("warning: skipped {p}");
-    }
+    crate::debate_args::warn_skipped(&picked.skipped);
     let (questions, dataset) = (picked.items, picked.dataset);
     let opts = InjectOptions {
         kinds: args.kinds.clone(),

@@ -109,10 +109,8 @@ fn secs(v: f64, flag: &str) -> anyhow::Result<Duration> {
 }
 
 fn pace(v: f64) -> anyhow::Result<f64> {
-    if !(v.is_finite() && (0.0..=1000.0).contains(&v)) {
-        anyhow::bail!("--assembly-pace must be a number from 0 to 1000, not {v}");
-    }
-    Ok(v)
+    maslens_server::serve::pace::AssemblyPace::check(v)
+        .map_err(|e| anyhow::anyhow!("--assembly-pace {e}"))
 }
 
 /// `--token` as given, refused when empty or blank: an unset variable that expanded to nothing

@@ -272,14 +272,9 @@ impl AppState {
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| ServeError::Setup(format!("HTTP client: {e}")))?;
-        if !(config.assembly_pace.is_finite() && config.assembly_pace >= 0.0) {
-            return Err(ServeError::Setup(format!(
-                "the assembly pace must be a number of at least 0, not {}",
-                config.assembly_pace
-            )));
-        }
+        let pace = pace::AssemblyPace::new(config.assembly_pace)
+            .map_err(|e| ServeError::Setup(format!("the assembly pace {e}")))?;
         let config_ttl = config.session_ttl;
-        let pace = pace::AssemblyPace::new(config.assembly_pace);
         Ok(Arc::new(AppState {
             store,
             config,

@@ -24,15 +24,29 @@ impl AssemblyPace {
     /// Entries kept before old ones are dropped.
     const KEEP: usize = 4096;
 
-    pub fn new(factor: f64) -> AssemblyPace {
-        AssemblyPace {
-            factor: if factor.is_finite() {
-                factor.max(0.0)
-            } else {
-                0.0
-            },
-            last: Mutex::new(HashMap::new()),
+    /// The largest factor (`--assembly-pace`): a run then waits 1000 x its assembly time.
+    pub const MAX_FACTOR: f64 = 1000.0;
+
+    /// `factor` when it is one [`AssemblyPace::new`] takes, else what is wrong with it, worded to
+    /// follow the setting's name (`--assembly-pace must be ...`): the one check, for the CLI's flag
+    /// and the server's configuration alike.
+    pub fn check(factor: f64) -> Result<f64, String> {
+        if factor.is_finite() && (0.0..=Self::MAX_FACTOR).contains(&factor) {
+            Ok(factor)
+        } else {
+            Err(format!(
+                "must be a number from 0 to {}, not {factor}",
+                Self::MAX_FACTOR
+            ))
         }
+    }
+
+    /// Pacing by `factor` (0: off), refused outside 0 to [`AssemblyPace::MAX_FACTOR`].
+    pub fn new(factor: f64) -> Result<AssemblyPace, String> {
+        Ok(AssemblyPace {
+            factor: Self::check(factor)?,
+            last: Mutex::new(HashMap::new()),
+        })
     }
 
     fn wait(&self, took: Duration) -> Duration {
@@ -77,7 +91,7 @@ mod tests {
 
     #[test]
     fn a_slow_assembly_waits_its_multiple_and_a_fast_one_never_waits() {
-        let pace = AssemblyPace::new(4.0);
+        let pace = AssemblyPace::new(4.0).unwrap();
         let t0 = Instant::now();
         assert!(pace.due("big", t0), "never assembled: due");
         pace.record("big", t0, 100 * MS);
@@ -94,18 +108,24 @@ mod tests {
     }
 
     #[test]
-    fn factor_zero_or_nonsense_turns_pacing_off() {
-        for f in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            let pace = AssemblyPace::new(f);
-            let t0 = Instant::now();
-            pace.record("run", t0, Duration::from_secs(10));
-            assert!(pace.due("run", t0), "factor {f}");
+    fn factor_zero_turns_pacing_off_and_nonsense_is_refused() {
+        let pace = AssemblyPace::new(0.0).unwrap();
+        let t0 = Instant::now();
+        pace.record("run", t0, Duration::from_secs(10));
+        assert!(pace.due("run", t0));
+        for f in [-1.0, 1000.5, f64::NAN, f64::INFINITY] {
+            let err = AssemblyPace::new(f).err().unwrap_or_default();
+            assert!(
+                err.starts_with("must be a number from 0 to 1000"),
+                "factor {f}: {err}"
+            );
         }
+        assert!(AssemblyPace::new(AssemblyPace::MAX_FACTOR).is_ok());
     }
 
     #[test]
     fn old_entries_are_dropped_past_the_limit() {
-        let pace = AssemblyPace::new(1.0);
+        let pace = AssemblyPace::new(1.0).unwrap();
         let t0 = Instant::now();
         for i in 0..AssemblyPace::KEEP {
             pace.record(&format!("r{i}"), t0, 30 * MS);
