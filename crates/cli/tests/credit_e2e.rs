@@ -47,9 +47,9 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
         "--dataset",
         &ds,
         "--opt-size",
-        "3",
+        "2",
         "--test-size",
-        "3",
+        "2",
         "--iterations",
         "1",
         "--seeds",
@@ -67,7 +67,7 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     eprintln!("{md}");
     for section in [
-        "Accuracy on the held-out set (3 questions",
+        "Accuracy on the held-out set (2 questions",
         "Outcome shift",
         "Overall statistics",
         "by the round at which the debate ended",
@@ -81,8 +81,8 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
     }
     let r: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-    assert_eq!(r["n_optimization"], 3);
-    assert_eq!(r["n_test"], 3);
+    assert_eq!(r["n_optimization"], 2);
+    assert_eq!(r["n_test"], 2);
     let s = &r["seeds"][0];
     assert_eq!(s["bcd"]["iterations"].as_array().unwrap().len(), 1);
     assert!(s["bcd"]["calls"].as_u64().unwrap() > 0);
@@ -97,7 +97,7 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
             .unwrap()
             .lines()
             .count(),
-        3
+        2
     );
     // Re-running resumes from the cache: identical report, no new backend calls needed.
     let o2 = maslens(
