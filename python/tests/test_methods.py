@@ -192,12 +192,21 @@ def test_locate_llm_against_a_real_model(root: Path, serve_model: ServeModel, ca
     assert again["calls"] - again.get("cache_hits", 0) == calls
 
 
+@pytest.fixture(scope="module")
+def locate_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One LLM cache for the four methods below: the default and `stacked` run the same calls, and
+    `llm` the pipeline's, so the first to run makes them and the others read them; each still
+    compares Python with the CLI replaying that same cache."""
+    return str(tmp_path_factory.mktemp("locate") / "cache.sqlite")
+
+
 @pytest.mark.parametrize("method", [None, "stacked", "llm", "prior"])
-def test_locate_equals_the_cli_for_every_method(root: Path, serve_model: ServeModel, maslens_bin: Path, cache: str, method: str | None) -> None:
+def test_locate_equals_the_cli_for_every_method(root: Path, serve_model: ServeModel, maslens_bin: Path, locate_cache: str, method: str | None) -> None:
     """`maslens.locate(trace)` is `maslens locate TRACE` (stacked by default) for every method:
     with the same model and cache, the same verdict (the CLI replays the calls Python made, so a
     call Python did not make is an error); `crates/cli/tests/one_answer_e2e.rs` checks the server
     and `eval locate` the same way."""
+    cache = locate_cache
     path = root / "examples" / "whowhen-style.json"
     kw: dict[str, Any] = {} if method is None else {"method": method}
     (v,) = maslens.locate(path, model=serve_model.spec, cache_path=cache, progress=False, **kw)
