@@ -131,6 +131,24 @@ pub fn fold_assignment(traces: &[&Trace], k: usize, seed: u64) -> Vec<usize> {
     folds
 }
 
+/// The training side of `fold`: the `labelled` traces that [`fold_assignment`]'s `folds` put in
+/// another fold, then every one of `train_only` (traces that only ever train: injected or
+/// agent-only ones, [`sides`]). The one rule of every cross-validation loop over the prior.
+pub fn fold_train<'a>(
+    labelled: &[&'a Trace],
+    folds: &[usize],
+    fold: usize,
+    train_only: &[&'a Trace],
+) -> Vec<&'a Trace> {
+    labelled
+        .iter()
+        .zip(folds)
+        .filter(|(_, f)| **f != fold)
+        .map(|(t, _)| *t)
+        .chain(train_only.iter().copied())
+        .collect()
+}
+
 /// Out-of-fold predictions of K-fold cross-validation over the labelled traces.
 pub fn cross_validate(
     traces: &[&Trace],
@@ -157,13 +175,7 @@ pub fn out_of_fold<T>(
     let folds = fold_assignment(&labelled, k, cfg.seed);
     let mut out: Vec<Option<T>> = (0..labelled.len()).map(|_| None).collect();
     for fold in 0..k {
-        let train: Vec<&Trace> = labelled
-            .iter()
-            .zip(&folds)
-            .filter(|(_, f)| **f != fold)
-            .map(|(t, _)| *t)
-            .chain(train_only.iter().copied())
-            .collect();
+        let train = fold_train(&labelled, &folds, fold, &train_only);
         let test: Vec<usize> = (0..labelled.len()).filter(|&i| folds[i] == fold).collect();
         if test.is_empty() {
             continue;
@@ -215,13 +227,7 @@ pub fn nested_out_of_fold<T>(
         if test.is_empty() {
             continue;
         }
-        let train: Vec<&Trace> = labelled
-            .iter()
-            .zip(&folds)
-            .filter(|(_, f)| **f != fold)
-            .map(|(t, _)| *t)
-            .chain(train_only.iter().copied())
-            .collect();
+        let train = fold_train(&labelled, &folds, fold, &train_only);
         let (model, sel) = select_and_train_cached(&train, inner, seed, candidates, &cache)?;
         chosen.push(sel.name);
         for i in test {

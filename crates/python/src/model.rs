@@ -51,12 +51,13 @@ impl Model {
     }
 }
 
-/// Why a `local:` model cannot open in the default wheel, and what to do (wheel advice, not the
-/// CLI's `cargo build` advice).
+/// Why a `local:` model cannot open in a wheel built with `--no-default-features`, and what to do
+/// (wheel advice, not the CLI's `cargo build` advice).
 const NO_LOCAL_IN_WHEEL: &str = "this wheel was built without the embedded model. Point maslens at \
 any OpenAI-compatible server instead: maslens.Model(\"openai:NAME@http://HOST:PORT/v1\") or \
 MASLENS_MODEL=openai:NAME@http://HOST:PORT/v1 (`maslens serve-model` serves the embedded model that \
-way), or install the wheel built with `maturin build --release --features local` (docs/python.md)";
+way), or install the default wheel, which has it (`pip install .` without \
+`--no-default-features`, docs/python.md)";
 
 /// A `local:` spec opened by a wheel built without the embedded model.
 fn needs_local_wheel(spec: &str) -> bool {

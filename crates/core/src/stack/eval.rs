@@ -138,13 +138,7 @@ pub(crate) fn cross_fitted_views(
         if !folds.contains(&fold) {
             continue;
         }
-        let train: Vec<&Trace> = labelled
-            .iter()
-            .zip(&folds)
-            .filter(|(_, f)| **f != fold)
-            .map(|(t, _)| *t)
-            .chain(extra.iter().copied())
-            .collect();
+        let train = maslens_prior::eval::fold_train(labelled, &folds, fold, extra);
         let alpha = cfg.agent_alpha.unwrap_or(cfg.alpha);
         let Some(m) = maslens_prior::PriorModel::train_cached(&train, cfg, &[alpha], cache)?.pop()
         else {

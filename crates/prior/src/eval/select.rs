@@ -2,7 +2,7 @@
 //! ([`protocol_settings`], [`with_injected_choice`]) and the choice among them by grouped
 //! cross-validation ([`select`], [`select_and_train`]).
 
-use super::{fold_assignment, sides};
+use super::{fold_assignment, fold_train, sides};
 use crate::model::{InjectedUse, PriorModel, RowCache, TrainConfig};
 use crate::PriorError;
 use maslens_trace::Trace;
@@ -193,13 +193,7 @@ pub fn select_cached(
     }
     let folds = fold_assignment(&labelled, k.max(2), seed);
     for fold in 0..k.max(2) {
-        let train: Vec<&Trace> = labelled
-            .iter()
-            .zip(&folds)
-            .filter(|(_, f)| **f != fold)
-            .map(|(t, _)| *t)
-            .chain(train_only.iter().copied())
-            .collect();
+        let train = fold_train(&labelled, &folds, fold, &train_only);
         let test: Vec<&Trace> = labelled
             .iter()
             .zip(&folds)
