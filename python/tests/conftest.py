@@ -79,6 +79,15 @@ def serve_model(maslens_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> 
                 proc.kill()
 
 
+@pytest.fixture(scope="session")
+def docs_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One LLM cache for the documented examples (test_docs.py, which runs first) and the tests that
+    check the same calls in depth (locate for every method, scan and credit, propose_fix): the
+    embedded model answers each of those calls once per session, and each test still runs its
+    whole path (a test run alone makes the calls itself)."""
+    return str(tmp_path_factory.mktemp("docs-cache") / "cache.sqlite")
+
+
 @pytest.fixture()
 def cache(tmp_path: Path) -> str:
     """A fresh LLM cache file per test (answers are real model calls, not replays)."""

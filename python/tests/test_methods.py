@@ -192,12 +192,13 @@ def test_locate_llm_against_a_real_model(root: Path, serve_model: ServeModel, ca
     assert again["calls"] - again.get("cache_hits", 0) == calls
 
 
-@pytest.fixture(scope="module")
-def locate_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One LLM cache for the four methods below: the default and `stacked` run the same calls, and
-    `llm` the pipeline's, so the first to run makes them and the others read them; each still
-    compares Python with the CLI replaying that same cache."""
-    return str(tmp_path_factory.mktemp("locate") / "cache.sqlite")
+@pytest.fixture()
+def locate_cache(docs_cache: str) -> str:
+    """One LLM cache for the four methods below and docs/python.md's example (the same trace and
+    model): the default and `stacked` run the same calls, and `llm` the pipeline's, so the first to
+    run makes them and the others read them; each still compares Python with the CLI replaying
+    that same cache."""
+    return docs_cache
 
 
 @pytest.mark.parametrize("method", [None, "stacked", "llm", "prior"])
@@ -265,16 +266,14 @@ def test_async_variants_run_side_by_side(data: Path) -> None:
     assert hc.to_dicts() == maslens.locate(data / "whowhen" / "Hand-Crafted", method="prior", progress=False).to_dicts()
 
 
-def test_scan_and_credit_against_a_real_model(root: Path, serve_model: ServeModel, cache: str) -> None:
-    model = maslens.Model(serve_model.spec, cache_path=cache)
+def test_scan_and_credit_against_a_real_model(root: Path, serve_model: ServeModel, docs_cache: str) -> None:
+    # docs/python.md's scan and credit of this trace (default options), checked in depth: its cache.
+    model = maslens.Model(serve_model.spec, cache_path=docs_cache)
     trace = maslens.read(root / "examples" / "whowhen-style.json")[0]
     # Scan and credit report progress through the same callback as locate: once per trace,
     # whether it was scanned or failed.
     seen: list[tuple[int, int, str]] = []
-    scan = maslens.scan(
-        trace, model=model, progress=lambda d, n, label: seen.append((d, n, label)),
-        absorption=False, detect_max_tokens=256, max_events=3,
-    )
+    scan = maslens.scan(trace, model=model, progress=lambda d, n, label: seen.append((d, n, label)))
     assert seen == [(1, 1, trace.id)], seen
     assert scan.raw["model"] == model.id
     assert len(scan.traces) + len(scan.errors) == 1
@@ -285,7 +284,7 @@ def test_scan_and_credit_against_a_real_model(root: Path, serve_model: ServeMode
         for e in scan.events():
             assert e.step in {st["index"] for st in trace.steps}
     seen.clear()
-    credit = maslens.credit(trace, model=model, progress=lambda d, n, label: seen.append((d, n, label)), critic_max_tokens=64)
+    credit = maslens.credit(trace, model=model, progress=lambda d, n, label: seen.append((d, n, label)))
     assert seen == [(1, 1, trace.id)], seen
     assert credit.model == model.id
     assert len(credit.traces) + len(credit.errors) == 1

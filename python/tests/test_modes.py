@@ -64,12 +64,12 @@ def test_modes_summaries_from_the_real_model(data: Path, serve_model: ServeModel
     assert "summary" not in report.systems[0]["modes"][1]
 
 
-def test_propose_fix_from_the_real_model_matches_the_cli(data: Path, maslens_bin: Path, serve_model: ServeModel, tmp_path: Path) -> None:
+def test_propose_fix_from_the_real_model_matches_the_cli(data: Path, maslens_bin: Path, serve_model: ServeModel, tmp_path: Path, docs_cache: str) -> None:
     ag = data / "whowhen" / "Algorithm-Generated"
     traces = maslens.read(ag)
     verdicts = maslens.locate(traces, method="prior", progress=False)
     report = maslens.modes(traces, verdicts)
-    cache = str(tmp_path / "cache.sqlite")
+    cache = docs_cache  # docs/python.md proposes the same fix (its calls, once a session)
     # Who&When records some agents' prompts, not all: the report marks the modes a fix cannot be
     # proposed for, and proposing one anyway raises with the same reason.
     blocked = [m for m in report.modes if "do not record" in m.get("no_proposal", "")]

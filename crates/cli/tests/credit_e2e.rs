@@ -1,25 +1,16 @@
 //! End-to-end `maslens optimize` with the embedded SmolLM2-135M-Instruct (`maslens model pull
-//! smollm2-135m`): 6 MMLU questions (3 optimization, 3 held-out), 3 roles, 2 rounds, one BCD
-//! iteration, producing every report section; then `maslens credit` on the runs it wrote. Slow:
-//! named `e2e_*`. The model is far too small to debate or judge well: accuracy is not asserted,
-//! the pipeline is.
+//! smollm2-135m`): the README tour's optimize line (4 MMLU questions: 2 optimization, 2 held-out;
+//! 3 roles, 2 rounds, one BCD iteration), every report section checked; its rerun from the cache;
+//! then `maslens credit` on the runs it wrote. Slow: named `e2e_*`. The model is far too small to
+//! debate or judge well: accuracy is not asserted, the pipeline is.
 #![cfg(feature = "local")]
 
+mod common;
+
+use common::tour::{self, flag_value, TourHome};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn data(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/"
-    ))
-    .join(rel)
-}
-
-fn example(name: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/")).join(name)
-}
 
 fn maslens(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_maslens"))
@@ -34,33 +25,16 @@ fn maslens(dir: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn e2e_optimize_mmlu_smollm2_every_section() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
-    let cfg = example("debate-smoke.toml");
-    let ds = format!(
-        "mmlu:{}",
-        data("mmlu/test/high_school_geography_test.csv").display()
-    );
-    let args = [
-        "optimize",
-        cfg.to_str().unwrap(),
-        "--dataset",
-        &ds,
-        "--opt-size",
-        "2",
-        "--test-size",
-        "2",
-        "--iterations",
-        "1",
-        "--seeds",
-        "0",
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    let o = maslens(dir.path(), &args);
+    // The README tour's optimize line, verbatim, in a home of its own (the embedded default model);
+    // the tour test leaves it to this test.
+    let line = tour::line("$m optimize ");
+    let out = PathBuf::from(flag_value(&line, "--out"));
+    let _ = std::fs::remove_dir_all(&out);
+    let home = TourHome::new();
+    let o = home.run(&line);
     assert!(
         o.status.success(),
-        "exit {:?}\n{}",
+        "{line}: exit {:?}\n{}",
         o.status.code(),
         String::from_utf8_lossy(&o.stderr)
     );
@@ -100,10 +74,7 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
         2
     );
     // Re-running resumes from the cache: identical report, no new backend calls needed.
-    let o2 = maslens(
-        dir.path(),
-        &[&args[..], &["--cache-mode", "replay"]].concat(),
-    );
+    let o2 = home.run(&format!("{line} --cache-mode replay"));
     assert!(
         o2.status.success(),
         "replay: {}",
@@ -113,6 +84,7 @@ fn e2e_optimize_mmlu_smollm2_every_section() {
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(r["summary"], r2["summary"]);
 
+    let dir = tempfile::tempdir().unwrap();
     // Credit over the held-out runs it wrote (debate traces, the optimizer's critics).
     let traces = out.join("traces/baseline-seed0.jsonl");
     let cj = dir.path().join("credit.json");

@@ -4,6 +4,9 @@
 //! (every protocol, Judge + 3 Evaluators + vote, well-formed reports, exact usage, prefix reuse).
 #![cfg(feature = "local")]
 
+mod common;
+
+use common::tour::{self, TourHome};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -100,19 +103,17 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
     }
     let spec = format!("whowhen:{}", dir.path().join("ww").display());
     // Step-by-step and binary search make several calls per trace: one trace for them.
-    for (protocol, variant, n) in [
-        ("all-at-once", "judge-only", 2u64),
-        ("step-by-step", "judge-only", 1),
-        ("binary-search", "judge-only", 1),
-        ("a2p", "judge-only", 1),
-        ("taxonomy", "judge-only", 1),
-        ("echo", "judge-only", 1),
-        ("counterfactual", "judge-only", 1),
-        // The full pipeline (Judge, 3 Evaluators, their repairs) on one trace: the cases come
-        // in name order, so 30.json, which the write-back run below reads from this run's cache.
-        ("all-at-once", "full", 1),
+    // The full pipeline (Judge, 3 Evaluators and the vote) runs as the README runs it, below.
+    for (protocol, n) in [
+        ("all-at-once", 2u64),
+        ("step-by-step", 1),
+        ("binary-search", 1),
+        ("a2p", 1),
+        ("taxonomy", 1),
+        ("echo", 1),
+        ("counterfactual", 1),
     ] {
-        let out = dir.path().join(format!("{protocol}-{variant}"));
+        let out = dir.path().join(protocol);
         let limit = n.to_string();
         let o = maslens(
             dir.path(),
@@ -125,7 +126,7 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
                 "--protocol",
                 protocol,
                 "--variant",
-                variant,
+                "judge",
                 "--limit",
                 &limit,
                 "--out",
@@ -151,57 +152,15 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
             let p = &v["payload"];
             assert_eq!(p["protocol"], protocol);
             assert!(p["long_trace"]["context_size"].as_u64().unwrap() >= 2048);
-            if variant == "full" {
-                assert_eq!(p["evaluators"].as_array().unwrap().len(), 3);
-                assert!(p["vote"].is_object());
-            }
+            assert_eq!(p["variant"], "judge");
             // A location, when given, is a real step whose agent acts there.
             if let (Some(step), Some(agent)) = (v["step"].as_u64(), v["agent"].as_str()) {
                 assert!(step < 7);
                 assert!(!agent.is_empty());
             }
         }
-        if variant == "full" {
-            // Judge and Evaluators share the trace prefix: the backend reports reused tokens.
-            assert!(
-                r["usage"]["cached_tokens"].as_u64().unwrap() > 0,
-                "prefix reuse: {}",
-                r["usage"]
-            );
-            assert!(
-                r["usage"]["calls"].as_u64().unwrap() >= 4 * n,
-                "Judge + 3 Evaluators per case"
-            );
-        }
     }
-
-    // `maslens locate` on one trace with write-back (answers come from the cache of the run above).
-    let wb = dir.path().join("wb.jsonl");
-    let o = maslens(
-        dir.path(),
-        &[
-            "--json",
-            "locate",
-            ds.join("30.json").to_str().unwrap(),
-            "--method",
-            "llm",
-            "--write-back",
-            wb.to_str().unwrap(),
-        ],
-    );
-    ok(&o);
-    let v: Value =
-        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
-    assert_eq!(v["method"], "locate/all-at-once+3eval");
-    let t: Value = serde_json::from_str(
-        std::fs::read_to_string(&wb)
-            .unwrap()
-            .lines()
-            .next()
-            .unwrap(),
-    )
-    .unwrap();
-    assert_eq!(t["labels"]["verdicts"][0]["model"], "local:smollm2-135m");
+    full_pipeline_as_the_readme_runs_it();
 
     // Prior-guided narrowing on a trace far longer than a 2,048-token window (54K characters):
     // one Judge call that sees every step, the built-in prior's top steps in full.
@@ -234,6 +193,69 @@ fn e2e_eval_locate_every_protocol_and_full_pipeline_on_whowhen() {
         1
     );
     assert!(u["prompt_tokens"].as_u64().unwrap() <= 2048 * 2);
+}
+
+/// The README tour's `eval locate` line, verbatim (the default method: the full pipeline, Judge and
+/// 3 Evaluators with their repairs, stacked with the prior, on the first Algorithm-Generated case),
+/// then `maslens locate --write-back` on that case, answered from the cache the eval filled.
+fn full_pipeline_as_the_readme_runs_it() {
+    let line = tour::line("$m eval locate whowhen:$D/whowhen/Algorithm-Generated ");
+    let out = PathBuf::from(tour::flag_value(&line, "--out"));
+    let _ = std::fs::remove_dir_all(&out);
+    let home = TourHome::new();
+    let o = home.run(&line);
+    ok(&o);
+    let r = read_json(&out.join("report.json"));
+    assert_well_formed(&r, 1);
+    assert!(std::fs::read_to_string(out.join("report.md"))
+        .unwrap()
+        .contains("| last-agent |"));
+    let v: Value = serde_json::from_str(
+        std::fs::read_to_string(out.join("verdicts.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(v["method"], "stacked");
+    let p = &v["payload"]["pipeline"];
+    assert_eq!(p["protocol"], "all-at-once", "{v}");
+    assert_eq!(p["evaluators"].as_array().unwrap().len(), 3);
+    assert!(p["vote"].is_object());
+    assert!(p["long_trace"]["context_size"].as_u64().unwrap() >= 2048);
+    // Judge and Evaluators share the trace prefix: the backend reports reused tokens.
+    assert!(
+        r["usage"]["cached_tokens"].as_u64().unwrap() > 0,
+        "prefix reuse: {}",
+        r["usage"]
+    );
+    assert!(
+        r["usage"]["calls"].as_u64().unwrap() >= 4,
+        "Judge + 3 Evaluators"
+    );
+
+    // `maslens locate` on that trace with write-back: the same calls, from the cache.
+    let trace = v["trace"].as_str().unwrap();
+    let wb = out.join("wb.jsonl");
+    let o = home.run(&format!(
+        "$m --json locate $D/whowhen/{trace}.json --write-back {}",
+        wb.display()
+    ));
+    ok(&o);
+    let lv: Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!((&lv["agent"], &lv["step"]), (&v["agent"], &v["step"]));
+    let t: Value = serde_json::from_str(
+        std::fs::read_to_string(&wb)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(t["labels"]["verdicts"][0]["model"], "local:smollm2-135m");
+    assert_eq!(t["labels"]["verdicts"][0]["method"], "stacked");
 }
 
 /// The red-team corpus (`tests/redteam/`, docs/security.md) with the embedded model: whatever
