@@ -1,7 +1,7 @@
 //! The fault-figure scripts of issue 16 (bench/, docs/security.md "Fault figures") at a small
 //! scale, so they keep working: the chaos run (SIGKILL and resume of `eval locate`), the LLM
 //! faults through the fault-injecting proxy, and serve-model under load (embedded model: e2e); and
-//! the growing-run assembly bench of issue 35.
+//! the growing-run assembly, idle-connection and full-disk benches of issue 35.
 //! Each script checks its own figures and exits 1 when one misses.
 
 use std::path::{Path, PathBuf};
@@ -127,4 +127,46 @@ fn serve_growing_run_script_runs_briefly() {
         "{out}"
     );
     assert!(out.contains("CPU ratio baseline/paced: "), "{out}");
+}
+
+/// Idle connections past the server's cap (a descriptor limit of 256: a cap of 128) do not keep
+/// a new client waiting: each new client closes the longest-idle connection.
+#[test]
+fn idle_connections_script_serves_new_clients_past_the_cap() {
+    let (code, out) = script(
+        "serve_connections.py",
+        &[
+            "--idle",
+            "600",
+            "--procs",
+            "2",
+            "--seconds",
+            "3",
+            "--every",
+            "1",
+            "--server-nofile",
+            "256",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("600 idle connections opened (0 failed)"),
+        "{out}"
+    );
+    assert!(out.contains("worst new-client latency"), "{out}");
+}
+
+/// A store on a small tmpfs that fills up, then has room again: refusals are retryable, nothing
+/// acknowledged is lost, every run is assembled and diagnosed without a restart. Mounting needs
+/// root: elsewhere the test says so and passes, except under `CI`, where it fails.
+#[test]
+fn disk_full_script_recovers_without_a_restart() {
+    let (code, out) = script("serve_disk_full.py", &["--full-wait", "2"]);
+    if out.contains("cannot mount") && std::env::var_os("CI").is_none() {
+        eprintln!("skipped: {out}");
+        return;
+    }
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("codes while full: {503:"), "{out}");
+    assert!(out.contains(", lost: 0"), "{out}");
 }

@@ -3,8 +3,12 @@
 //! - a **header-read timeout** ([`HEADER_READ_TIMEOUT`]): a client that sends half a request head,
 //!   or nothing at all (also between requests on a kept-alive connection), is disconnected;
 //! - a **cap on open connections** ([`connection_cap`], below the process's file-descriptor
-//!   limit): past it the loop stops accepting until one closes, so idle sockets cannot use up the
-//!   descriptors every other client and the store need;
+//!   limit), so idle sockets cannot use up the descriptors every other client and the store need.
+//!   At the cap, each new client makes room by closing the longest-open connection that has no
+//!   request in flight (hyper's graceful shutdown: an idle one closes at once), as nginx reuses
+//!   idle keep-alive connections; the loop waits only when every connection is serving a request.
+//!   So thousands of idle sockets delay a new client by the time it takes to accept them, not by
+//!   the header-read timeout each;
 //! - the peer address on each request ([`axum::extract::ConnectInfo`]) for per-client limits;
 //! - graceful shutdown: in-flight requests get [`SHUTDOWN_GRACE`], then the rest are dropped.
 
@@ -12,11 +16,16 @@ use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tower::ServiceExt;
 
 /// How long a client may take to send a request head, and to start the next one on a kept-alive
@@ -82,6 +91,7 @@ pub async fn serve_with(
 ) -> std::io::Result<()> {
     let cap = limits.connections.max(1);
     let permits = Arc::new(Semaphore::new(cap));
+    let open_connections = Arc::new(Mutex::new(Registry::default()));
     let (stop, stopping) = watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
@@ -89,25 +99,6 @@ pub async fn serve_with(
     let mut warned: Option<std::time::Instant> = None;
     loop {
         while connections.try_join_next().is_some() {}
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                if warned.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
-                    tracing::warn!(
-                        cap,
-                        "connection cap reached: new clients wait until one closes"
-                    );
-                    warned = Some(std::time::Instant::now());
-                }
-                tokio::select! {
-                    p = permits.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                    _ = &mut shutdown => break,
-                }
-            }
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -120,12 +111,21 @@ pub async fn serve_with(
             },
             _ = &mut shutdown => break,
         };
+        // A permit for it: a free one, else the one an idle connection gives back.
+        let permit = tokio::select! {
+            p = make_room(&permits, &open_connections, cap, &mut warned) => match p {
+                Some(p) => p,
+                None => break,
+            },
+            _ = &mut shutdown => break,
+        };
         let _ = stream.set_nodelay(true);
         let open = Open {
             peer,
             router: router.clone(),
             stopping: stopping.clone(),
             header_read_timeout: limits.header_read_timeout,
+            slot: Registered::new(&open_connections),
         };
         connections.spawn(connection(stream, open, permit));
     }
@@ -141,12 +141,146 @@ pub async fn serve_with(
     Ok(())
 }
 
+/// A permit for one more connection: a free one; at the cap, the permit of the longest-open
+/// connection with no request in flight, which is told to close; while every one is busy, the
+/// first to close or to become idle. `None` once the semaphore is closed.
+async fn make_room(
+    permits: &Arc<Semaphore>,
+    open_connections: &Mutex<Registry>,
+    cap: usize,
+    warned: &mut Option<std::time::Instant>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(p) = permits.clone().try_acquire_owned() {
+        return Some(p);
+    }
+    if warned.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+        tracing::warn!(
+            cap,
+            "connection cap reached: each new client closes the longest-idle connection"
+        );
+        *warned = Some(std::time::Instant::now());
+    }
+    loop {
+        if let Some(idle) = lock(open_connections).take_oldest_idle() {
+            idle.evict.notify_one();
+        }
+        // Every connection busy: the first to close, or to finish its request (checked again).
+        tokio::select! {
+            p = permits.clone().acquire_owned() => return p.ok(),
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+}
+
 /// What a connection is served with.
 struct Open {
     peer: SocketAddr,
     router: Router,
     stopping: watch::Receiver<bool>,
     header_read_timeout: Duration,
+    slot: Registered,
+}
+
+/// The open connections by age (ids increase), for the one to close at the cap.
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    open: BTreeMap<u64, Arc<Slot>>,
+}
+
+/// One open connection: its requests in flight (until each response body is sent or dropped),
+/// and the signal that closes it.
+#[derive(Default)]
+struct Slot {
+    in_flight: AtomicUsize,
+    evict: Notify,
+}
+
+impl Registry {
+    /// The longest-open connection with no request in flight, taken out (it is told to close).
+    fn take_oldest_idle(&mut self) -> Option<Arc<Slot>> {
+        let id = self
+            .open
+            .iter()
+            .find(|(_, slot)| slot.in_flight.load(Ordering::Acquire) == 0)
+            .map(|(id, _)| *id)?;
+        self.open.remove(&id)
+    }
+}
+
+fn lock(registry: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {
+    registry.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A connection's place in the [`Registry`], given up when the connection ends.
+struct Registered {
+    id: u64,
+    slot: Arc<Slot>,
+    registry: Arc<Mutex<Registry>>,
+}
+
+impl Registered {
+    fn new(registry: &Arc<Mutex<Registry>>) -> Self {
+        let slot = Arc::new(Slot::default());
+        let mut r = lock(registry);
+        let id = r.next_id;
+        r.next_id += 1;
+        r.open.insert(id, slot.clone());
+        Registered {
+            id,
+            slot,
+            registry: registry.clone(),
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock(&self.registry).open.remove(&self.id);
+    }
+}
+
+/// Counts one request in flight on its connection while alive.
+struct Busy(Arc<Slot>);
+
+impl Busy {
+    fn new(slot: &Arc<Slot>) -> Self {
+        slot.in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy(slot.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its request counted in flight until it is sent or dropped (a
+/// streamed answer, such as server-sent events, is not idle).
+struct TrackedBody {
+    inner: axum::body::Body,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for TrackedBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        hyper::body::Body::poll_frame(Pin::new(&mut self.get_mut().inner), cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        hyper::body::Body::is_end_stream(&self.inner)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::Body::size_hint(&self.inner)
+    }
 }
 
 /// One HTTP/1 connection; it holds `permit` while open and finishes its request when told to stop.
@@ -161,11 +295,20 @@ async fn connection(
         router,
         mut stopping,
         header_read_timeout,
+        slot,
     } = open;
-    let service = router.map_request(move |req: hyper::Request<hyper::body::Incoming>| {
+    let busy_slot = slot.slot.clone();
+    let service = tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let busy = Busy::new(&busy_slot);
         let mut req = req.map(axum::body::Body::new);
         req.extensions_mut().insert(ConnectInfo(peer));
-        req
+        let response = router.clone().oneshot(req);
+        async move {
+            let res = response.await?;
+            Ok::<_, Infallible>(
+                res.map(|inner| axum::body::Body::new(TrackedBody { inner, _busy: busy })),
+            )
+        }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -183,6 +326,11 @@ async fn connection(
             conn.as_mut().graceful_shutdown();
             let _ = conn.await;
         }
+        // Closed to make room at the cap: at once when idle, else after its request.
+        _ = slot.slot.evict.notified() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
     }
 }
 
@@ -194,12 +342,20 @@ mod tests {
     async fn start(limits: Limits) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let router = Router::new().route(
-            "/health",
-            axum::routing::get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
-                format!("ok {}", peer.ip())
-            }),
-        );
+        let router = Router::new()
+            .route(
+                "/health",
+                axum::routing::get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
+                    format!("ok {}", peer.ip())
+                }),
+            )
+            .route(
+                "/slow",
+                axum::routing::get(|| async {
+                    tokio::time::sleep(Duration::from_millis(1000)).await;
+                    "slow done"
+                }),
+            );
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(serve_with(
             listener,
@@ -213,9 +369,15 @@ mod tests {
     }
 
     fn get(addr: SocketAddr) -> std::io::Result<String> {
+        request(addr, "/health")
+    }
+
+    fn request(addr: SocketAddr, path: &str) -> std::io::Result<String> {
         let mut s = std::net::TcpStream::connect(addr)?;
         s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+        )?;
         let mut out = String::new();
         s.read_to_string(&mut out)?;
         Ok(out)
@@ -260,21 +422,55 @@ mod tests {
         }
     }
 
-    /// With the cap reached by idle connections, a new client waits; as soon as one closes it
-    /// is served.
+    /// At the cap, a new client closes the longest-open idle connection and is served at once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn past_the_cap_a_client_is_served_when_a_connection_closes() {
+    async fn past_the_cap_the_longest_idle_connection_makes_room() {
         let (addr, _stop) = start(Limits {
             connections: 2,
             header_read_timeout: HEADER_READ_TIMEOUT,
         })
         .await;
-        let idle1 = std::net::TcpStream::connect(addr).unwrap();
-        let _idle2 = std::net::TcpStream::connect(addr).unwrap();
+        let mut oldest = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        let answer = tokio::task::spawn_blocking(move || get(addr))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(answer.contains("ok 127.0.0.1"), "{answer}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::io::AsyncReadExt::read(&mut oldest, &mut buf),
+        )
+        .await
+        .expect("the oldest idle connection was closed")
+        .unwrap_or(0);
+        assert_eq!(n, 0);
+    }
+
+    /// A connection serving a request is not closed to make room: a new client waits for it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_the_cap_a_busy_connection_is_left_to_finish() {
+        let (addr, _stop) = start(Limits {
+            connections: 1,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+        })
+        .await;
+        let slow = tokio::task::spawn_blocking(move || request(addr, "/slow"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
         let waiting = tokio::task::spawn_blocking(move || get(addr));
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!waiting.is_finished(), "the third client waits");
-        drop(idle1);
+        assert!(!waiting.is_finished(), "the new client waits");
+        let slow = slow.await.unwrap().unwrap();
+        assert!(slow.contains("slow done"), "{slow}");
         let answer = waiting.await.unwrap().unwrap();
         assert!(answer.contains("ok 127.0.0.1"), "{answer}");
     }

@@ -212,10 +212,16 @@ impl Store {
     }
 
     /// [`Store::assemble`] `run` (pending at `seq`); when that fails, the run is marked failed
-    /// with the reason ([`Store::mark_failed`]). True when a new trace was stored.
+    /// with the reason ([`Store::mark_failed`]), unless the error passes
+    /// ([`StoreError::is_transient`]: a full disk, a lost connection): then it stays pending and
+    /// the next pass tries again. True when a new trace was stored.
     pub async fn assemble_or_fail(&self, run: &str, seq: i64) -> bool {
         match self.assemble(run).await {
             Ok(stored) => stored.is_some(),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(%run, %e, "assembly deferred: the store failed; tried again next pass");
+                false
+            }
             Err(e) => {
                 tracing::warn!(%run, %e, "assembly failed; the run is marked failed");
                 let reason = format!("assembly: {e}");
@@ -240,6 +246,22 @@ impl Store {
         .execute(&self.pool)
         .await
         .map_err(q("mark run failed"))?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Open again a run marked complete at `seq` whose diagnosis on arrival could not be stored
+    /// (the store failed), so the next pass completes and diagnoses it again. False when spans
+    /// arrived since (they reopened it already) or it is not complete.
+    pub async fn reopen(&self, run: &str, seq: i64) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE runs SET state = 'open', completed_ns = NULL
+             WHERE id = $1 AND state = 'complete' AND ingest_seq = $2",
+        )
+        .bind(run)
+        .bind(seq)
+        .execute(&self.pool)
+        .await
+        .map_err(q("reopen run"))?;
         Ok(r.rows_affected() == 1)
     }
 

@@ -119,6 +119,47 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+impl StoreError {
+    /// An error that says nothing about the data: the database was unreachable, busy, locked, out
+    /// of disk or memory, or shutting down. The same write can succeed later, so the pipeline
+    /// leaves a run it hit to be tried again instead of marking the run failed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Open { source, .. } | StoreError::Query { source, .. } => {
+                transient_sqlx(source)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn transient_sqlx(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| transient_code(&c)),
+        _ => false,
+    }
+}
+
+/// PostgreSQL SQLSTATEs (always five characters) and SQLite result codes (numbers of at most
+/// four digits; the primary code is the low byte of an extended one) of errors that pass.
+fn transient_code(code: &str) -> bool {
+    if code.len() == 5 {
+        // Connection exceptions, insufficient resources (disk full, out of memory), operator
+        // intervention (shutdown), system errors, serialization failures and deadlocks, lock
+        // not available.
+        return ["08", "53", "57", "58"].iter().any(|c| code.starts_with(c))
+            || matches!(code, "40001" | "40P01" | "55P03");
+    }
+    // BUSY, LOCKED, NOMEM, IOERR, FULL, CANTOPEN, PROTOCOL.
+    code.parse::<i64>()
+        .is_ok_and(|n| matches!(n & 0xff, 5 | 6 | 7 | 10 | 13 | 14 | 15))
+}
+
 pub(crate) fn q(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| StoreError::Query { what, source }
 }
@@ -530,5 +571,33 @@ mod tests {
             .await
             .expect_err("an edited applied migration must be refused");
         assert!(err.to_string().contains("migration 1"), "{err}");
+    }
+
+    /// Errors of the database's state pass (a run they hit is tried again); errors of the data
+    /// do not (the run is marked failed).
+    #[test]
+    fn transient_errors_are_the_databases_state_not_the_data() {
+        // SQLite: FULL, BUSY, IOERR_WRITE (extended), LOCKED_SHAREDCACHE (extended).
+        for code in ["13", "5", "778", "262"] {
+            assert!(transient_code(code), "{code}");
+        }
+        // SQLite: CONSTRAINT_UNIQUE, TOOBIG, MISMATCH, ERROR.
+        for code in ["2067", "18", "20", "1"] {
+            assert!(!transient_code(code), "{code}");
+        }
+        // PostgreSQL: disk full, connection failure, admin shutdown, deadlock.
+        for code in ["53100", "08006", "57P01", "40P01"] {
+            assert!(transient_code(code), "{code}");
+        }
+        // PostgreSQL: a NUL byte in text, unique violation, value too long.
+        for code in ["22021", "23505", "22001"] {
+            assert!(!transient_code(code), "{code}");
+        }
+        let io = StoreError::Query {
+            what: "x",
+            source: sqlx::Error::Io(std::io::Error::other("reset")),
+        };
+        assert!(io.is_transient());
+        assert!(!StoreError::Invalid("bad filter".into()).is_transient());
     }
 }

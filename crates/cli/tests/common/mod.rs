@@ -112,3 +112,4 @@ fn chat_completion(text: &str) -> String {
 
 pub mod browser;
 pub mod serve;
+pub mod tour;

@@ -51,7 +51,11 @@ pub fn line(start: &str) -> String {
         .into_iter()
         .filter(|l| l.starts_with(start))
         .collect();
-    assert_eq!(found.len(), 1, "tour lines starting with {start:?}: {found:?}");
+    assert_eq!(
+        found.len(),
+        1,
+        "tour lines starting with {start:?}: {found:?}"
+    );
     found.into_iter().next().unwrap_or_default()
 }
 

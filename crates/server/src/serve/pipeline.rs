@@ -177,17 +177,31 @@ pub async fn assemble_once(state: &AppState) -> Result<(), maslens_store::StoreE
         .await?;
     for (run, seq) in due {
         if state.store.mark_complete(&run, seq).await? {
-            // A run whose diagnosis fails is marked failed with its reason; the others go on.
             if let Err(e) = on_complete(state, &run).await {
-                tracing::warn!(%run, %e, "diagnosis on arrival failed; the run is marked failed");
-                let reason = format!("diagnosis on arrival: {e}");
-                if let Err(e) = state.store.mark_failed(&run, seq, &reason).await {
-                    tracing::warn!(%run, %e, "could not mark the run failed");
-                }
+                diagnosis_failed(state, &run, seq, &e).await;
             }
         }
     }
     Ok(())
+}
+
+/// A run whose diagnosis on arrival failed: when the store failed (a full disk, a lost
+/// connection) it is opened again, so a later pass diagnoses it once the store takes writes (if
+/// even that write fails, the sweep for runs without a diagnosis queues the prior); otherwise it
+/// is marked failed with its reason. The other runs go on either way.
+async fn diagnosis_failed(state: &AppState, run: &str, seq: i64, e: &maslens_store::StoreError) {
+    if e.is_transient() {
+        tracing::warn!(%run, %e, "diagnosis on arrival deferred: the store failed; tried again");
+        if let Err(e) = state.store.reopen(run, seq).await {
+            tracing::warn!(%run, %e, "could not reopen the run; the sweep will queue the prior");
+        }
+        return;
+    }
+    tracing::warn!(%run, %e, "diagnosis on arrival failed; the run is marked failed");
+    let reason = format!("diagnosis on arrival: {e}");
+    if let Err(e) = state.store.mark_failed(run, seq, &reason).await {
+        tracing::warn!(%run, %e, "could not mark the run failed");
+    }
 }
 
 /// A run just completed: the prior localizes it now; LLM methods are queued by policy.
@@ -208,7 +222,15 @@ async fn on_complete(state: &AppState, run: &str) -> Result<(), maslens_store::S
         );
         return Ok(());
     }
-    if let Some(d) = prior_diagnosis(state, &trace, &hash) {
+    // Tried again after the store failed: the prior's diagnosis of this version may be stored.
+    let has_prior =
+        state.store.diagnoses(run).await?.iter().any(|d| {
+            d.body.method == "prior" && d.body.trace_hash.as_deref() == Some(hash.as_str())
+        });
+    if let Some(d) = (!has_prior)
+        .then(|| prior_diagnosis(state, &trace, &hash))
+        .flatten()
+    {
         let targets = writeback_targets(state);
         let follow = maslens_store::FollowUp {
             outbox: &targets,
