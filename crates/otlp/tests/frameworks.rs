@@ -485,3 +485,35 @@ fn a_cut_off_llamaindex_agent_name_is_no_name_and_a_handoff_names_the_next_agent
     let t = one_run("llamaindex_native", &spans);
     assert_eq!(agents_in_order(&t), ["triage", "researcher"]);
 }
+
+#[test]
+fn a_first_llamaindex_agent_whose_summaries_are_all_cut_is_the_one_its_handoff_does_not_offer() {
+    // A long first question: the summaries of triage's `setup_agent` and `run_agent_step` both
+    // cut off before its name. Its handoff tool offers {'researcher': ...}, the researcher's
+    // offers {'triage': ...}: the one agent of the run triage's call does not offer is triage.
+    for name in ["llamaindex_native", "llamaindex_native_nostream"] {
+        let mut spans = spans(name);
+        for s in &mut spans {
+            if let Some(v) = s.attributes.get_mut("llamaindex.step.input_summary") {
+                let cut = v
+                    .as_str()
+                    .unwrap_or_default()
+                    .replace("current_agent_name='triage')", "current_agent_na...");
+                *v = cut.into();
+            }
+        }
+        let t = one_run(name, &spans);
+        assert_eq!(agents_in_order(&t), ["triage", "researcher"], "{name}");
+        // Without the offers (another exporter), the name stays unknown: no guess.
+        for s in &mut spans {
+            for e in &mut s.events {
+                e.attributes.remove("additional_kwargs.tools");
+            }
+        }
+        let t = one_run(name, &spans);
+        assert!(
+            !agents_in_order(&t).contains(&"triage".to_string()),
+            "{name}"
+        );
+    }
+}

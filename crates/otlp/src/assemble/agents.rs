@@ -6,7 +6,7 @@ use super::{kind, str_attr, SpanKind};
 use crate::span::SpanRecord;
 use crate::tree::Tree;
 use serde_json::Value;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// The LangGraph node a span ran in: OpenInference's LangChain instrumentor puts
 /// `{"langgraph_node": ...}` in the `metadata` attribute (a JSON string) of every span of a node,
@@ -90,20 +90,119 @@ fn llamaindex_handoff(span: &SpanRecord) -> Option<String> {
 /// `current_agent_name`: the first turn, or few messages and no system prompt) takes the agent
 /// of the latest LlamaIndex workflow step that named one before it started (its `setup_agent`,
 /// or a `handoff` tool step's `to_agent`), within the same workflow run (`llamaindex.run_id`).
+///
+/// A call that still has none (the first agent, when the summaries of its `setup_agent` and
+/// `run_agent_step` both cut the name off) is credited by elimination: its `handoff` tool offers
+/// every agent the current one may hand off to (by default all the others), so when exactly one
+/// agent of the workflow run is not offered, that one is making the call.
 pub(super) fn carry_llamaindex_agent(
     tree: &Tree,
     kinds: &[SpanKind],
     agent_at: &mut [Option<String>],
 ) {
     let mut current: HashMap<&str, String> = HashMap::new();
+    // Every agent name a workflow run shows: named steps, handoffs, and the handoff offers.
+    let mut known: HashMap<&str, BTreeSet<String>> = HashMap::new();
     // Spans are in start order.
     for i in 0..tree.len() {
         let s = tree.spans[i];
         let run = str_attr(&s.attributes, "llamaindex.run_id").unwrap_or_default();
+        if let Some(offered) = handoff_offers(s) {
+            known.entry(run).or_default().extend(offered);
+        }
         if let Some(name) = llamaindex_agent(s).or_else(|| llamaindex_handoff(s)) {
+            known.entry(run).or_default().insert(name.clone());
             current.insert(run, name);
         } else if kinds[i] == SpanKind::Llm && agent_at[i].is_none() {
             agent_at[i] = current.get(run).cloned();
+        }
+    }
+    for i in 0..tree.len() {
+        if kinds[i] != SpanKind::Llm || agent_at[i].is_some() {
+            continue;
+        }
+        let s = tree.spans[i];
+        let run = str_attr(&s.attributes, "llamaindex.run_id").unwrap_or_default();
+        let (Some(offered), Some(names)) = (handoff_offers(s), known.get(run)) else {
+            continue;
+        };
+        let mut rest = names.iter().filter(|n| !offered.contains(n));
+        if let (Some(only), None) = (rest.next(), rest.next()) {
+            agent_at[i] = Some(only.clone());
+        }
+    }
+}
+
+/// The agents a LlamaIndex model call's `handoff` tool offers, from the tools of its
+/// `LLMChatStartEvent` (LlamaIndex's own exporter): the tool's description ends with
+/// `Currently available agents:\n{'researcher': 'Looks facts up.'}`, a Python dict repr.
+fn handoff_offers(span: &SpanRecord) -> Option<Vec<String>> {
+    let tools = span
+        .events
+        .iter()
+        .find(|e| e.name == "LLMChatStartEvent")?
+        .attributes
+        .get("additional_kwargs.tools")?;
+    let parsed;
+    let tools = match tools {
+        Value::String(s) => {
+            parsed = serde_json::from_str::<Value>(s).ok()?;
+            &parsed
+        }
+        other => other,
+    };
+    let handoff = tools
+        .as_array()?
+        .iter()
+        .find(|t| t["function"]["name"] == "handoff")?;
+    let description = handoff["function"]["description"].as_str()?;
+    let (_, offers) = description.split_once("Currently available agents:")?;
+    python_dict_keys(offers.trim())
+}
+
+/// The keys of a Python dict repr whose keys are strings (`{'a': 'x', "b's": None}`); `None`
+/// when it is not one.
+fn python_dict_keys(repr: &str) -> Option<Vec<String>> {
+    let mut chars = repr.chars().peekable();
+    if chars.next()? != '{' {
+        return None;
+    }
+    let mut keys = Vec::new();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.next_if_eq(&'}').is_some() {
+            return Some(keys);
+        }
+        keys.push(python_str(&mut chars)?);
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.next()? != ':' {
+            return None;
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        // The value: a string, or a bare word (`None`).
+        if matches!(chars.peek(), Some('\'' | '"')) {
+            python_str(&mut chars)?;
+        } else {
+            while chars.next_if(|c| *c != ',' && *c != '}').is_some() {}
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        match chars.next()? {
+            ',' => continue,
+            '}' => return Some(keys),
+            _ => return None,
+        }
+    }
+}
+
+/// A Python string literal in single or double quotes; an escaped character is kept as itself.
+fn python_str(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Option<String> {
+    let quote = chars.next().filter(|q| *q == '\'' || *q == '"')?;
+    let mut out = String::new();
+    loop {
+        match chars.next()? {
+            '\\' => out.push(chars.next()?),
+            c if c == quote => return Some(out),
+            c => out.push(c),
         }
     }
 }
@@ -207,4 +306,26 @@ pub(super) fn agent_containers(
     (0..n)
         .map(|i| holds_other[i] && own[i].as_deref().is_some_and(|name| !acting.contains(name)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::python_dict_keys;
+
+    #[test]
+    fn python_dict_reprs_give_their_keys() {
+        let keys = |r: &str| python_dict_keys(r);
+        assert_eq!(
+            keys("{'researcher': 'Looks facts up.'}"),
+            Some(vec!["researcher".to_string()])
+        );
+        assert_eq!(
+            keys(r#"{'a': "it's, {odd}", "b's": None, 'c\'d': 'x'}"#),
+            Some(vec!["a".into(), "b's".into(), "c'd".into()])
+        );
+        assert_eq!(keys("{}"), Some(vec![]));
+        for bad in ["", "['a']", "{'a' 'b'}", "{'a': 'b'", "{a: 'b'}"] {
+            assert_eq!(keys(bad), None, "{bad}");
+        }
+    }
 }
