@@ -63,15 +63,19 @@ def run_body(n: int, pad: int) -> tuple[bytes, list[tuple[str, str]]]:
     return json.dumps(body).encode(), [(trace, s["spanId"]) for s in spans]
 
 
-def post(url: str, body: bytes) -> int:
-    req = urllib.request.Request(url + "/v1/traces", data=body, headers={"content-type": "application/json"})
+def status(req: urllib.request.Request | str, timeout: float) -> int:
+    """The HTTP status of a request; -1 when no answer came."""
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return -1
+
+
+def post(url: str, body: bytes) -> int:
+    return status(urllib.request.Request(url + "/v1/traces", data=body, headers={"content-type": "application/json"}), 30)
 
 
 def get_json(url: str) -> object:
@@ -80,13 +84,7 @@ def get_json(url: str) -> object:
 
 
 def health(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=10) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return -1
+    return status(url + "/health", 10)
 
 
 def mount(size_mib: int) -> str:

@@ -6,18 +6,11 @@
 
 mod common;
 
+use common::data;
 use common::tour::{self, TourHome};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn data(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/"
-    ))
-    .join(rel)
-}
 
 /// The binary under test. `MASLENS_E2E_BIN` overrides it: in a shared target directory a
 /// concurrent `--no-default-features` build can replace `target/debug/maslens` mid-test with a

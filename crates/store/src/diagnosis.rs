@@ -294,6 +294,25 @@ async fn insert_diagnosis(
 
 impl Store {
     /// Every diagnosis of a run, oldest first, with their events.
+    /// Whether `method` stored a diagnosis of this version (`trace_hash`) of the run.
+    pub async fn has_diagnosis(
+        &self,
+        run_id: &str,
+        method: &str,
+        trace_hash: &str,
+    ) -> Result<bool> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM diagnoses WHERE run_id = $1 AND method = $2 AND trace_hash = $3 LIMIT 1",
+        )
+        .bind(run_id)
+        .bind(method)
+        .bind(trace_hash)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(q("find diagnosis"))?;
+        Ok(found.is_some())
+    }
+
     pub async fn diagnoses(&self, run_id: &str) -> Result<Vec<Diagnosis>> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLS} FROM diagnoses WHERE run_id = $1 ORDER BY created_ns, id"

@@ -6,12 +6,9 @@
 //! that checks what it writes in depth (verbatim, through [`TourHome::run`]), so the embedded model
 //! answers it once per test run, not twice.
 
+pub use super::serve::repo;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// Tour lines (by their start) that a dedicated test runs verbatim: (start, the test that runs it).
 pub const RUN_BY: &[(&str, &str)] = &[

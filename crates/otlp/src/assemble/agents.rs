@@ -2,6 +2,7 @@
 //! workflow steps, an AGENT span's name), whether two spans may be one agent's call, and which
 //! agent spans only run other agents (containers).
 
+use super::messages::{decoded, llamaindex_event};
 use super::{kind, str_attr, SpanKind};
 use crate::span::SpanRecord;
 use crate::tree::Tree;
@@ -103,12 +104,16 @@ pub(super) fn carry_llamaindex_agent(
     let mut current: HashMap<&str, String> = HashMap::new();
     // Every agent name a workflow run shows: named steps, handoffs, and the handoff offers.
     let mut known: HashMap<&str, BTreeSet<String>> = HashMap::new();
+    let offers: Vec<Option<Vec<String>>> = tree.spans.iter().map(|s| handoff_offers(s)).collect();
     // Spans are in start order.
     for i in 0..tree.len() {
         let s = tree.spans[i];
         let run = str_attr(&s.attributes, "llamaindex.run_id").unwrap_or_default();
-        if let Some(offered) = handoff_offers(s) {
-            known.entry(run).or_default().extend(offered);
+        if let Some(offered) = &offers[i] {
+            known
+                .entry(run)
+                .or_default()
+                .extend(offered.iter().cloned());
         }
         if let Some(name) = llamaindex_agent(s).or_else(|| llamaindex_handoff(s)) {
             known.entry(run).or_default().insert(name.clone());
@@ -121,9 +126,8 @@ pub(super) fn carry_llamaindex_agent(
         if kinds[i] != SpanKind::Llm || agent_at[i].is_some() {
             continue;
         }
-        let s = tree.spans[i];
-        let run = str_attr(&s.attributes, "llamaindex.run_id").unwrap_or_default();
-        let (Some(offered), Some(names)) = (handoff_offers(s), known.get(run)) else {
+        let run = str_attr(&tree.spans[i].attributes, "llamaindex.run_id").unwrap_or_default();
+        let (Some(offered), Some(names)) = (&offers[i], known.get(run)) else {
             continue;
         };
         let mut rest = names.iter().filter(|n| !offered.contains(n));
@@ -137,20 +141,8 @@ pub(super) fn carry_llamaindex_agent(
 /// `LLMChatStartEvent` (LlamaIndex's own exporter): the tool's description ends with
 /// `Currently available agents:\n{'researcher': 'Looks facts up.'}`, a Python dict repr.
 fn handoff_offers(span: &SpanRecord) -> Option<Vec<String>> {
-    let tools = span
-        .events
-        .iter()
-        .find(|e| e.name == "LLMChatStartEvent")?
-        .attributes
-        .get("additional_kwargs.tools")?;
-    let parsed;
-    let tools = match tools {
-        Value::String(s) => {
-            parsed = serde_json::from_str::<Value>(s).ok()?;
-            &parsed
-        }
-        other => other,
-    };
+    let tools = llamaindex_event(span, &["LLMChatStartEvent"])?.get("additional_kwargs.tools")?;
+    let tools = decoded(tools);
     let handoff = tools
         .as_array()?
         .iter()
@@ -169,29 +161,33 @@ fn python_dict_keys(repr: &str) -> Option<Vec<String>> {
     }
     let mut keys = Vec::new();
     loop {
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        skip_whitespace(&mut chars);
         if chars.next_if_eq(&'}').is_some() {
             return Some(keys);
         }
         keys.push(python_str(&mut chars)?);
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        skip_whitespace(&mut chars);
         if chars.next()? != ':' {
             return None;
         }
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        skip_whitespace(&mut chars);
         // The value: a string, or a bare word (`None`).
         if matches!(chars.peek(), Some('\'' | '"')) {
             python_str(&mut chars)?;
         } else {
             while chars.next_if(|c| *c != ',' && *c != '}').is_some() {}
         }
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        skip_whitespace(&mut chars);
         match chars.next()? {
             ',' => continue,
             '}' => return Some(keys),
             _ => return None,
         }
     }
+}
+
+fn skip_whitespace(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    while chars.next_if(|c| c.is_whitespace()).is_some() {}
 }
 
 /// A Python string literal in single or double quotes; an escaped character is kept as itself.

@@ -365,7 +365,10 @@ pub(super) const LLAMAINDEX_LLM_EVENTS: &[&str] = &[
 ];
 
 /// The attributes of the first of `names` among a span's events.
-fn llamaindex_event<'a>(span: &'a SpanRecord, names: &[&str]) -> Option<&'a Map<String, Value>> {
+pub(super) fn llamaindex_event<'a>(
+    span: &'a SpanRecord,
+    names: &[&str],
+) -> Option<&'a Map<String, Value>> {
     names
         .iter()
         .find_map(|n| span.events.iter().find(|e| e.name == *n))
@@ -373,7 +376,7 @@ fn llamaindex_event<'a>(span: &'a SpanRecord, names: &[&str]) -> Option<&'a Map<
 }
 
 /// A value that LlamaIndex's exporter JSON-encoded (lists of objects) or kept as is.
-fn decoded(v: &Value) -> Value {
+pub(super) fn decoded(v: &Value) -> Value {
     match v {
         Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| v.clone()),
         v => v.clone(),

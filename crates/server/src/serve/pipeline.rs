@@ -223,10 +223,7 @@ async fn on_complete(state: &AppState, run: &str) -> Result<(), maslens_store::S
         return Ok(());
     }
     // Tried again after the store failed: the prior's diagnosis of this version may be stored.
-    let has_prior =
-        state.store.diagnoses(run).await?.iter().any(|d| {
-            d.body.method == "prior" && d.body.trace_hash.as_deref() == Some(hash.as_str())
-        });
+    let has_prior = state.store.has_diagnosis(run, "prior", &hash).await?;
     if let Some(d) = (!has_prior)
         .then(|| prior_diagnosis(state, &trace, &hash))
         .flatten()
