@@ -70,6 +70,49 @@ fn str_attr<'a>(a: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     a.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
+/// The attribute namespaces (a key's text before its first `.`, or the whole key) that
+/// assembly reads: GenAI, OpenInference, LangGraph, LlamaIndex, pydantic-ai and the nested
+/// message fields of flattened messages. A stored span's other attributes (HTTP, code, process,
+/// an application's own) never change the trace, so the store reads a run back with only these
+/// ([`reads_attribute`]); a test checks every key this module names and every recorded run.
+pub const ATTRIBUTE_NAMESPACES: &[&str] = &[
+    "additional_kwargs",
+    "agent",
+    "contents",
+    "exception",
+    "function",
+    "gen_ai",
+    "graph",
+    "input",
+    "llamaindex",
+    "llm",
+    "message",
+    "message_content",
+    "metadata",
+    "openinference",
+    "output",
+    "pydantic_ai",
+    "response",
+    "session",
+    "tool",
+    "tool_call",
+    "tool_calls",
+];
+
+/// Whether assembly may read the span attribute `key` (its namespace is one of
+/// [`ATTRIBUTE_NAMESPACES`]).
+pub fn reads_attribute(key: &str) -> bool {
+    let namespace = key.split('.').next().unwrap_or(key);
+    ATTRIBUTE_NAMESPACES.contains(&namespace)
+}
+
+/// Drop the attributes assembly never reads ([`reads_attribute`]; events are kept whole): what
+/// the store does to each span it reads back for assembly, so that a run's spans take memory in
+/// proportion to what the trace uses.
+pub fn keep_read_attributes(span: &mut SpanRecord) {
+    span.attributes.retain(|key, _| reads_attribute(key));
+}
+
 /// Classify a span by `gen_ai.operation.name`, else `openinference.span.kind`.
 pub fn kind(span: &SpanRecord) -> SpanKind {
     let a = &span.attributes;

@@ -13,6 +13,7 @@
 //! answer in one chunk.
 
 pub mod listen;
+pub mod memory;
 mod request;
 pub mod serve;
 pub mod tools;
@@ -133,6 +134,7 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    memory::return_large_buffers_to_the_system();
     listen::serve_with(listener, router, shutdown, listen::Limits::default()).await
 }
 

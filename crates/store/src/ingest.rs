@@ -107,27 +107,30 @@ impl Store {
             .collect()
     }
 
-    /// Every stored span of a run, in start order.
+    /// Every stored span of a run, in start order, with only the attributes assembly reads
+    /// ([`maslens_otlp::assemble::keep_read_attributes`]). Rows are read one at a time, so a
+    /// run's stored text and its parsed spans are never all in memory at once.
     pub async fn run_spans(&self, run: &str) -> Result<Vec<SpanRecord>> {
-        let rows = sqlx::query(
+        use futures_util::TryStreamExt;
+        let mut rows = sqlx::query(
             "SELECT s.otel_trace_id, s.span_id, s.record FROM spans s
              JOIN otel_traces t ON t.otel_trace_id = s.otel_trace_id
              WHERE t.run_id = $1 ORDER BY s.start_ns, s.span_id",
         )
         .bind(run)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(q("run spans"))?;
-        rows.iter()
-            .map(|r| {
-                let record: String = col(r, "record")?;
-                json_col(&record, || {
-                    let t: String = r.try_get("otel_trace_id").unwrap_or_default();
-                    let s: String = r.try_get("span_id").unwrap_or_default();
-                    format!("span {t}/{s}")
-                })
-            })
-            .collect()
+        .fetch(&self.pool);
+        let mut spans = Vec::new();
+        while let Some(row) = rows.try_next().await.map_err(q("run spans"))? {
+            let record: &str = col(&row, "record")?;
+            let mut span: SpanRecord = json_col(record, || {
+                let t: String = row.try_get("otel_trace_id").unwrap_or_default();
+                let s: String = row.try_get("span_id").unwrap_or_default();
+                format!("span {t}/{s}")
+            })?;
+            maslens_otlp::assemble::keep_read_attributes(&mut span);
+            spans.push(span);
+        }
+        Ok(spans)
     }
 
     /// Assemble a run's trace from its stored spans and store it, unless a newer assembly is
@@ -160,10 +163,15 @@ impl Store {
         }
         let refs: Vec<&SpanRecord> = spans.iter().collect();
         let trace = maslens_otlp::assemble::assemble(run, &refs);
-        let (json, hash) = crate::trace_json(&trace)?;
         let first = spans.iter().map(|s| s.start_ns).min().unwrap_or(0);
         let last = spans.iter().map(|s| s.end_ns).max().unwrap_or(0);
         let system = spans.iter().find_map(|s| s.service.clone());
+        let n_spans = spans.len();
+        // The spans are done with: free them before the trace's JSON and its copies in the
+        // UPDATE below take their place (the peak of a large run's assembly).
+        drop(refs);
+        drop(spans);
+        let (json, hash) = crate::trace_json(&trace)?;
         let agents: BTreeSet<&str> = trace.steps.iter().map(|s| s.agent.as_str()).collect();
         let mut tx = self.write_tx().await?;
         // The trace and its search rows change together; `received_ns` (read under the write)
@@ -175,12 +183,13 @@ impl Store {
              WHERE id = $12 AND assembled_seq < $11 AND source = 'otlp'
              RETURNING received_ns",
         )
-        .bind(json.as_str())
+        // Moved, not copied: the driver makes its own copies of a large trace.
+        .bind(json)
         .bind(hash.as_str())
         .bind(trace.task.as_str())
         .bind(trace.outcome.as_str())
         .bind(big(trace.steps.len() as u64))
-        .bind(big(spans.len() as u64))
+        .bind(big(n_spans as u64))
         .bind(agents.into_iter().collect::<Vec<_>>().join(" "))
         .bind(system)
         .bind(big(first))

@@ -497,3 +497,39 @@ fn a_10000_deep_chain_assembles_in_linear_time() {
     assert_eq!(t.steps[4_999].content, "9999");
     assert!(took.as_secs_f64() < 2.0, "10,000-deep chain took {took:?}");
 }
+
+/// Every attribute key the assembly sources name (a dotted lower-case literal, or one of the
+/// undotted keys read by name) is kept by `keep_read_attributes`: a key added to the code
+/// without its namespace in `ATTRIBUTE_NAMESPACES` fails here, not silently in `serve`.
+#[test]
+fn every_attribute_key_the_assembly_names_is_kept_for_it() {
+    let sources = [
+        include_str!("../assemble.rs"),
+        include_str!("agents.rs"),
+        include_str!("continued.rs"),
+        include_str!("messages.rs"),
+        include_str!("steps.rs"),
+    ];
+    let mut keys = vec!["metadata".to_string()];
+    for source in sources {
+        // The code before its tests, with the char literal '"' out of the way of the split.
+        let code = source.split("#[cfg(test)]").next().unwrap_or(source);
+        let code = code.replace("'\"'", "'_'");
+        for (i, literal) in code.split('"').enumerate() {
+            let dotted = literal.contains('.')
+                && literal
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._".contains(c));
+            if i % 2 == 1 && dotted && !literal.starts_with('.') {
+                keys.push(literal.to_string());
+            }
+        }
+    }
+    assert!(keys.len() > 30, "the scan found the keys: {keys:?}");
+    let dropped: Vec<&String> = keys.iter().filter(|k| !reads_attribute(k)).collect();
+    assert!(
+        dropped.is_empty(),
+        "keys assembly reads but the store would drop: {dropped:?}"
+    );
+    assert!(!reads_attribute("http.method") && !reads_attribute("k1"));
+}

@@ -448,3 +448,44 @@ async fn otlp_and_imported_runs_never_replace_each_other() {
         assert_eq!(otlp.trace.expect("trace").steps[0].content, "otlp text");
     }
 }
+
+/// Issue 35 (memory proportional to the body): a run's spans are read back for assembly with
+/// only the attributes assembly reads; the stored records keep every attribute, and the trace
+/// is the one the full spans give.
+#[tokio::test]
+async fn assembly_reads_back_only_the_attributes_it_uses_and_nothing_stored_is_lost() {
+    for (store, _dir) in stores().await {
+        let mut attrs = chat("Scout", "a quokka appears");
+        for (k, v) in [("http.method", "POST"), ("k1", "v1"), ("app.user", "ada")] {
+            attrs[k] = json!(v);
+        }
+        let full = vec![
+            span("c", "1", None, 1, attrs.clone()),
+            span("c", "2", Some("1"), 5, chat("Keeper", "a wombat too")),
+        ];
+        let out = store.ingest(&full).await.expect("ingest");
+        let run = out.runs[0].clone();
+        let read = store.run_spans(&run).await.expect("run spans");
+        let keys: Vec<&str> = read[0].attributes.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "gen_ai.agent.name",
+                "gen_ai.operation.name",
+                "gen_ai.output.messages"
+            ]
+        );
+        let stored: Vec<String> = sqlx::query_scalar("SELECT record FROM spans ORDER BY start_ns")
+            .fetch_all(store.pool())
+            .await
+            .expect("records");
+        assert!(stored[0].contains("http.method") && stored[0].contains("app.user"));
+        let trace = store
+            .assemble(&run)
+            .await
+            .expect("assemble")
+            .expect("stored");
+        let refs: Vec<&SpanRecord> = full.iter().collect();
+        assert_eq!(trace, maslens_otlp::assemble::assemble(&run, &refs));
+    }
+}
