@@ -44,7 +44,7 @@ def run(args: argparse.Namespace, pipe: Pipeline) -> dict:
     researcher.register_for_llm(name="lookup_fact", description="Look a fact up.")(lookup_fact)
     user.register_for_execution(name="lookup_fact")(lookup_fact)
     chat = GroupChat(agents=[user, researcher, writer], messages=[], max_round=args.max_round,
-                     speaker_selection_method="round_robin")
+                     speaker_selection_method=args.selection)
     manager = GroupChatManager(groupchat=chat, llm_config=llm_config)
     instrument_llm_wrapper(tracer_provider=pipe.provider, capture_messages=True)
     for a in (user, researcher, writer, manager):
@@ -60,6 +60,8 @@ def main() -> int:
     p.add_argument("--model", help="model name (default: the first of GET BASE_URL/models)")
     p.add_argument("--task", default=TASK)
     p.add_argument("--max-round", type=int, default=5)
+    p.add_argument("--selection", default="round_robin", choices=["round_robin", "auto"],
+                   help="GroupChat speaker selection (auto: the manager's model picks each next speaker)")
     add_export_args(p, default_service="ag2-groupchat")
     args = p.parse_args()
     if not args.model:

@@ -9,6 +9,8 @@ and `stream: true`) and `GET /v1/models` by rule, so every framework walks the s
   first offered tool whose name is not `final_answer` (handoffs such as `transfer_to_*` and
   agent-as-tool wrappers are tools too), with arguments filled from its JSON schema;
 - a tool result came back and `final_answer` is offered (smolagents): call `final_answer`;
+- a group chat asks which role speaks next (AG2's auto speaker selection): the role after the last
+  one that spoke, in the order listed;
 - otherwise: a short text answer that quotes the last tool result.
 
 `--arg NAME=VALUE` fixes one argument (a handoff target); `--fail-after N` answers HTTP 500 from the N+1-th call on (a model failure mid-run).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import threading
 import time
@@ -74,9 +77,27 @@ def _answers_offered_tool(msgs: list[dict[str, Any]], names: list[str]) -> bool:
     return True
 
 
+def _next_speaker(msgs: list[dict[str, Any]]) -> str | None:
+    """A group chat's speaker-selection request (AG2's `speaker_selection_method="auto"`: "... select
+    the next role from ['user', 'researcher', 'writer'] to play. Only return the role."): the role after
+    the last one that spoke, in the list's order (so the chat goes round the list); None otherwise."""
+    m = re.search(r"select the next role from \[([^\]]*)\]", _text((msgs[-1] if msgs else {}).get("content")))
+    if not m:
+        return None
+    roles = re.findall(r"'([^']*)'|\"([^\"]*)\"", m.group(1))
+    roles = [a or b for a, b in roles]
+    if not roles:
+        return None
+    spoke = [x.get("name") for x in msgs[:-1] if x.get("name") in roles]
+    return roles[(roles.index(spoke[-1]) + 1) % len(roles)] if spoke else roles[0]
+
+
 def decide(body: dict[str, Any]) -> dict[str, Any]:
     """The assistant message for one request."""
     msgs = body.get("messages") or []
+    speaker = _next_speaker(msgs)
+    if speaker is not None:
+        return {"text": speaker}
     tools = [t.get("function", {}) for t in body.get("tools") or [] if t.get("type", "function") == "function"]
     last = msgs[-1] if msgs else {}
     names = [t.get("name", "") for t in tools]

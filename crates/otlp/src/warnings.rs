@@ -17,10 +17,12 @@ pydantic-ai: InstrumentationSettings(include_content=True)";
 const STEPS_FIX: &str = "instrument the framework's model calls: its OpenInference instrumentor \
 (openinference-instrumentation-<framework>) or its native GenAI instrumentation (docs/frameworks/)";
 
-/// The fix for model calls whose output is not recorded.
-const OUTPUT_FIX: &str = "LlamaIndex's own exporter (llama-index-observability-otel) drops the answer of a \
-streamed model call: FunctionAgent(..., streaming=False), or trace with OpenInference's LlamaIndexInstrumentor \
-(openinference-instrumentation-llama-index; docs/frameworks/llamaindex.md)";
+/// The fix for model calls whose output is not recorded. The one known cause is named; a model
+/// can also answer with nothing.
+const OUTPUT_FIX: &str = "if the spans come from LlamaIndex's own exporter (llama-index-observability-otel), \
+it drops the answer of a streamed model call: FunctionAgent(..., streaming=False), or trace with OpenInference's \
+LlamaIndexInstrumentor (openinference-instrumentation-llama-index; docs/frameworks/llamaindex.md); otherwise \
+the model answered with nothing, or the instrumentation does not capture outputs (docs/frameworks/)";
 
 /// The fix for agents that no span names.
 const AGENTS_FIX: &str =

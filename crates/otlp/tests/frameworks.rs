@@ -143,6 +143,28 @@ const CASES: &[Case] = &[
         tool_call: Some(("lookup_fact", "Apollo 11")),
     },
     Case {
+        // AG2 GroupChat with speaker_selection_method="auto": before each turn the manager's
+        // model picks the next speaker through AG2's internal `speaker_selection_agent` (its
+        // `chat` spans name it; their text is the role chosen). The last turn, `user`'s empty
+        // auto-reply (`invoke_agent user`, output ""), is no step.
+        name: "ag2_auto",
+        containers: &["chat_manager"],
+        agents: &[
+            "speaker_selection_agent",
+            "researcher",
+            "speaker_selection_agent",
+            "writer",
+            "speaker_selection_agent",
+        ],
+        model_steps: 5,
+        tools: &["lookup_fact"],
+        outcome: Outcome::Unknown,
+        warnings: &[],
+        system_prompt: Some(("speaker_selection_agent", "You are in a role play game.")),
+        step_text: Some("writer"),
+        tool_call: Some(("lookup_fact", "Apollo 11")),
+    },
+    Case {
         // Google ADK, native GenAI spans with content (SPAN_ONLY): `invoke_workflow pipeline` >
         // `invoke_agent pipeline` (the SequentialAgent, named like an agent: a container) >
         // `invoke_agent {researcher,writer}` > `generate_content` / `execute_tool`.

@@ -21,7 +21,8 @@ fn not_self(above: Vec<Option<usize>>) -> Vec<Option<usize>> {
 /// (or wrapping any while recording none itself) is not a step (LlamaIndex's outer `astream_chat`);
 /// an LLM span without messages beside or under one with them is not a step (LlamaIndex's
 /// `_prepare_chat_with_tools`). An agent span with no model call or tool execution below it (an
-/// instrumentation that traces agents only) is a model step when it has output; with a tool below
+/// instrumentation that traces agents only) is a model step when its output has text or a tool
+/// call (an empty reply, AG2's `UserProxyAgent` closing a chat with "", is no step); with a tool below
 /// (AG2's tool executor `invoke_agent user` > `execute_tool`), the tool's result is the one step.
 pub(super) fn step_roles(tree: &Tree, kinds: &[SpanKind]) -> Vec<Option<SpanKind>> {
     let n = tree.len();
@@ -77,9 +78,7 @@ pub(super) fn step_roles(tree: &Tree, kinds: &[SpanKind]) -> Vec<Option<SpanKind
                 (!wrapper && !bare).then_some(SpanKind::Llm)
             }
             SpanKind::Tool => Some(SpanKind::Tool),
-            SpanKind::Agent if !covered[i] && !output_messages(tree.spans[i]).is_empty() => {
-                Some(SpanKind::Llm)
-            }
+            SpanKind::Agent if !covered[i] && says_something(tree.spans[i]) => Some(SpanKind::Llm),
             _ => None,
         })
         .collect()
@@ -144,4 +143,11 @@ pub(super) fn inherited_errors(
         }
     }
     out
+}
+
+/// Whether an agent span's output says anything: a message with text or a tool call.
+fn says_something(span: &crate::span::SpanRecord) -> bool {
+    output_messages(span)
+        .iter()
+        .any(|m| !m.text.trim().is_empty() || !m.tool_calls.is_empty())
 }
