@@ -47,7 +47,7 @@ async def run_team(args: argparse.Namespace) -> dict:
         api_key="unused",
         model_info={
             "vision": False,
-            "function_calling": False,
+            "function_calling": args.team == "swarm",
             "json_output": False,
             "family": "unknown",
             "structured_output": False,
@@ -55,6 +55,12 @@ async def run_team(args: argparse.Namespace) -> dict:
         max_tokens=args.max_tokens,
         temperature=args.temperature,
     )
+    chosen = AGENTS[: args.agents]
+    # Swarm: each agent can hand off to the next (a transfer_to_<name> tool; the last to the first).
+    handoffs = {
+        name: [chosen[(i + 1) % len(chosen)][0]] if args.team == "swarm" else []
+        for i, (name, _, _) in enumerate(chosen)
+    }
     agents = [
         AssistantAgent(
             name=name,
@@ -62,10 +68,21 @@ async def run_team(args: argparse.Namespace) -> dict:
             system_message=system,
             model_client=client,
             model_client_stream=args.stream,
+            handoffs=handoffs[name] or None,
         )
-        for name, desc, system in AGENTS[: args.agents]
+        for name, desc, system in chosen
     ]
-    team = RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(args.max_messages))
+    stop = MaxMessageTermination(args.max_messages)
+    if args.team == "selector":
+        from autogen_agentchat.teams import SelectorGroupChat
+
+        team = SelectorGroupChat(agents, model_client=client, termination_condition=stop)
+    elif args.team == "swarm":
+        from autogen_agentchat.teams import Swarm
+
+        team = Swarm(agents, termination_condition=stop)
+    else:
+        team = RoundRobinGroupChat(agents, termination_condition=stop)
     result = await team.run(task=args.task)
     await client.close()
     names = [a.name for a in agents]
@@ -94,6 +111,9 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=48, help="max_tokens per model call (default 48)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--stream", action="store_true", help="model_client_stream=True (streamed completions)")
+    p.add_argument("--team", choices=["round_robin", "selector", "swarm"], default="round_robin",
+                   help="RoundRobinGroupChat (default), SelectorGroupChat (the model picks each speaker) or Swarm "
+                        "(each agent hands off to the next with a transfer_to_<name> tool)")
     p.add_argument("--openai-instrumentor", action="store_true",
                    help="also instrument the openai SDK with OpenInference's OpenAIInstrumentor")
     p.add_argument("--transcript", action="store_true", help="include the message transcript in the summary")

@@ -49,12 +49,21 @@ async def run(args: argparse.Namespace) -> dict:
         model=args.model,
         tools=[lookup_fact],
     )
-    triage = Agent(
-        name="Triage",
-        instructions="You are Triage. Hand every question to Researcher.",
-        model=args.model,
-        handoffs=[researcher],
-    )
+    if args.as_tool:
+        # Agents as tools: Triage keeps the conversation and calls Researcher like a function.
+        triage = Agent(
+            name="Triage",
+            instructions="You are Triage. Ask Researcher with ask_researcher, then answer.",
+            model=args.model,
+            tools=[researcher.as_tool(tool_name="ask_researcher", tool_description="Ask Researcher a question.")],
+        )
+    else:
+        triage = Agent(
+            name="Triage",
+            instructions="You are Triage. Hand every question to Researcher.",
+            model=args.model,
+            handoffs=[researcher],
+        )
     out: dict = {"agents": ["Triage", "Researcher"], "outcome": "success", "error": None}
     try:
         result = await Runner.run(triage, args.task, max_turns=args.max_turns)
@@ -73,6 +82,8 @@ def main() -> int:
     p.add_argument("--model", help="model name (default: the first of GET BASE_URL/models)")
     p.add_argument("--task", default=TASK)
     p.add_argument("--max-turns", type=int, default=10, help="Runner max_turns (2 fails: MaxTurnsExceeded)")
+    p.add_argument("--as-tool", action="store_true",
+                   help="Researcher as a tool of Triage (Agent.as_tool) instead of a handoff")
     add_export_args(p, default_service="openai-agents-mas")
     args = p.parse_args()
     if not args.model:

@@ -9,8 +9,9 @@ and `stream: true`) and `GET /v1/models` by rule, so every framework walks the s
   first offered tool whose name is not `final_answer` (handoffs such as `transfer_to_*` and
   agent-as-tool wrappers are tools too), with arguments filled from its JSON schema;
 - a tool result came back and `final_answer` is offered (smolagents): call `final_answer`;
-- a group chat asks which role speaks next (AG2's auto speaker selection): the role after the last
-  one that spoke, in the order listed;
+- a group chat asks which role speaks next (AG2's auto speaker selection, AutoGen's SelectorGroupChat):
+  the role after the last one that spoke (by message name, else the last "NAME:" line of the history
+  in the prompt), in the order listed;
 - otherwise: a short text answer that quotes the last tool result.
 
 `--arg NAME=VALUE` fixes one argument (a handoff target); `--fail-after N` answers HTTP 500 from the N+1-th call on (a model failure mid-run).
@@ -89,6 +90,11 @@ def _next_speaker(msgs: list[dict[str, Any]]) -> str | None:
     if not roles:
         return None
     spoke = [x.get("name") for x in msgs[:-1] if x.get("name") in roles]
+    if not spoke:
+        # The history written into the prompt as "NAME: text" lines (AutoGen's SelectorGroupChat).
+        text = "\n".join(_text(x.get("content")) for x in msgs)
+        at = {r: text.rfind(f"\n{r}:") for r in roles}
+        spoke = [r for r in sorted(roles, key=lambda r: at[r]) if at[r] >= 0]
     return roles[(roles.index(spoke[-1]) + 1) % len(roles)] if spoke else roles[0]
 
 

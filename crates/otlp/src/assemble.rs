@@ -23,10 +23,14 @@
 //!   `invoke_agent` / `AGENT` span, named by its span name without `invoke_agent ` or a method
 //!   suffix such as `.run` when the instrumentor names no agent; nameless roots, group managers,
 //!   workflow containers and agent spans that only run other agents (Google ADK's
-//!   SequentialAgent: no model step of its own) are never agents), else the span's own service
-//!   name; tools are agents of kind `tool` named after the tool. System prompts:
-//!   `gen_ai.system_instructions`, else the first `system`-role input message.
-//! - **Task**: the first user message of the earliest model call, else the root span's input.
+//!   SequentialAgent: no model step of its own) are never agents), else, for a call directly
+//!   under a root span `<Team>.<method>` in a run that names its agents, the team (an
+//!   orchestrator: AutoGen's SelectorGroupChat choosing the next speaker), else the span's own
+//!   service name; tools are agents of kind `tool` named after the tool. System prompts:
+//!   `gen_ai.system_instructions`, else the first `system`- (or OpenAI's `developer`-) role input
+//!   message.
+//! - **Task**: the first user message of the earliest model call that is not a team's own,
+//!   else the root span's input.
 //! - **Outcome**: `failure` when the root span or an agent span has status ERROR, else
 //!   `unknown`. The error of any other span that is not a step (ERROR status or `exception`
 //!   events: a CHAIN, an agent) is appended to the last step under it.
@@ -46,7 +50,7 @@ mod steps;
 
 use crate::span::SpanRecord;
 use crate::tree::Tree;
-use agents::{agent_containers, attr_agent, carry_llamaindex_agent, own_agent};
+use agents::{agent_containers, attr_agent, carry_llamaindex_agent, own_agent, team_agent};
 use maslens_trace::{AgentKind, Outcome, SpanRef, Step, Trace};
 use messages::{input_messages, json_or_string, output_messages, span_error, system_prompt};
 use serde_json::{Map, Value};
@@ -243,7 +247,11 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
         let s = tree.spans[i];
         match roles[i] {
             Some(SpanKind::Llm) => {
-                let agent = agent_at[i].clone().unwrap_or_else(|| {
+                let team = agent_at[i]
+                    .is_none()
+                    .then(|| team_agent(&tree, i, named_run))
+                    .flatten();
+                let agent = agent_at[i].clone().or(team.clone()).unwrap_or_else(|| {
                     from_service += 1;
                     s.service
                         .as_deref()
@@ -251,8 +259,13 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
                         .unwrap_or("agent")
                         .to_string()
                 });
-                trace.ensure_agent(&agent, AgentKind::Worker);
-                if trace.task.is_empty() {
+                let kind = match team {
+                    Some(_) => AgentKind::Orchestrator,
+                    None => AgentKind::Worker,
+                };
+                trace.ensure_agent(&agent, kind);
+                // The task is what the agents were asked, not a team's prompt for its selector.
+                if trace.task.is_empty() && team.is_none() {
                     if let Some(m) = input_messages(s).into_iter().find(|m| m.role == "user") {
                         trace.task = m.text;
                     }
@@ -440,13 +453,13 @@ fn tool_step(s: &SpanRecord, tool: String, results: &HashMap<String, String>) ->
     }
 }
 
-/// The span's system instructions (else its first `system`-role input message) become the
-/// agent's system prompt (the first one seen).
+/// The span's system instructions (else its first `system`- or `developer`-role input message)
+/// become the agent's system prompt (the first one seen).
 fn note_system_prompt(trace: &mut Trace, agent: &str, s: &SpanRecord) {
     let from_messages = || {
         input_messages(s)
             .into_iter()
-            .find(|m| m.role == "system" && !m.text.is_empty())
+            .find(|m| m.is_instructions() && !m.text.is_empty())
             .map(|m| m.text)
     };
     if let Some(p) = system_prompt(s).or_else(from_messages) {

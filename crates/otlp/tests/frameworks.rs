@@ -143,6 +143,66 @@ const CASES: &[Case] = &[
         tool_call: Some(("lookup_fact", "Apollo 11")),
     },
     Case {
+        // AutoGen AgentChat SelectorGroupChat (OpenInference): the selector's model calls sit
+        // directly under the root `SelectorGroupChat.run_stream` CHAIN span with no agent: they
+        // are the team's (an orchestrator), not the service's, and their prompt is not the task.
+        name: "autogen_selector",
+        containers: &[],
+        agents: &[
+            "SelectorGroupChat",
+            "Solver",
+            "SelectorGroupChat",
+            "Checker",
+            "SelectorGroupChat",
+            "Reporter",
+            "SelectorGroupChat",
+            "Solver",
+            "SelectorGroupChat",
+            "Checker",
+        ],
+        model_steps: 10,
+        tools: &[],
+        outcome: Outcome::Unknown,
+        warnings: &[],
+        system_prompt: Some(("Solver", "You are Solver.")),
+        step_text: Some("Reporter"),
+        tool_call: None,
+    },
+    Case {
+        // AutoGen AgentChat Swarm: each handoff is a `transfer_to_<name>` tool call and its
+        // result, then the next agent's turn.
+        name: "autogen_swarm",
+        containers: &[],
+        agents: &["Solver", "Checker", "Reporter", "Solver", "Checker"],
+        model_steps: 5,
+        tools: &[
+            "transfer_to_checker",
+            "transfer_to_reporter",
+            "transfer_to_solver",
+            "transfer_to_checker",
+            "transfer_to_reporter",
+        ],
+        outcome: Outcome::Unknown,
+        warnings: &[],
+        system_prompt: Some(("Checker", "You are Checker.")),
+        step_text: Some("Transferred to Checker"),
+        tool_call: Some(("transfer_to_checker", "{}")),
+    },
+    Case {
+        // OpenAI Agents SDK, Researcher as a tool of Triage (`Agent.as_tool`): the tool span
+        // holds Researcher's whole run, so its result comes after Researcher's steps.
+        name: "openai_agents_tool",
+        containers: &["Agent workflow"],
+        agents: &["Triage", "Researcher", "Triage"],
+        model_steps: 4,
+        tools: &["lookup_fact", "ask_researcher"],
+        outcome: Outcome::Unknown,
+        warnings: &[],
+        system_prompt: Some(("Researcher", "You are Researcher.")),
+        step_text: Some("Apollo 11 landed on 20 July 1969."),
+        tool_call: Some(("ask_researcher", "Apollo 11")),
+    },
+    Case {
         // AG2 GroupChat with speaker_selection_method="auto": before each turn the manager's
         // model picks the next speaker through AG2's internal `speaker_selection_agent` (its
         // `chat` spans name it; their text is the role chosen). The last turn, `user`'s empty
@@ -538,4 +598,15 @@ fn a_first_llamaindex_agent_whose_summaries_are_all_cut_is_the_one_its_handoff_d
             "{name}"
         );
     }
+}
+
+/// A team's own model call (AutoGen's selector) is the team's, an orchestrator, and its prompt
+/// ("You are in a role play game...") is never taken for the task.
+#[test]
+fn a_selector_call_belongs_to_its_team_and_is_not_the_task() {
+    let t = one_run("autogen_selector", &spans("autogen_selector"));
+    assert_eq!(t.task, "Is 91 a prime number? Explain briefly.");
+    assert_eq!(t.agent_kind("SelectorGroupChat"), AgentKind::Orchestrator);
+    assert_eq!(t.steps[0].content.trim(), "Solver");
+    assert!(t.agent("autogen-agentchat-mas").is_none(), "{:?}", t.agents);
 }

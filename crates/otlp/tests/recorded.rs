@@ -64,6 +64,15 @@ fn autogen_agentchat_run() {
         t.steps.len() as u64,
         summary["llm_spans"].as_u64().expect("n")
     );
+    // AutoGen 0.7 sends each agent's system message in the `developer` role.
+    for name in &want {
+        let prompt = t.agent(name).and_then(|a| a.system_prompt.clone());
+        let prompt = prompt.unwrap_or_default();
+        assert!(
+            prompt.starts_with(&format!("You are {name}.")),
+            "{name}: {prompt:?}"
+        );
+    }
 }
 
 #[test]

@@ -220,6 +220,20 @@ const METHOD_SUFFIXES: &[&str] = &[
     "kickoff",
 ];
 
+/// The team a model call belongs to when no agent makes it: a call directly under the run's root
+/// span, in a run whose agents are named, where the root is a team object running
+/// (`<Team>.<method>`: AutoGen AgentChat's `SelectorGroupChat.run_stream`, whose selector model
+/// picks each next speaker). The team's name, without the method; `None` elsewhere.
+pub(super) fn team_agent(tree: &Tree, i: usize, named_run: bool) -> Option<String> {
+    let root = tree.parent[i]?;
+    if !named_run || tree.parent[root].is_some() {
+        return None;
+    }
+    let (team, method) = tree.spans[root].name.rsplit_once('.')?;
+    let team = team.trim();
+    (!team.is_empty() && METHOD_SUFFIXES.contains(&method)).then(|| team.to_string())
+}
+
 /// Span names of workflow containers and group managers: never agents.
 const CONTAINER_NAMES: &[&str] = &[
     "agent workflow",

@@ -75,7 +75,7 @@ pub(super) fn continued(
         .iter()
         .map(|&i| {
             let mut m = input_messages(tree.spans[i]);
-            m.retain(|m| m.role != "system");
+            m.retain(|m| !m.is_instructions());
             m
         })
         .collect();

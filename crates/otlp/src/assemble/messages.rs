@@ -19,6 +19,14 @@ pub(super) struct Message {
     pub(super) tool_call_id: Option<String>,
 }
 
+impl Message {
+    /// Whether the message instructs the model: the `system` role, or `developer`, which OpenAI's
+    /// newer API uses in its place (AutoGen AgentChat 0.7 sends its agents' system messages so).
+    pub(super) fn is_instructions(&self) -> bool {
+        self.role == "system" || self.role == "developer"
+    }
+}
+
 pub(super) fn json_or_string(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
