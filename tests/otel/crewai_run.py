@@ -55,11 +55,16 @@ def run(args: argparse.Namespace, pipe: Pipeline) -> dict:
                        allow_delegation=False, max_iter=3, verbose=False)
     writer = Agent(role="writer", goal="Give the final answer in one sentence.",
                    backstory="You are writer.", llm=llm, allow_delegation=False, max_iter=2, verbose=False)
-    research = Task(description=args.task, expected_output="The date, with its source.", agent=researcher)
+    # Hierarchical: the tasks name no agent; CrewAI's manager agent delegates each to a coworker through its
+    # "Delegate work to coworker" tool (run the model with --arg coworker=researcher).
+    hier = args.hierarchical
+    research = Task(description=args.task, expected_output="The date, with its source.",
+                    agent=None if hier else researcher)
     answer = Task(description="Answer the question in one sentence from the research.",
-                  expected_output="One sentence.", agent=writer, context=[research])
+                  expected_output="One sentence.", agent=None if hier else writer, context=[research])
     crew = Crew(name="apollo_crew", agents=[researcher, writer], tasks=[research, answer],
-                process=Process.sequential, verbose=False)
+                process=Process.hierarchical if hier else Process.sequential,
+                manager_llm=llm if hier else None, verbose=False)
     result = crew.kickoff()
     return {"agents": ["researcher", "writer"], "output": str(result)}
 
@@ -73,6 +78,8 @@ def main() -> int:
     p.add_argument("--task", default=TASK)
     p.add_argument("--native", action="store_true",
                    help="CrewAI's own OpenAI provider instead of LiteLLM (no model spans)")
+    p.add_argument("--hierarchical", action="store_true",
+                   help="Process.hierarchical: CrewAI's manager agent delegates the tasks (model: --arg coworker=researcher)")
     add_export_args(p, default_service="crewai-crew")
     args = p.parse_args()
     served_model(args.base_url)  # fails early when nothing answers there

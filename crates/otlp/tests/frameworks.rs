@@ -267,6 +267,32 @@ const CASES: &[Case] = &[
         step_text: Some("Apollo 11 landed on 20 July 1969."),
         tool_call: Some(("lookup_fact", "Apollo 11")),
     },
+    Case {
+        // CrewAI Process.hierarchical: the manager ("Crew Manager", an AGENT span per task)
+        // delegates through the TOOL "Delegate work to coworker"; the coworker's calls run inside
+        // that tool span with no AGENT span, and the tool's `coworker` argument names them.
+        name: "crewai_hierarchical",
+        containers: &["apollo_crew", "apollo_crew.kickoff"],
+        agents: &[
+            "Crew Manager",
+            "researcher",
+            "Crew Manager",
+            "researcher",
+            "Crew Manager",
+        ],
+        model_steps: 8,
+        tools: &[
+            "lookup_fact",
+            "Delegate work to coworker",
+            "lookup_fact",
+            "Delegate work to coworker",
+        ],
+        outcome: Outcome::Unknown,
+        warnings: &[],
+        system_prompt: Some(("researcher", "You are researcher.")),
+        step_text: Some("Apollo 11 landed on 20 July 1969."),
+        tool_call: Some(("delegate_work_to_coworker", "\"coworker\": \"researcher\"")),
+    },
 ];
 
 fn dir() -> PathBuf {

@@ -262,8 +262,11 @@ fn span_name_agent(span: &SpanRecord) -> Option<String> {
 /// The agent a span names itself. An AGENT span without a name attribute is named by its
 /// span name only when no AGENT span of the run has a name attribute (`named_run` false):
 /// where the instrumentor names agents, a nameless AGENT span (OpenAI Agents SDK's root
-/// "Agent workflow") is a container.
+/// "Agent workflow") is a container. A delegation tool names its coworker ([`delegated_to`]).
 pub(super) fn own_agent(span: &SpanRecord, named_run: bool) -> Option<String> {
+    if let Some(coworker) = delegated_to(span) {
+        return Some(coworker);
+    }
     let is_agent = kind(span) == SpanKind::Agent;
     match attr_agent(span) {
         // A group manager's agent span (AG2's `invoke_agent chat_manager`) is a container.
@@ -275,6 +278,19 @@ pub(super) fn own_agent(span: &SpanRecord, named_run: bool) -> Option<String> {
             .then(|| span_name_agent(span))
             .flatten(),
     }
+}
+
+/// The coworker a delegation tool hands its work to: CrewAI's hierarchical manager delegates
+/// through the tools "Delegate work to coworker" / "Ask question to coworker", whose arguments
+/// (OpenInference's `input.value`) name the `coworker`; the coworker's model and tool calls run
+/// inside that TOOL span with no agent span of their own, so the tool names their agent.
+fn delegated_to(span: &SpanRecord) -> Option<String> {
+    if kind(span) != SpanKind::Tool {
+        return None;
+    }
+    let input: Value = serde_json::from_str(str_attr(&span.attributes, "input.value")?).ok()?;
+    let coworker = input.get("coworker")?.as_str()?.trim();
+    (!coworker.is_empty()).then(|| coworker.to_string())
 }
 
 /// Whether two spans may belong to one agent's call: not when both name an agent and the
