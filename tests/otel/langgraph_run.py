@@ -46,7 +46,7 @@ class State(TypedDict):
     model_calls: Annotated[int, operator.add]
 
 
-def build_graph(llm):
+def build_graph(llm, react: bool = False):
     from langchain_core.messages import AIMessage, SystemMessage
     from langgraph.graph import END, START, StateGraph
 
@@ -54,6 +54,28 @@ def build_graph(llm):
         reply = llm.invoke([SystemMessage(content=SYSTEM[name]), *state["messages"]])
         msg = AIMessage(content=reply.content, name=name, response_metadata=reply.response_metadata)
         return {"messages": [msg], "model_calls": 1}
+
+    workers = {}
+    if react:
+        # Each worker a prebuilt ReAct agent (a subgraph whose own node is named "agent"; the
+        # research agent has the tool lookup_fact), run inside the worker's node.
+        from langchain_core.tools import tool
+        from langgraph.prebuilt import create_react_agent
+
+        @tool
+        def lookup_fact(query: str) -> str:
+            """Look a fact up."""
+            return "2 to the power 10 is 1024; 10 to the power 3 is 1000."
+
+        for name, tools in (("research_agent", [lookup_fact]), ("writer_agent", [])):
+            workers[name] = create_react_agent(llm, tools, prompt=SYSTEM[name], name=name)
+
+    def work(name: str, state: State) -> dict:
+        if name not in workers:
+            return call(name, state)
+        out = workers[name].invoke({"messages": state["messages"]})["messages"][len(state["messages"]):]
+        calls = sum(1 for m in out if isinstance(m, AIMessage))
+        return {"messages": [*out[:-1], AIMessage(content=out[-1].content, name=name)], "model_calls": calls}
 
     def supervisor(state: State) -> dict:
         return {**call("supervisor", state), "supervisor_turns": state.get("supervisor_turns", 0) + 1}
@@ -64,8 +86,8 @@ def build_graph(llm):
 
     g = StateGraph(State)
     g.add_node("supervisor", supervisor)
-    g.add_node("research_agent", lambda s: call("research_agent", s))
-    g.add_node("writer_agent", lambda s: call("writer_agent", s))
+    g.add_node("research_agent", lambda s: work("research_agent", s))
+    g.add_node("writer_agent", lambda s: work("writer_agent", s))
     g.add_edge(START, "supervisor")
     g.add_conditional_edges("supervisor", route, {**{n: n for n in ORDER}, END: END})
     for n in ORDER:
@@ -85,6 +107,8 @@ def main() -> int:
     p.add_argument("--openai-instrumentor", action="store_true",
                    help="also instrument the openai SDK with OpenInference's OpenAIInstrumentor")
     p.add_argument("--transcript", action="store_true", help="include the message transcript in the summary")
+    p.add_argument("--react", action="store_true",
+                   help="workers are prebuilt ReAct agents (create_react_agent subgraphs; research_agent has a tool)")
     add_export_args(p, default_service="langgraph-supervisor-mas")
     args = p.parse_args()
     if not args.model:
@@ -112,7 +136,7 @@ def main() -> int:
         streaming=args.stream,
         max_retries=0,
     )
-    graph = build_graph(llm)
+    graph = build_graph(llm, react=args.react)
     final = graph.invoke(
         {"messages": [HumanMessage(content=args.task, name="user")], "supervisor_turns": 0, "model_calls": 0},
         config={"configurable": {"thread_id": thread_id}, "metadata": {"thread_id": thread_id}},

@@ -423,6 +423,25 @@ fn tool_result(s: &SpanRecord) -> Option<&Value> {
         .or_else(|| a.get("output.value"))
 }
 
+/// A tool's result as text. LangChain tools (OpenInference's LangChain instrumentor, LangGraph's
+/// `ToolNode`) record the whole serialized `ToolMessage` (`{"type": "tool", "data": {"content":
+/// ...}}`, or `{"lc": 1, ..., "kwargs": {"content": ...}}`): its content is the result.
+fn tool_output_text(v: &Value) -> String {
+    let text = json_or_string(v);
+    let Ok(Value::Object(message)) = serde_json::from_str::<Value>(&text) else {
+        return text;
+    };
+    let body = match message.get("type").and_then(Value::as_str) {
+        Some("tool") => message.get("data"),
+        Some("constructor") => message.get("kwargs"),
+        _ => None,
+    };
+    match body.and_then(|b| b.get("content")) {
+        Some(content) => json_or_string(content),
+        None => text,
+    }
+}
+
 /// A tool execution's step: its result (else the `tool` message answering its call id in a
 /// later model call's input, from `results`), its error.
 fn tool_step(s: &SpanRecord, tool: String, results: &HashMap<String, String>) -> Step {
@@ -432,7 +451,7 @@ fn tool_step(s: &SpanRecord, tool: String, results: &HashMap<String, String>) ->
         .or_else(|| str_attr(a, "tool_call.id"))
         .or_else(|| summary_field(s, "tool_id"))
         .map(String::from);
-    let mut content = tool_result(s).map(json_or_string).unwrap_or_else(|| {
+    let mut content = tool_result(s).map(tool_output_text).unwrap_or_else(|| {
         call_id
             .as_ref()
             .and_then(|id| results.get(id))

@@ -143,6 +143,28 @@ const CASES: &[Case] = &[
         tool_call: Some(("lookup_fact", "Apollo 11")),
     },
     Case {
+        // LangGraph supervisor whose workers are prebuilt ReAct agents (create_react_agent
+        // subgraphs, OpenInference LangChain): inside a worker the `langgraph_node` is the
+        // subgraph's own "agent" / "tools"; the worker is the first node of the checkpoint
+        // namespace. The ToolNode's output is a serialized ToolMessage: its content is the result.
+        name: "langgraph_react",
+        containers: &["LangGraph", "agent"],
+        agents: &[
+            "supervisor",
+            "research_agent",
+            "supervisor",
+            "writer_agent",
+            "supervisor",
+        ],
+        model_steps: 6,
+        tools: &["lookup_fact"],
+        outcome: Outcome::Unknown,
+        warnings: &[],
+        system_prompt: Some(("research_agent", "You are research_agent.")),
+        step_text: Some("2 to the power 10 is 1024"),
+        tool_call: Some(("lookup_fact", "Apollo 11")),
+    },
+    Case {
         // AutoGen AgentChat SelectorGroupChat (OpenInference): the selector's model calls sit
         // directly under the root `SelectorGroupChat.run_stream` CHAIN span with no agent: they
         // are the team's (an orchestrator), not the service's, and their prompt is not the task.
@@ -635,4 +657,19 @@ fn a_selector_call_belongs_to_its_team_and_is_not_the_task() {
     assert_eq!(t.agent_kind("SelectorGroupChat"), AgentKind::Orchestrator);
     assert_eq!(t.steps[0].content.trim(), "Solver");
     assert!(t.agent("autogen-agentchat-mas").is_none(), "{:?}", t.agents);
+}
+
+/// A LangChain tool's output is the serialized ToolMessage; the step is its content alone.
+#[test]
+fn a_langchain_tool_step_is_the_tool_messages_content() {
+    let t = one_run("langgraph_react", &spans("langgraph_react"));
+    let tool = t
+        .steps
+        .iter()
+        .find(|s| s.agent == "lookup_fact")
+        .expect("the tool step");
+    assert_eq!(
+        tool.content,
+        "2 to the power 10 is 1024; 10 to the power 3 is 1000."
+    );
 }

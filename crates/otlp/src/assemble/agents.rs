@@ -11,7 +11,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// The LangGraph node a span ran in: OpenInference's LangChain instrumentor puts
 /// `{"langgraph_node": ...}` in the `metadata` attribute (a JSON string) of every span of a node,
-/// model calls included; a supervisor node is a CHAIN span without any other agent name.
+/// model calls included; a supervisor node is a CHAIN span without any other agent name. In a
+/// subgraph, the outermost graph's node.
 fn langgraph_node(span: &SpanRecord) -> Option<String> {
     let meta = span.attributes.get("metadata")?;
     let parsed;
@@ -22,8 +23,17 @@ fn langgraph_node(span: &SpanRecord) -> Option<String> {
         }
         other => other,
     };
-    meta.get("langgraph_node")?
-        .as_str()
+    // A node of a subgraph (a prebuilt ReAct agent run as a worker node: its own nodes are
+    // "agent" and "tools") is the outer graph's node: the first of the checkpoint namespace's
+    // `node:task|node:task` segments.
+    let outer = meta
+        .get("langgraph_checkpoint_ns")
+        .and_then(Value::as_str)
+        .filter(|ns| ns.contains('|'))
+        .and_then(|ns| ns.split('|').next())
+        .and_then(|first| first.split(':').next());
+    outer
+        .or_else(|| meta.get("langgraph_node")?.as_str())
         .filter(|n| !n.is_empty() && !n.starts_with("__"))
         .map(String::from)
 }
