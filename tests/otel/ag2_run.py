@@ -43,6 +43,21 @@ def run(args: argparse.Namespace, pipe: Pipeline) -> dict:
 
     researcher.register_for_llm(name="lookup_fact", description="Look a fact up.")(lookup_fact)
     user.register_for_execution(name="lookup_fact")(lookup_fact)
+    if args.pattern:
+        # AG2's newer group API: a Pattern run by initiate_group_chat, traced by instrument_pattern
+        # (which instruments the agents and the group chat the pattern makes).
+        from autogen.agentchat import initiate_group_chat
+        from autogen.agentchat.group.patterns import AutoPattern
+        from autogen.opentelemetry import instrument_pattern
+
+        researcher.register_for_execution(name="lookup_fact")(lookup_fact)
+        pattern = AutoPattern(initial_agent=researcher, agents=[researcher, writer], user_agent=user,
+                              group_manager_args={"llm_config": llm_config})
+        instrument_llm_wrapper(tracer_provider=pipe.provider, capture_messages=True)
+        instrument_pattern(pattern, tracer_provider=pipe.provider)
+        result, _, last = initiate_group_chat(pattern=pattern, messages=args.task, max_rounds=args.max_round)
+        return {"agents": ["researcher", "writer"], "messages": len(result.chat_history),
+                "speakers": [m.get("name") for m in result.chat_history], "last_agent": last.name}
     chat = GroupChat(agents=[user, researcher, writer], messages=[], max_round=args.max_round,
                      speaker_selection_method=args.selection)
     manager = GroupChatManager(groupchat=chat, llm_config=llm_config)
@@ -60,6 +75,8 @@ def main() -> int:
     p.add_argument("--model", help="model name (default: the first of GET BASE_URL/models)")
     p.add_argument("--task", default=TASK)
     p.add_argument("--max-round", type=int, default=5)
+    p.add_argument("--pattern", action="store_true",
+                   help="AG2's AutoPattern through initiate_group_chat, traced by instrument_pattern")
     p.add_argument("--selection", default="round_robin", choices=["round_robin", "auto"],
                    help="GroupChat speaker selection (auto: the manager's model picks each next speaker)")
     add_export_args(p, default_service="ag2-groupchat")

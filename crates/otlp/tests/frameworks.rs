@@ -247,6 +247,28 @@ const CASES: &[Case] = &[
         tool_call: Some(("lookup_fact", "Apollo 11")),
     },
     Case {
+        // AG2's AutoPattern through initiate_group_chat, traced by instrument_pattern: the
+        // pattern's own agents (`_Group_Tool_Executor` runs the tools, `checking_agent` validates
+        // each speaker selection) have agent spans but are AG2's internals, not agents.
+        name: "ag2_pattern",
+        containers: &["chat_manager", "_Group_Tool_Executor", "checking_agent"],
+        agents: &[
+            "researcher",
+            "speaker_selection_agent",
+            "writer",
+            "speaker_selection_agent",
+            "writer",
+            "speaker_selection_agent",
+        ],
+        model_steps: 7,
+        tools: &["lookup_fact"],
+        outcome: Outcome::Unknown,
+        warnings: &[],
+        system_prompt: Some(("researcher", "You are researcher.")),
+        step_text: Some("Apollo 11 landed on 20 July 1969."),
+        tool_call: Some(("lookup_fact", "Apollo 11")),
+    },
+    Case {
         // Google ADK, native GenAI spans with content (SPAN_ONLY): `invoke_workflow pipeline` >
         // `invoke_agent pipeline` (the SequentialAgent, named like an agent: a container) >
         // `invoke_agent {researcher,writer}` > `generate_content` / `execute_tool`.

@@ -244,14 +244,21 @@ pub(super) fn team_agent(tree: &Tree, i: usize, named_run: bool) -> Option<Strin
     (!team.is_empty() && METHOD_SUFFIXES.contains(&method)).then(|| team.to_string())
 }
 
-/// Span names of workflow containers and group managers: never agents.
+/// Span names of workflow containers, group managers and a framework's internal helpers: never
+/// agents (AG2's `checking_agent` validates the speaker selection's answer; a name with a leading
+/// underscore, AG2's `_Group_Tool_Executor`, is internal too: [`is_container_name`]).
 const CONTAINER_NAMES: &[&str] = &[
     "agent workflow",
     "chat_manager",
+    "checking_agent",
     "invoke_agent",
     "invoke_workflow",
     "workflow",
 ];
+
+fn is_container_name(name: &str) -> bool {
+    name.starts_with('_') || CONTAINER_NAMES.contains(&name.to_ascii_lowercase().as_str())
+}
 
 /// An AGENT span's name as an agent name: without `invoke_agent ` and a method suffix; `None`
 /// for a container name.
@@ -265,8 +272,7 @@ fn span_name_agent(span: &SpanRecord) -> Option<String> {
         _ => name,
     }
     .trim();
-    let container = CONTAINER_NAMES.contains(&name.to_ascii_lowercase().as_str());
-    (!name.is_empty() && !container).then(|| name.to_string())
+    (!name.is_empty() && !is_container_name(name)).then(|| name.to_string())
 }
 
 /// The agent a span names itself. An AGENT span without a name attribute is named by its
@@ -280,9 +286,7 @@ pub(super) fn own_agent(span: &SpanRecord, named_run: bool) -> Option<String> {
     let is_agent = kind(span) == SpanKind::Agent;
     match attr_agent(span) {
         // A group manager's agent span (AG2's `invoke_agent chat_manager`) is a container.
-        Some(name) if is_agent && CONTAINER_NAMES.contains(&name.to_ascii_lowercase().as_str()) => {
-            None
-        }
+        Some(name) if is_agent && is_container_name(&name) => None,
         Some(name) => Some(name),
         None => (is_agent && !named_run)
             .then(|| span_name_agent(span))
