@@ -42,8 +42,16 @@ def run(args: argparse.Namespace) -> dict:
         tools=[lookup_fact], model=model, name="researcher",
         description="Looks facts up in the mission archive.", max_steps=args.max_steps, verbosity_level=-1,
     )
-    manager = ToolCallingAgent(tools=[], model=model, name="manager", managed_agents=[researcher],
-                               max_steps=args.max_steps, verbosity_level=-1)
+    if args.code:
+        # A CodeAgent manager: its steps must be Python code; a reply without code is an
+        # AgentParsingError on that step (smolagents then retries until max_steps).
+        from smolagents import CodeAgent
+
+        manager = CodeAgent(tools=[], model=model, name="manager", managed_agents=[researcher],
+                            max_steps=args.max_steps, verbosity_level=-1)
+    else:
+        manager = ToolCallingAgent(tools=[], model=model, name="manager", managed_agents=[researcher],
+                                   max_steps=args.max_steps, verbosity_level=-1)
     answer = manager.run(args.task)
     return {"agents": ["manager", "researcher"], "final_answer": str(answer)}
 
@@ -54,6 +62,8 @@ def main() -> int:
     p.add_argument("--model", help="model name (default: the first of GET BASE_URL/models)")
     p.add_argument("--task", default=TASK)
     p.add_argument("--max-steps", type=int, default=4)
+    p.add_argument("--code", action="store_true",
+                   help="the manager is a CodeAgent (the scripted model writes no code: parsing errors)")
     add_export_args(p, default_service="smolagents-mas")
     args = p.parse_args()
     if not args.model:

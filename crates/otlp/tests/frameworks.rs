@@ -72,6 +72,21 @@ const CASES: &[Case] = &[
         tool_call: Some(("lookup_fact", "Apollo 11")),
     },
     Case {
+        // smolagents with a CodeAgent manager that the model never answers with code: each step's
+        // AgentParsingError is an exception event on its `Step N` CHAIN span, shown on the model
+        // step under it; smolagents then asks for a final answer (the run ends normally).
+        name: "smolagents_code",
+        containers: &["manager.run"],
+        agents: &["manager"],
+        model_steps: 4,
+        tools: &[],
+        outcome: Outcome::Unknown,
+        warnings: &[],
+        system_prompt: Some(("manager", "You are an expert assistant")),
+        step_text: Some("AgentParsingError: Error in code parsing"),
+        tool_call: None,
+    },
+    Case {
         // Native GenAI spans; `execute_tool ask_researcher` contains the researcher's run.
         name: "pydantic_ai",
         containers: &[],
