@@ -41,9 +41,13 @@ def run(args: argparse.Namespace, pipe: Pipeline) -> dict:
     coordinator = Agent(model, name="coordinator",
                         instructions="You are coordinator. Ask the researcher, then answer.")
 
-    @researcher.tool_plain
+    @researcher.tool_plain(retries=1)
     def lookup_fact(query: str) -> str:
         """Look a fact up in the mission archive."""
+        if args.retry:
+            from pydantic_ai import ModelRetry
+
+            raise ModelRetry("the archive is offline; try another query")
         return "Apollo 11 landed on 20 July 1969."
 
     @coordinator.tool_plain
@@ -52,7 +56,10 @@ def run(args: argparse.Namespace, pipe: Pipeline) -> dict:
         r = await researcher.run(question)
         return str(r.output)
 
-    result = coordinator.run_sync(args.task)
+    try:
+        result = coordinator.run_sync(args.task)
+    except Exception as e:  # --retry with a model that keeps calling the tool: UnexpectedModelBehavior
+        return {"agents": ["coordinator", "researcher"], "outcome": "failure", "error": f"{type(e).__name__}: {e}"}
     return {"agents": ["coordinator", "researcher"], "output": str(result.output)}
 
 
@@ -61,6 +68,9 @@ def main() -> int:
     p.add_argument("--base-url", required=True, help="OpenAI-compatible base URL")
     p.add_argument("--model", help="model name (default: the first of GET BASE_URL/models)")
     p.add_argument("--task", default=TASK)
+    p.add_argument("--retry", action="store_true",
+                   help="lookup_fact always raises ModelRetry (the scripted model then answers with the error: "
+                        "a quiet failure; a model that calls the tool again fails the run)")
     add_export_args(p, default_service="pydantic-ai-mas")
     args = p.parse_args()
     if not args.model:

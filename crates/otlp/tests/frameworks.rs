@@ -180,6 +180,21 @@ const CASES: &[Case] = &[
         tool_call: Some(("lookup_fact", "Apollo 11")),
     },
     Case {
+        // pydantic-ai whose tool always asks for a retry (ModelRetry): the tool span's status is
+        // ERROR with no description and an `exception` event (ToolRetryError); the step shows the
+        // event's text. The model then answers with the error: a quiet failure, outcome unknown.
+        name: "pydantic_ai_retry",
+        containers: &[],
+        agents: &["coordinator", "researcher", "coordinator"],
+        model_steps: 4,
+        tools: &["lookup_fact", "ask_researcher"],
+        outcome: Outcome::Unknown,
+        warnings: &[],
+        system_prompt: None,
+        step_text: Some("[error: pydantic_ai.exceptions.ToolRetryError: the archive is offline"),
+        tool_call: Some(("lookup_fact", "Apollo 11")),
+    },
+    Case {
         // AutoGen AgentChat SelectorGroupChat (OpenInference): the selector's model calls sit
         // directly under the root `SelectorGroupChat.run_stream` CHAIN span with no agent: they
         // are the team's (an orchestrator), not the service's, and their prompt is not the task.

@@ -303,8 +303,10 @@ pub(super) fn has_messages(span: &SpanRecord) -> bool {
 /// A span's error: its ERROR status message, else its `exception` events
 /// (`exception.type: exception.message`).
 pub(super) fn span_error(span: &SpanRecord) -> Option<String> {
-    if span.error.is_some() {
-        return span.error.clone();
+    // A status with no description is recorded as "error" (span.rs): the exception events, when
+    // there are any, say more (pydantic-ai's `ToolRetryError: the archive is offline`).
+    if let Some(status) = span.error.as_ref().filter(|m| m.as_str() != "error") {
+        return Some(status.clone());
     }
     let events: Vec<String> = span
         .events
@@ -321,7 +323,10 @@ pub(super) fn span_error(span: &SpanRecord) -> Option<String> {
             }
         })
         .collect();
-    (!events.is_empty()).then(|| events.join("; "))
+    if events.is_empty() {
+        return span.error.clone();
+    }
+    Some(events.join("; "))
 }
 
 pub(super) fn input_messages(span: &SpanRecord) -> Vec<Message> {
