@@ -17,7 +17,8 @@ and written back, or --drain-minutes pass.
 Checks (exit 1 when one fails): every span a server acknowledged (200) is in the store, once (the
 table's key); every run has a diagnosis; every diagnosis was received by the write-back target; no
 write-back left pending or failed. Delivery is at least once: a server killed after the target got a
-delivery and before it recorded it leaves it to be sent again when its 60 s lease ends; deliveries
+delivery and before it recorded it leaves it to be sent again when its lease ends (twice
+--writeback-timeout: 60 s by default); deliveries
 are claimed one at a time, so the extra sends may not outnumber the kills (counted and checked; every
 record carries `maslens.diagnosis_id`, by which a receiver can drop a repeat; Phoenix annotations
 are upserted by their identifier).
@@ -91,9 +92,9 @@ class Receiver(http.server.BaseHTTPRequestHandler):
 
 
 class Server:
-    def __init__(self, binary: str, db: str, receiver: str, log: str) -> None:
+    def __init__(self, binary: str, db: str, receiver: str, log: str, writeback_timeout: float) -> None:
         self.args = [binary, "serve", "--db", db, "--port", "0", "--diagnose", "off", "--settle", "0.5",
-                     "--otlp-export", receiver]
+                     "--otlp-export", receiver, "--writeback-timeout", str(writeback_timeout)]
         self.log = log
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[str] | None = None
@@ -173,6 +174,9 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=35)
     ap.add_argument("--log", default="/tmp/maslens-serve-chaos.log")
+    ap.add_argument("--writeback-timeout", type=float, default=30.0,
+                    help="the servers' --writeback-timeout (a delivery claimed by a killed server is sent again "
+                         "after twice this; 30 is serve's default)")
     a = ap.parse_args()
     base = os.environ.get("MASLENS_TEST_PG_URL") or subprocess.run(
         [os.path.join(ROOT, "scripts", "pg.sh"), "start"], check=True, capture_output=True, text=True).stdout.strip()
@@ -183,7 +187,7 @@ def main() -> int:
     threading.Thread(target=rx.serve_forever, daemon=True).start()
     receiver = f"http://127.0.0.1:{rx.server_address[1]}"
     open(a.log, "w").close()
-    servers = [Server(a.bin, db, receiver, a.log), Server(a.bin, db, receiver, a.log)]
+    servers = [Server(a.bin, db, receiver, a.log, a.writeback_timeout) for _ in range(2)]
     acked: set[str] = set()
     runs: set[str] = set()
     stats: Counter[str] = Counter()
@@ -268,7 +272,7 @@ def main() -> int:
     if missing:
         failures.append(f"{len(missing)} diagnoses never written back")
     # Delivery is at least once: a server killed after sending and before recording it sends
-    # nothing more, and another sends that delivery again when its 60 s lease ends. Deliveries
+    # nothing more, and another sends that delivery again when its lease ends. Deliveries
     # are claimed one at a time, so each kill can repeat at most one (per target); more is a bug.
     if resent > kills:
         failures.append(f"{resent} deliveries sent again, more than the {kills} kills explain")

@@ -72,6 +72,10 @@ pub struct Args {
     /// Write diagnoses to this OTLP/HTTP logs endpoint as gen_ai.evaluation.result events.
     #[arg(long, value_name = "URL")]
     pub otlp_export: Option<String>,
+    /// Seconds one write-back send may take; a delivery claimed by a server that died is sent
+    /// by another after twice this.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub writeback_timeout: f64,
     /// Write diagnoses to this Arize Phoenix as span annotations.
     #[arg(long, value_name = "URL")]
     pub phoenix: Option<String>,
@@ -187,6 +191,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<ExitCode> {
             otlp_logs: args.otlp_export.clone(),
             phoenix: args.phoenix.clone(),
             phoenix_token: args.phoenix_token.clone(),
+            timeout: secs(args.writeback_timeout, "--writeback-timeout")?,
         },
         ..ServeConfig::default()
     };

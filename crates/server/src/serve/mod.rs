@@ -141,7 +141,7 @@ impl JobMethod {
 }
 
 /// Where diagnoses are written back.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct WriteBack {
     /// An OTLP/HTTP logs endpoint (`http://host:4318/v1/logs`; `/v1/logs` added when missing).
     pub otlp_logs: Option<String>,
@@ -149,6 +149,28 @@ pub struct WriteBack {
     pub phoenix: Option<String>,
     /// Phoenix API key (`Authorization: Bearer`).
     pub phoenix_token: Option<String>,
+    /// How long one send may take (30 s by default); a claimed delivery is leased for twice
+    /// that ([`WriteBack::lease`]).
+    pub timeout: Duration,
+}
+
+impl Default for WriteBack {
+    fn default() -> Self {
+        WriteBack {
+            otlp_logs: None,
+            phoenix: None,
+            phoenix_token: None,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl WriteBack {
+    /// How long a delivery stays claimed: twice a send's timeout, so one send fits, and a
+    /// delivery claimed by a server that died is sent by another once that has passed.
+    pub fn lease(&self) -> Duration {
+        self.timeout.saturating_mul(2)
+    }
 }
 
 /// How `maslens serve` runs.
@@ -269,7 +291,7 @@ impl AppState {
         let (prior, _) = maslens_core::locate::PriorSource::load("builtin")
             .map_err(|e| ServeError::Setup(format!("the built-in prior: {e}")))?;
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
+            .timeout(config.writeback.timeout)
             .build()
             .map_err(|e| ServeError::Setup(format!("HTTP client: {e}")))?;
         let pace = pace::AssemblyPace::new(config.assembly_pace)

@@ -36,14 +36,15 @@ pub async fn loop_(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
 
 /// One pass over a target's due deliveries.
 pub async fn deliver_due(state: &AppState, target: &str) -> Result<(), maslens_store::StoreError> {
-    // One delivery at a time, claimed for 60 s (one send, whose client times out at 30 s,
-    // fits): another server skips it, and one claimed by a server that died is sent by another
-    // a minute later, not after the lease of a whole batch. At most 10 a pass.
-    const LEASE_NS: i64 = 60_000_000_000;
+    // One delivery at a time, claimed for twice a send's timeout (60 s by default): another
+    // server skips it, and one claimed by a server that died is sent by another once the lease
+    // has passed, not after the lease of a whole batch. At most 10 a pass.
+    let lease = state.config.writeback.lease();
+    let lease_ns = i64::try_from(lease.as_nanos()).unwrap_or(i64::MAX);
     for _ in 0..10 {
         let Some(d) = state
             .store
-            .outbox_claim(target, 1, LEASE_NS)
+            .outbox_claim(target, 1, lease_ns)
             .await?
             .into_iter()
             .next()
