@@ -14,14 +14,19 @@ fn repo() -> PathBuf {
 }
 
 fn script(name: &str, args: &[&str]) -> (i32, String) {
-    let out = Command::new("python3")
+    let mut python = Command::new("python3");
+    python
         .arg(repo().join("bench").join(name))
         .arg("--bin")
         .arg(env!("CARGO_BIN_EXE_maslens"))
         .args(args)
-        .env_remove("MASLENS_MODEL")
-        .output()
-        .expect("python3 runs");
+        .env_remove("MASLENS_MODEL");
+    run(python)
+}
+
+/// Run a bench script: its exit code and its stdout then stderr.
+fn run(mut command: Command) -> (i32, String) {
+    let out = command.output().expect("python runs");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -183,17 +188,12 @@ fn memory_per_body_script_stays_within_its_bounds() {
     let Some(venv) = common::serve::venv("bin/python") else {
         return;
     };
-    let out = Command::new(venv.join("bin/python"))
+    let mut python = Command::new(venv.join("bin/python"));
+    python
         .arg(repo().join("bench/serve_body_rss.py"))
         .args(["--maslens", env!("CARGO_BIN_EXE_maslens")])
-        .args(["--mib", "8", "--bodies", "1", "--check"])
-        .output()
-        .expect("python runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(0), "{text}");
+        .args(["--mib", "8", "--bodies", "1", "--check"]);
+    let (code, text) = run(python);
+    assert_eq!(code, 0, "{text}");
     assert!(text.contains("check: PASS"), "{text}");
 }
