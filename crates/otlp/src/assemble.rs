@@ -52,7 +52,9 @@ use crate::span::SpanRecord;
 use crate::tree::Tree;
 use agents::{agent_containers, attr_agent, carry_llamaindex_agent, own_agent, team_agent};
 use maslens_trace::{AgentKind, Outcome, SpanRef, Step, Trace};
-use messages::{input_messages, json_or_string, output_messages, span_error, system_prompt};
+use messages::{
+    decoded, input_messages, json_or_string, output_messages, span_error, system_prompt,
+};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use steps::{inherited_errors, step_order, step_roles};
@@ -247,18 +249,21 @@ pub fn assemble(key: &str, spans: &[&SpanRecord]) -> Trace {
         let s = tree.spans[i];
         match roles[i] {
             Some(SpanKind::Llm) => {
-                let team = agent_at[i]
-                    .is_none()
-                    .then(|| team_agent(&tree, i, named_run))
-                    .flatten();
-                let agent = agent_at[i].clone().or(team.clone()).unwrap_or_else(|| {
-                    from_service += 1;
-                    s.service
-                        .as_deref()
-                        .or(service)
-                        .unwrap_or("agent")
-                        .to_string()
-                });
+                let team = match agent_at[i] {
+                    Some(_) => None,
+                    None => team_agent(&tree, i, named_run),
+                };
+                let agent = agent_at[i]
+                    .clone()
+                    .or_else(|| team.clone())
+                    .unwrap_or_else(|| {
+                        from_service += 1;
+                        s.service
+                            .as_deref()
+                            .or(service)
+                            .unwrap_or("agent")
+                            .to_string()
+                    });
                 let kind = match team {
                     Some(_) => AgentKind::Orchestrator,
                     None => AgentKind::Worker,
@@ -427,10 +432,7 @@ fn tool_result(s: &SpanRecord) -> Option<&Value> {
 /// `ToolNode`) record the whole serialized `ToolMessage` (`{"type": "tool", "data": {"content":
 /// ...}}`, or `{"lc": 1, ..., "kwargs": {"content": ...}}`): its content is the result.
 fn tool_output_text(v: &Value) -> String {
-    let text = json_or_string(v);
-    let Ok(Value::Object(message)) = serde_json::from_str::<Value>(&text) else {
-        return text;
-    };
+    let message = decoded(v);
     let body = match message.get("type").and_then(Value::as_str) {
         Some("tool") => message.get("data"),
         Some("constructor") => message.get("kwargs"),
@@ -438,7 +440,7 @@ fn tool_output_text(v: &Value) -> String {
     };
     match body.and_then(|b| b.get("content")) {
         Some(content) => json_or_string(content),
-        None => text,
+        None => json_or_string(v),
     }
 }
 

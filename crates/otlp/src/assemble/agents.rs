@@ -280,10 +280,13 @@ fn span_name_agent(span: &SpanRecord) -> Option<String> {
 /// where the instrumentor names agents, a nameless AGENT span (OpenAI Agents SDK's root
 /// "Agent workflow") is a container. A delegation tool names its coworker ([`delegated_to`]).
 pub(super) fn own_agent(span: &SpanRecord, named_run: bool) -> Option<String> {
-    if let Some(coworker) = delegated_to(span) {
-        return Some(coworker);
+    let span_kind = kind(span);
+    if span_kind == SpanKind::Tool {
+        if let Some(coworker) = delegated_to(span) {
+            return Some(coworker);
+        }
     }
-    let is_agent = kind(span) == SpanKind::Agent;
+    let is_agent = span_kind == SpanKind::Agent;
     match attr_agent(span) {
         // A group manager's agent span (AG2's `invoke_agent chat_manager`) is a container.
         Some(name) if is_agent && is_container_name(&name) => None,
@@ -294,14 +297,11 @@ pub(super) fn own_agent(span: &SpanRecord, named_run: bool) -> Option<String> {
     }
 }
 
-/// The coworker a delegation tool hands its work to: CrewAI's hierarchical manager delegates
+/// The coworker a delegation tool (a TOOL span) hands its work to: CrewAI's hierarchical manager delegates
 /// through the tools "Delegate work to coworker" / "Ask question to coworker", whose arguments
 /// (OpenInference's `input.value`) name the `coworker`; the coworker's model and tool calls run
 /// inside that TOOL span with no agent span of their own, so the tool names their agent.
 fn delegated_to(span: &SpanRecord) -> Option<String> {
-    if kind(span) != SpanKind::Tool {
-        return None;
-    }
     let input: Value = serde_json::from_str(str_attr(&span.attributes, "input.value")?).ok()?;
     let coworker = input.get("coworker")?.as_str()?.trim();
     (!coworker.is_empty()).then(|| coworker.to_string())

@@ -165,6 +165,11 @@ impl Default for WriteBack {
     }
 }
 
+/// A duration as the store's nanoseconds (saturating).
+pub(crate) fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
 impl WriteBack {
     /// How long a delivery stays claimed: twice a send's timeout, so one send fits, and a
     /// delivery claimed by a server that died is sent by another once that has passed.

@@ -13,7 +13,7 @@ use maslens_trace::Trace;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use super::{AppState, JobMethod, Policy};
+use super::{nanos, AppState, JobMethod, Policy};
 
 /// Assemble runs whose spans changed; complete the quiet ones and diagnose them; give back jobs
 /// of dead workers; queue the prior on runs stored without a diagnosis ([`Sweeper`], after
@@ -153,10 +153,6 @@ pub async fn queue_undiagnosed(
             _ => return Ok(queued),
         }
     }
-}
-
-fn nanos(d: std::time::Duration) -> i64 {
-    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
 /// One pass: assemble, then complete and diagnose what is due.

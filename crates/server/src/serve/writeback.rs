@@ -39,8 +39,7 @@ pub async fn deliver_due(state: &AppState, target: &str) -> Result<(), maslens_s
     // One delivery at a time, claimed for twice a send's timeout (60 s by default): another
     // server skips it, and one claimed by a server that died is sent by another once the lease
     // has passed, not after the lease of a whole batch. At most 10 a pass.
-    let lease = state.config.writeback.lease();
-    let lease_ns = i64::try_from(lease.as_nanos()).unwrap_or(i64::MAX);
+    let lease_ns = super::nanos(state.config.writeback.lease());
     for _ in 0..10 {
         let Some(d) = state
             .store
