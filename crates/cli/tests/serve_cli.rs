@@ -599,7 +599,8 @@ fn serve_chaos_script_runs_briefly() {
         .args(["--bin", env!("CARGO_BIN_EXE_maslens")])
         .args(["--minutes", "0.25", "--drain-minutes", "1", "--seed", "1"])
         // A delivery a kill leaves claimed is sent again after 4 s, not 60 (the local receiver
-        // answers at once): the test's time no longer depends on where a kill lands.
+        // answers at once). The test still takes about 75 s instead of 20 now and then, for a
+        // reason not yet found (the script's "drained in" line would say where).
         .args(["--writeback-timeout", "2"])
         .arg("--log")
         .arg(log.path())
